@@ -1,0 +1,323 @@
+/*
+ * flashdecode.h — decode-phase attention by flash decoding (split-KV).
+ *
+ * The one public header of libflashdecode. It compiles as C11 and as C++ and
+ * needs no CUDA header: CUDA streams are passed as `void *` (a cudaStream_t,
+ * NULL for the legacy default stream).
+ *
+ * WHAT IT COMPUTES
+ *   For every sequence b, query row t (0 <= t < q_len) and query head h, with
+ *   g = num_heads_q / num_heads_kv and kv head hk = h / g (MHA, GQA and MQA),
+ *   and n_t = kv_len[b] - q_len + t + 1 visible keys (keys 0 .. n_t - 1):
+ *
+ *     s_j   = softmax_scale * dot(q[b,t,h,:], k[b,j,hk,:])        j < n_t
+ *     lse   = log(sum_j exp(s_j))                        (natural log)
+ *     out   = sum_j exp(s_j - lse) * v[b,j,hk,:]
+ *
+ *   A row that sees no key (n_t <= 0, in particular kv_len[b] == 0) gets
+ *   out = 0 and lse = -inf, never NaN. q_len > 1 is the speculative-decoding
+ *   verify step: the K/V of the q_len new tokens are already in the cache.
+ *
+ * HOW (the algorithm, and its sources)
+ *   Flash decoding: "Flash-Decoding for long-context inference" (Dao, Haziza,
+ *   Massa, Sizov, 2023); online softmax from FlashAttention-2 (Dao, 2023).
+ *   For every (sequence, kv head) the keys are cut into num_splits splits.
+ *   Each split runs the online softmax over its slice for every query row of
+ *   that kv head's group (so K and V are read from memory once) and writes an
+ *   unnormalised fp32 partial output O_s with its running max m_s and sum l_s.
+ *   A combine step merges them:
+ *       m* = max_s m_s,  l* = sum_s exp(m_s - m*) l_s,
+ *       O  = sum_s exp(m_s - m*) O_s / l*,    lse = m* + log(l*).
+ *   Empty splits are the neutral element (m = -inf, l = 0, O = 0).
+ *
+ *   Split boundaries are computed at run time from the kv_len the call
+ *   really sees: with C = plan.chunk_len, S = plan.num_splits and
+ *   L = kv_len[b], the keys are cut into ceil(L / C) chunks, each split takes
+ *   ceil(chunks / S) consecutive chunks, and splits past the last key are
+ *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
+ *   graphs), and a plan made from the step's real lengths splits them well.
+ *
+ * USAGE
+ *   fd_problem p = {0};            // zero = defaults everywhere
+ *   p.dtype = FD_DTYPE_BF16; p.batch = 1; p.q_len = 1;
+ *   p.num_heads_q = 32; p.num_heads_kv = 8; p.head_dim = 128;
+ *   p.kv_capacity = 131072;
+ *   fd_plan plan; fd_error err;
+ *   if (fd_plan_init(&plan, &p, &err) != FD_STATUS_OK) puts(err.message);
+ *   // allocate plan.workspace_size bytes (device memory for CUDA), then per layer:
+ *   fd_run(&plan, &tensors, workspace, plan.workspace_size, stream, &err);
+ *
+ * UNITS AND CONVENTIONS
+ *   Shapes are in elements; strides are in elements (not bytes) of the
+ *   tensor's own dtype; the head_dim dimension is always unit-stride. A tensor
+ *   whose strides are all zero is taken as contiguous in its documented shape.
+ *   Pointers passed to fd_run for the CUDA backend are device pointers
+ *   (kv_len and block_table included); for the CPU and reference backends,
+ *   host pointers.
+ *
+ * THREAD SAFETY
+ *   The library has no mutable global state. A plan is immutable after
+ *   fd_plan_init and may be shared by threads; concurrent fd_run calls are
+ *   safe when each has its own workspace and output buffers.
+ *
+ * ERRORS
+ *   Every function that can fail returns an fd_status and, when `err` is not
+ *   NULL, writes a one-line message naming the argument at fault and why.
+ *   The library never prints, never exits and never aborts. See fd_plan_init
+ *   and fd_run for what each status means there.
+ */
+#ifndef FLASHDECODE_H
+#define FLASHDECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Marks the exported functions (the shared library hides everything else). */
+#if defined(FD_BUILDING_LIBRARY) && defined(__GNUC__)
+#define FD_API __attribute__((visibility("default")))
+#else
+#define FD_API
+#endif
+
+/* ---- Version ------------------------------------------------------------ */
+
+#define FD_VERSION_MAJOR 0
+#define FD_VERSION_MINOR 1
+#define FD_VERSION_PATCH 0
+#define FD_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define FD_VERSION_NUMBER \
+  (FD_VERSION_MAJOR * 10000 + FD_VERSION_MINOR * 100 + FD_VERSION_PATCH)
+
+/* The library's version string ("0.1.0"); compare with FD_VERSION_STRING to
+ * check that the header and the library match. */
+FD_API const char *fd_version(void);
+/* The library's FD_VERSION_NUMBER. */
+FD_API int fd_version_number(void);
+
+/* ---- Status codes ------------------------------------------------------- */
+
+typedef enum fd_status {
+  FD_STATUS_OK = 0,                  /* success */
+  FD_STATUS_INVALID_ARGUMENT = 1,    /* an argument is wrong (NULL, bad shape, out of range) */
+  FD_STATUS_UNSUPPORTED = 2,         /* valid, but not supported by this backend or build */
+  FD_STATUS_WORKSPACE_TOO_SMALL = 3, /* workspace_size < plan.workspace_size */
+  FD_STATUS_OUT_OF_MEMORY = 4,       /* an allocation failed (only fd_decode allocates) */
+  FD_STATUS_BACKEND_ERROR = 5        /* the CUDA runtime or the thread runtime failed */
+} fd_status;
+
+/* The status's name, e.g. "FD_STATUS_UNSUPPORTED"; "FD_STATUS_UNKNOWN" for a
+ * value that is not an fd_status. Never NULL. */
+FD_API const char *fd_status_name(fd_status status);
+
+/* Message buffer that failing calls fill (always NUL-terminated). */
+typedef struct fd_error {
+  fd_status status;
+  char message[256];
+} fd_error;
+
+/* ---- Data types and backends -------------------------------------------- */
+
+/* q, k_cache, v_cache and out share one dtype. lse is always float32.
+ * Zero is "not set" and is rejected. */
+typedef enum fd_dtype {
+  FD_DTYPE_F32 = 1,  /* IEEE binary32 */
+  FD_DTYPE_F16 = 2,  /* IEEE binary16 */
+  FD_DTYPE_BF16 = 3  /* bfloat16 (the top 16 bits of a binary32) */
+} fd_dtype;
+
+/* Size in bytes of one element of `dtype`, 0 for an invalid value. */
+FD_API size_t fd_dtype_size(fd_dtype dtype);
+
+typedef enum fd_backend {
+  FD_BACKEND_AUTO = 0,      /* CUDA when built with it and a GPU is present, else CPU */
+  FD_BACKEND_CPU = 1,       /* threaded SIMD CPU code; host pointers */
+  FD_BACKEND_CUDA = 2,      /* CUDA kernels for sm_90a; device pointers */
+  FD_BACKEND_REFERENCE = 3  /* plain float64 accumulation, one thread; the test oracle */
+} fd_backend;
+
+/* The backend's name ("auto", "cpu", "cuda", "reference"), or "unknown". */
+FD_API const char *fd_backend_name(fd_backend backend);
+
+/* 1 when `backend` can run here: always for CPU and REFERENCE; for CUDA, when
+ * the library was built with CUDA and a GPU of compute capability 9.0 is
+ * visible. 0 otherwise. AUTO: 1. */
+FD_API int fd_backend_available(fd_backend backend);
+
+/* ---- Problem and plan ----------------------------------------------------- */
+
+/* The shapes a plan is made for. Zero-initialise, then set the fields; every
+ * field left zero takes the default stated beside it. */
+typedef struct fd_problem {
+  fd_backend backend;    /* default FD_BACKEND_AUTO */
+  fd_dtype dtype;        /* required */
+  int32_t batch;         /* sequences, >= 1 */
+  int32_t q_len;         /* query rows per sequence, 1..16 (default 1) */
+  int32_t num_heads_q;   /* query heads, >= 1 */
+  int32_t num_heads_kv;  /* kv heads, >= 1, divides num_heads_q */
+  int32_t head_dim;      /* CPU/reference: 1..256; CUDA: 64, 128 or 256 */
+  int32_t kv_capacity;   /* the largest kv_len any run may see, >= 0. Contiguous
+                            caches: the cache's second dimension. Paged caches:
+                            0 means max_pages_per_seq * page_size, else at most that. */
+  int32_t page_size;     /* 0 = contiguous cache; 1..256 = paged cache */
+  int32_t max_pages_per_seq; /* paged: columns of block_table, >= 1 */
+  int32_t num_pages;     /* paged: pages in the pool; block_table ids must be
+                            in [0, num_pages). 0 = unknown (not checked) */
+  int32_t num_splits;    /* 0 = automatic; 1 = no split (one block per
+                            (sequence, kv head)); N = N splits, clamped to the
+                            chunks of kv_capacity and to FD_MAX_SPLITS */
+  float softmax_scale;   /* default (0) 1/sqrt(head_dim); must be finite */
+  int32_t num_threads;   /* CPU: worker threads, default all cores */
+  int32_t device;        /* CUDA: device ordinal, default 0 */
+  int32_t sm_count;      /* CUDA: multiprocessors to plan for; 0 = ask the
+                            device (tests set it to simulate other GPUs) */
+  const int32_t *kv_len_hint; /* optional host array [batch]: the kv_len the
+                            next runs will see. The automatic split count is
+                            then sized from these lengths instead of
+                            kv_capacity; runs stay correct for any kv_len up
+                            to kv_capacity. Read only inside fd_plan_init. */
+} fd_problem;
+
+/* Most splits a plan will use. */
+#define FD_MAX_SPLITS 1024
+
+/* A plan: everything fd_run needs besides the tensors. Plain data: copy it,
+ * keep it on the stack; no destroy function. Fields are read-only for the
+ * caller; those marked (internal) may change between versions. */
+typedef struct fd_plan {
+  fd_problem problem;     /* copy, with defaults resolved (kv_len_hint = NULL) */
+  fd_backend backend;     /* resolved backend (never AUTO) */
+  float softmax_scale;    /* resolved scale */
+  int32_t kv_capacity;    /* resolved capacity */
+  int32_t num_splits;     /* splits per (sequence, kv head) */
+  int32_t chunk_len;      /* split boundaries are multiples of this many keys */
+  int32_t sm_count;       /* CUDA: multiprocessors planned for; CPU: threads */
+  int32_t num_threads;    /* CPU: worker threads */
+  size_t workspace_size;  /* bytes fd_run needs (0 when num_splits == 1 may
+                             need none); device memory for CUDA */
+  uint32_t magic;         /* (internal) set by fd_plan_init */
+  /* (internal) workspace layout, byte offsets */
+  size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
+  size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
+  size_t ws_counters;     /* uint32 [batch*num_heads_kv] */
+} fd_plan;
+
+/*
+ * Make a plan for `problem`. Computes the split count and the workspace size;
+ * for CUDA, queries the device's multiprocessor count (unless sm_count is
+ * set) but allocates nothing and launches nothing.
+ *
+ * Returns FD_STATUS_OK, or:
+ *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;
+ *       q_len outside 1..16; heads < 1 or num_heads_q not a multiple of
+ *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0 or above the
+ *       paged capacity; page_size outside 0..256; max_pages_per_seq < 1 when
+ *       paged; num_splits < 0; softmax_scale not finite; a kv_len_hint value
+ *       < 0 or > kv_capacity.
+ *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
+ *       with head_dim not 64, 128 or 256, or a device that is not sm_90.
+ *   FD_STATUS_BACKEND_ERROR  a CUDA query failed.
+ */
+FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err);
+
+/* ---- Tensors -------------------------------------------------------------- */
+
+/*
+ * The tensors of one call. Strides are in elements; the last (head_dim)
+ * dimension is unit-stride. All-zero strides mean contiguous.
+ *
+ *   q        [batch, q_len, num_heads_q, head_dim]      dtype   strides {batch, token, head}
+ *   k_cache, v_cache, contiguous (page_size == 0):
+ *            [batch, kv_capacity, num_heads_kv, head_dim] dtype strides {batch, position, head}
+ *            (a [batch, num_heads_kv, kv_capacity, head_dim] buffer works
+ *            too: pass its strides in this order)
+ *   k_cache, v_cache, paged (page_size > 0):
+ *            [num_pages, page_size, num_heads_kv, head_dim] dtype strides {page, position, head}
+ *   block_table [batch, max_pages_per_seq] int32, row stride block_table_stride
+ *            (0 = max_pages_per_seq); key j of sequence b lives in page
+ *            block_table[b][j / page_size] at position j % page_size. Paged only.
+ *   kv_len   [batch] int32, 0 <= kv_len[b] <= kv_capacity (cache_seqlens)
+ *   out      [batch, q_len, num_heads_q, head_dim]      dtype   strides {batch, token, head}
+ *   lse      [batch, num_heads_q, q_len] float32, natural log, optional (NULL)
+ *                                                         strides {batch, head, token}
+ * out and lse must not overlap the inputs or the workspace.
+ */
+typedef struct fd_tensors {
+  const void *q;
+  int64_t q_strides[3];
+  const void *k_cache;
+  int64_t k_strides[3];
+  const void *v_cache;
+  int64_t v_strides[3];
+  const int32_t *kv_len;
+  const int32_t *block_table;
+  int64_t block_table_stride;
+  void *out;
+  int64_t out_strides[3];
+  float *lse;
+  int64_t lse_strides[3];
+} fd_tensors;
+
+/*
+ * Run one decode-attention call with `plan`.
+ *
+ * CUDA: enqueues the kernels on `stream` and returns; it allocates nothing,
+ * never synchronises and never reads kv_len or block_table on the host, so a
+ * sequence of fd_run calls can be captured in a CUDA graph and replayed while
+ * the values in kv_len change (up to kv_capacity). Device-side, kv_len is
+ * clamped to [0, kv_capacity] and block_table ids outside [0, num_pages) (when
+ * num_pages is known) read no memory: such keys are skipped. Checking those
+ * values is the caller's job on this backend.
+ * CPU / reference: computes synchronously (stream ignored) and checks every
+ * kv_len and block_table value first (FD_STATUS_INVALID_ARGUMENT, nothing
+ * written, on a bad one).
+ *
+ * The workspace needs no initialisation and is scratch between calls; one
+ * workspace must not be used by two calls at once.
+ *
+ * Returns FD_STATUS_OK, or:
+ *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
+ *       fd_plan_init; a required pointer NULL; block_table NULL for a paged
+ *       plan; a negative stride; host-side checks of kv_len / block_table
+ *       (CPU, reference).
+ *   FD_STATUS_WORKSPACE_TOO_SMALL  workspace_size < plan->workspace_size, or
+ *       workspace NULL while plan->workspace_size > 0.
+ *   FD_STATUS_UNSUPPORTED  CUDA: a pointer not aligned to 16 bytes or a
+ *       stride that is not a multiple of 16 bytes (q, k, v, out).
+ *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
+ */
+FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace,
+                 size_t workspace_size, void *stream, fd_error *err);
+
+/*
+ * One call: fd_plan_init, allocate the workspace, fd_run, free. CPU and
+ * reference: synchronous, workspace from malloc. CUDA: the workspace comes
+ * from cudaMallocAsync/cudaFreeAsync on `stream` (not capturable in a graph
+ * on drivers without stream-ordered allocation; use plan/run for graphs).
+ * Statuses: those of fd_plan_init and fd_run, plus FD_STATUS_OUT_OF_MEMORY.
+ */
+FD_API fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors, void *stream,
+                    fd_error *err);
+
+/*
+ * The automatic split count, as a pure function (what fd_plan_init uses).
+ *   work_items   batch * num_heads_kv: blocks per split
+ *   max_chunks   ceil(longest kv_len / chunk_len) (kv_capacity or hint)
+ *   sm_count     multiprocessors (CPU: threads)
+ *   blocks_per_sm  blocks of the split kernel resident per multiprocessor
+ * Returns a count in [1, min(max_chunks, FD_MAX_SPLITS)] (1 when max_chunks
+ * <= 1). Wave quantisation as FlashAttention-2's num_splits_heuristic: pick
+ * the smallest count whose wave efficiency is within 85 % of the best.
+ */
+FD_API int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t sm_count,
+                                int32_t blocks_per_sm);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHDECODE_H */

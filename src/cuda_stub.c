@@ -1,0 +1,30 @@
+/* cuda_stub.c — the CUDA entry points of a build without CUDA: unavailable. */
+#include "internal.h"
+
+int fd_cuda_available(int device) {
+  (void)device;
+  return 0;
+}
+
+fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
+  (void)device;
+  *sm_count = 0;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
+}
+
+fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
+                      fd_error *err) {
+  (void)plan, (void)t, (void)workspace, (void)stream;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
+}
+
+fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err) {
+  (void)bytes, (void)stream;
+  *ptr = NULL;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
+}
+
+fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err) {
+  (void)ptr, (void)stream;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
+}

@@ -1,0 +1,81 @@
+/*
+ * internal.h — what the backends and api.c share; not installed.
+ *
+ * api.c checks every argument that can be checked without reading device
+ * memory, fills in default strides, and hands the backends a fd_tensors whose
+ * strides are all explicit. Backends trust those and never re-check them.
+ */
+#ifndef FD_INTERNAL_H
+#define FD_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashdecode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Write a message to err (if not NULL) and return status. printf format. */
+fd_status fd_fail(fd_error *err, fd_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Mark err (if not NULL) as success and return FD_STATUS_OK. */
+fd_status fd_ok(fd_error *err);
+
+/* Rows of the partial arrays: one per (sequence, query head, query row).
+ * Row index = (b * num_heads_q + h) * q_len + t. */
+static inline int64_t fd_num_rows(const fd_plan *plan) {
+  return (int64_t)plan->problem.batch * plan->problem.num_heads_q * plan->problem.q_len;
+}
+
+/* Checks the host-side kv_len and block_table values for the CPU and
+ * reference backends (every kv_len in [0, kv_capacity]; every page id a
+ * sequence uses in [0, num_pages) when num_pages > 0). */
+fd_status fd_check_host_lengths(const fd_plan *plan, const fd_tensors *t, fd_error *err);
+
+/* fd_plan.magic of a plan made by fd_plan_init. */
+#define FD_PLAN_MAGIC 0x66645031u
+
+/* ---- CPU backend (src/cpu) ---- */
+/* Threads the CPU backend uses by default: the cores this process may use. */
+int fd_cpu_default_threads(void);
+fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_error *err);
+
+/* Merges num_splits partial states for `rows` rows into out (dtype of the
+ * plan) and lse (may be NULL). partial_o: float [rows][num_splits][head_dim];
+ * partial_ml: float [rows][num_splits][2] holding (m, l) with m in the units
+ * of the scaled scores (natural-log base). Empty splits have m = -inf, l = 0;
+ * only the first active_splits(row) entries of a row are read, where the
+ * count comes from kv_len and the plan (see split.h). Exposed for tests. */
+fd_status fd_cpu_combine(const fd_plan *plan, const fd_tensors *t, const float *partial_o,
+                         const float *partial_ml, fd_error *err);
+
+/* ---- Reference backend (src/reference) ---- */
+fd_status fd_reference_run(const fd_plan *plan, const fd_tensors *t, fd_error *err);
+
+/* The float64 oracle: out64 [batch][q_len][num_heads_q][head_dim] and
+ * lse64 [batch][num_heads_q][q_len] (may be NULL), both dense, in double. */
+fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t, double *out64,
+                           double *lse64, fd_error *err);
+
+/* ---- CUDA backend (src/cuda; stubs in src/cuda_stub.c without CUDA) ---- */
+/* 1 when built with CUDA and device `device` exists with compute capability 9.x. */
+int fd_cuda_available(int device);
+/* Multiprocessor count of `device`. */
+fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
+fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
+                      fd_error *err);
+/* Stream-ordered allocation for fd_decode. */
+fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err);
+fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FD_INTERNAL_H */

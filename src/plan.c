@@ -1,0 +1,206 @@
+/*
+ * plan.c — fd_plan_init: checks the problem, chooses the split count and lays
+ * out the workspace (the one function that both sizes and lays it out).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Keys per chunk: split boundaries fall on multiples of this. It is also the
+ * CUDA kernel's key tile. */
+#define FD_CHUNK_LEN 64
+/* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
+#define FD_MAX_AUTO_SPLITS 128
+/* CUDA split-kernel blocks resident per multiprocessor, for wave counting. */
+#define FD_CUDA_BLOCKS_PER_SM 2
+
+int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t sm_count,
+                                int32_t blocks_per_sm) {
+  if (max_chunks <= 1 || work_items <= 0 || sm_count <= 0) return 1;
+  if (blocks_per_sm < 1) blocks_per_sm = 1;
+  int64_t slots = (int64_t)sm_count * blocks_per_sm;
+  /* Enough blocks already fill most of the machine: splitting only adds the
+   * combine's cost. */
+  if (work_items * 10 >= slots * 8) return 1;
+  int64_t limit = max_chunks;
+  if (limit > FD_MAX_AUTO_SPLITS) limit = FD_MAX_AUTO_SPLITS;
+  /* Efficiency of s splits: waves / ceil(waves), counting only the splits that
+   * hold keys once chunks are shared out (ceil(chunks / ceil(chunks / s))). */
+  double eff[FD_MAX_AUTO_SPLITS + 1];
+  double best = 0.0;
+  for (int64_t s = 1; s <= limit; s++) {
+    int64_t per = (max_chunks + s - 1) / s;
+    int64_t active = (max_chunks + per - 1) / per;
+    double waves = (double)(work_items * active) / (double)slots;
+    eff[s] = waves / ceil(waves);
+    if (eff[s] > best) best = eff[s];
+  }
+  for (int64_t s = 1; s <= limit; s++) {
+    int64_t per = (max_chunks + s - 1) / s;
+    int64_t active = (max_chunks + per - 1) / per;
+    if (active != s) continue; /* same cut as a smaller count */
+    if (eff[s] >= 0.85 * best) return (int32_t)s;
+  }
+  return 1;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static fd_status check_problem(const fd_problem *p, fd_error *err) {
+  if (p->backend < FD_BACKEND_AUTO || p->backend > FD_BACKEND_REFERENCE)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "backend: %d is not an fd_backend", (int)p->backend);
+  if (fd_dtype_size(p->dtype) == 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "dtype: %d is not FD_DTYPE_F32, FD_DTYPE_F16 or FD_DTYPE_BF16", (int)p->dtype);
+  if (p->batch < 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "batch: %d, must be >= 1", p->batch);
+  if (p->q_len < 0 || p->q_len > 16)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_len: %d, must be 1..16 (0 = 1)", p->q_len);
+  if (p->num_heads_q < 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_heads_q: %d, must be >= 1", p->num_heads_q);
+  if (p->num_heads_kv < 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_heads_kv: %d, must be >= 1", p->num_heads_kv);
+  if (p->num_heads_q % p->num_heads_kv != 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "num_heads_q: %d is not a multiple of num_heads_kv (%d)", p->num_heads_q,
+                   p->num_heads_kv);
+  if (p->head_dim < 1 || p->head_dim > 256)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "head_dim: %d, must be 1..256", p->head_dim);
+  if (p->page_size < 0 || p->page_size > 256)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "page_size: %d, must be 0 (contiguous) or 1..256", p->page_size);
+  if (p->page_size > 0 && p->max_pages_per_seq < 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "max_pages_per_seq: %d, must be >= 1 for a paged cache", p->max_pages_per_seq);
+  if (p->num_pages < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_pages: %d, must be >= 0", p->num_pages);
+  if (p->kv_capacity < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_capacity: %d, must be >= 0", p->kv_capacity);
+  if (p->page_size > 0) {
+    int64_t paged = (int64_t)p->max_pages_per_seq * p->page_size;
+    if (paged > INT32_MAX)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "max_pages_per_seq: %d pages of %d keys exceed 2^31-1 keys", p->max_pages_per_seq,
+                     p->page_size);
+    if (p->kv_capacity > paged)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "kv_capacity: %d exceeds max_pages_per_seq * page_size = %lld", p->kv_capacity,
+                     (long long)paged);
+  }
+  if (p->num_splits < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_splits: %d, must be >= 0 (0 = automatic)",
+                   p->num_splits);
+  if (!isfinite(p->softmax_scale))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "softmax_scale: not finite");
+  if (p->num_threads < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_threads: %d, must be >= 0 (0 = all cores)",
+                   p->num_threads);
+  if (p->device < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "device: %d, must be >= 0", p->device);
+  if (p->sm_count < 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "sm_count: %d, must be >= 0", p->sm_count);
+  return FD_STATUS_OK;
+}
+
+fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) {
+  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
+  memset(plan, 0, sizeof *plan);
+  if (!problem) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "problem: NULL");
+  fd_status st = check_problem(problem, err);
+  if (st != FD_STATUS_OK) return st;
+
+  fd_problem p = *problem;
+  if (p.q_len == 0) p.q_len = 1;
+  if (p.page_size > 0 && p.kv_capacity == 0) p.kv_capacity = p.max_pages_per_seq * p.page_size;
+  if (p.page_size == 0) {
+    p.max_pages_per_seq = 0;
+    p.num_pages = 0;
+  }
+
+  /* kv_len hints: sized from the longest. */
+  int64_t longest = p.kv_capacity;
+  if (p.kv_len_hint) {
+    longest = 0;
+    for (int32_t b = 0; b < p.batch; b++) {
+      int32_t n = p.kv_len_hint[b];
+      if (n < 0 || n > p.kv_capacity)
+        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                       "kv_len_hint[%d]: %d is outside [0, kv_capacity = %d]", b, n, p.kv_capacity);
+      if (n > longest) longest = n;
+    }
+    p.kv_len_hint = NULL;
+  }
+
+  fd_backend backend = p.backend;
+  if (backend == FD_BACKEND_AUTO)
+    backend = fd_cuda_available(p.device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
+  if (backend == FD_BACKEND_CUDA) {
+    if (!fd_cuda_available(p.device))
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "backend: CUDA is not built in, or device %d is not an sm_90 GPU", p.device);
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "head_dim: %d is not supported by the CUDA backend (64, 128 or 256)", p.head_dim);
+  }
+  p.backend = backend;
+
+  plan->backend = backend;
+  plan->softmax_scale = p.softmax_scale != 0.0f ? p.softmax_scale : 1.0f / sqrtf((float)p.head_dim);
+  p.softmax_scale = plan->softmax_scale;
+  plan->kv_capacity = p.kv_capacity;
+  plan->chunk_len = FD_CHUNK_LEN;
+
+  int32_t slots = 1, blocks_per_sm = 1;
+  if (backend == FD_BACKEND_CUDA) {
+    int32_t sms = p.sm_count;
+    if (sms == 0) {
+      st = fd_cuda_sm_count(p.device, &sms, err);
+      if (st != FD_STATUS_OK) return st;
+    }
+    plan->sm_count = sms;
+    slots = sms;
+    blocks_per_sm = FD_CUDA_BLOCKS_PER_SM;
+  } else {
+    plan->num_threads = p.num_threads > 0 ? p.num_threads : fd_cpu_default_threads();
+    p.num_threads = plan->num_threads;
+    plan->sm_count = plan->num_threads;
+    slots = plan->num_threads;
+  }
+
+  int64_t max_chunks = ceil_div(p.kv_capacity, FD_CHUNK_LEN);
+  if (max_chunks < 1) max_chunks = 1;
+  int32_t splits;
+  if (backend == FD_BACKEND_REFERENCE) {
+    splits = 1; /* the oracle never splits */
+  } else if (p.num_splits == 0) {
+    int64_t hint_chunks = ceil_div(longest, FD_CHUNK_LEN);
+    splits = fd_num_splits_heuristic((int64_t)p.batch * p.num_heads_kv, hint_chunks, slots,
+                                     blocks_per_sm);
+  } else {
+    splits = p.num_splits;
+  }
+  if (splits > max_chunks) splits = (int32_t)max_chunks;
+  if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
+  if (splits < 1) splits = 1;
+  plan->num_splits = splits;
+
+  if (splits > 1) {
+    int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
+    size_t off = 0;
+    plan->ws_partial_o = off;
+    off += (size_t)rows * splits * p.head_dim * sizeof(float);
+    off = align_up(off, 256);
+    plan->ws_partial_ml = off;
+    off += (size_t)rows * splits * 2 * sizeof(float);
+    off = align_up(off, 256);
+    plan->ws_counters = off;
+    off += (size_t)p.batch * p.num_heads_kv * sizeof(uint32_t);
+    plan->workspace_size = align_up(off, 256);
+  }
+  plan->problem = p;
+  plan->magic = FD_PLAN_MAGIC;
+  return fd_ok(err);
+}

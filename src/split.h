@@ -1,0 +1,49 @@
+/*
+ * split.h — where split s of a sequence begins and ends. Shared, word for
+ * word, by the CPU backend, the combine steps and the CUDA kernels, so every
+ * backend cuts the keys the same way (see flashdecode.h, "HOW").
+ */
+#ifndef FD_SPLIT_H
+#define FD_SPLIT_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define FD_HD __host__ __device__ __forceinline__
+#else
+#define FD_HD static inline
+#endif
+
+/* Keys per split for a sequence of kv_len keys: a whole number of chunks. */
+FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
+  int32_t chunks = (kv_len + chunk_len - 1) / chunk_len;
+  int32_t per_split = (chunks + num_splits - 1) / num_splits;
+  return per_split * chunk_len;
+}
+
+/* Splits that hold at least one key (0 when kv_len == 0). */
+FD_HD int32_t fd_active_splits(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
+  if (kv_len <= 0) return 0;
+  int32_t len = fd_split_len(kv_len, chunk_len, num_splits);
+  return (kv_len + len - 1) / len;
+}
+
+/* Keys [*begin, *end) of split `split`; empty (begin == end) past the last key. */
+FD_HD void fd_split_range(int32_t kv_len, int32_t chunk_len, int32_t num_splits, int32_t split,
+                          int32_t *begin, int32_t *end) {
+  if (kv_len <= 0) {
+    *begin = 0;
+    *end = 0;
+    return;
+  }
+  int32_t len = fd_split_len(kv_len, chunk_len, num_splits);
+  int64_t b = (int64_t)split * len;
+  int64_t e = b + len;
+  if (b > kv_len) b = kv_len;
+  if (e > kv_len) e = kv_len;
+  *begin = (int32_t)b;
+  *end = (int32_t)e;
+}
+
+#undef FD_HD
+#endif /* FD_SPLIT_H */
