@@ -1,0 +1,106 @@
+/*
+ * args.c — option value parsers (see args.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+
+int args_int(const char *option, const char *text, long min, long max, int *value) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end != '\0' || v < min || v > max) {
+    fprintf(stderr, "flashdecode: %s: '%s' is not an integer in %ld..%ld\n", option, text, min, max);
+    return -1;
+  }
+  *value = (int)v;
+  return 0;
+}
+
+int args_u64(const char *option, const char *text, uint64_t *value) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text || *end != '\0' || text[0] == '-') {
+    fprintf(stderr, "flashdecode: %s: '%s' is not a non-negative integer\n", option, text);
+    return -1;
+  }
+  *value = (uint64_t)v;
+  return 0;
+}
+
+int args_float(const char *option, const char *text, double min, double max, float *value) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || *end != '\0' || !isfinite(v) || v < min || v > max) {
+    fprintf(stderr, "flashdecode: %s: '%s' is not a number in %g..%g\n", option, text, min, max);
+    return -1;
+  }
+  *value = (float)v;
+  return 0;
+}
+
+int args_backend(const char *option, const char *text, int allow_reference, fd_backend *value) {
+  if (strcmp(text, "cpu") == 0) *value = FD_BACKEND_CPU;
+  else if (strcmp(text, "cuda") == 0) *value = FD_BACKEND_CUDA;
+  else if (strcmp(text, "auto") == 0) *value = FD_BACKEND_AUTO;
+  else if (allow_reference && strcmp(text, "reference") == 0) *value = FD_BACKEND_REFERENCE;
+  else {
+    fprintf(stderr, "flashdecode: %s: '%s' is not cpu, cuda%s or auto\n", option, text,
+            allow_reference ? ", reference" : "");
+    return -1;
+  }
+  return 0;
+}
+
+int args_dtype(const char *option, const char *text, fd_dtype *value) {
+  if (!strcmp(text, "f32") || !strcmp(text, "fp32") || !strcmp(text, "float32"))
+    *value = FD_DTYPE_F32;
+  else if (!strcmp(text, "f16") || !strcmp(text, "fp16") || !strcmp(text, "float16"))
+    *value = FD_DTYPE_F16;
+  else if (!strcmp(text, "bf16") || !strcmp(text, "bfloat16"))
+    *value = FD_DTYPE_BF16;
+  else {
+    fprintf(stderr, "flashdecode: %s: '%s' is not f32, f16 or bf16\n", option, text);
+    return -1;
+  }
+  return 0;
+}
+
+const char *args_dtype_name(fd_dtype dtype) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return "f32";
+    case FD_DTYPE_F16: return "f16";
+    case FD_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+int args_int_list(const char *option, const char *text, int32_t *values, int max_count, int *count) {
+  int n = 0;
+  const char *p = text;
+  for (;;) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') ||
+        n == max_count) {
+      fprintf(stderr,
+              "flashdecode: %s: '%s' is not a list of at most %d non-negative integers "
+              "separated by commas\n",
+              option, text, max_count);
+      return -1;
+    }
+    values[n++] = (int32_t)v;
+    if (*end == '\0') break;
+    p = end + 1;
+  }
+  *count = n;
+  return 0;
+}

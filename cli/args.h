@@ -1,0 +1,26 @@
+/*
+ * args.h — parsing of option values shared by the subcommands: integers and
+ * floats with range checks, backend and dtype names, kv_len lists. Each
+ * parser prints "flashdecode: --name: why" to stderr and returns -1 on a bad
+ * value, 0 on success.
+ */
+#ifndef FD_CLI_ARGS_H
+#define FD_CLI_ARGS_H
+
+#include <stdint.h>
+
+#include "flashdecode.h"
+
+int args_int(const char *option, const char *text, long min, long max, int *value);
+int args_u64(const char *option, const char *text, uint64_t *value);
+int args_float(const char *option, const char *text, double min, double max, float *value);
+/* "cpu", "cuda", "auto" (and "reference" when allow_reference). */
+int args_backend(const char *option, const char *text, int allow_reference, fd_backend *value);
+/* "f32", "f16", "bf16" (also "fp32", "fp16", "float32", "float16", "bfloat16"). */
+int args_dtype(const char *option, const char *text, fd_dtype *value);
+/* Short name of a dtype: "f32", "f16", "bf16". */
+const char *args_dtype_name(fd_dtype dtype);
+/* Comma-separated non-negative integers, at most max_count. */
+int args_int_list(const char *option, const char *text, int32_t *values, int max_count, int *count);
+
+#endif /* FD_CLI_ARGS_H */

@@ -1,0 +1,231 @@
+/*
+ * cmd_bench.c — `flashdecode bench`: times one decode-attention problem on
+ * random inputs, with the requested split count and with num_splits = 1.
+ * CPU: clock_gettime around each call. CUDA: events around a rotation over
+ * buffer sets that together exceed twice the L2, replayed as a CUDA graph
+ * (and launched plainly, "eager"). Medians over the iterations.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "gpu.h"
+#include "problem.h"
+#include "timer.h"
+
+/* The buffer sets of one rotation exceed twice the L2: the device's, and at
+ * least the H200's 60 MiB. */
+#define L2_FLOOR_BYTES (60.0 * 1048576.0)
+#define MAX_SETS 1024
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *values, int n) {
+  qsort(values, (size_t)n, sizeof(double), compare_doubles);
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/* ---- CPU ---- */
+
+static fd_status time_cpu(const fd_plan *plan, const fd_tensors *t, void *ws, int iters, double *us,
+                          fd_error *err) {
+  double *times = malloc((size_t)iters * sizeof(double));
+  if (!times) {
+    snprintf(err->message, sizeof err->message, "out of host memory");
+    return err->status = FD_STATUS_OUT_OF_MEMORY;
+  }
+  fd_status st = FD_STATUS_OK;
+  for (int i = 0; i < 2 && !st; i++) st = fd_run(plan, t, ws, plan->workspace_size, NULL, err);
+  for (int i = 0; i < iters && !st; i++) {
+    double t0 = timer_seconds();
+    st = fd_run(plan, t, ws, plan->workspace_size, NULL, err);
+    times[i] = (timer_seconds() - t0) * 1e6;
+  }
+  if (!st) *us = median(times, iters);
+  free(times);
+  return st;
+}
+
+/* ---- CUDA ---- */
+
+typedef struct cuda_bench {
+  void *stream;
+  void *start, *stop;  /* events */
+  problem_tensors *sets; /* [n_sets] device buffer sets */
+  fd_tensors *tensors;   /* [n_sets] */
+  int n_sets;
+  void *workspace;       /* device, the larger plan's size */
+  int iters;
+} cuda_bench;
+
+/* One rotation: a call on every set. */
+static fd_status enqueue_rotation(const cuda_bench *cb, const fd_plan *plan, fd_error *err) {
+  for (int s = 0; s < cb->n_sets; s++) {
+    fd_status st = fd_run(plan, &cb->tensors[s], cb->workspace, plan->workspace_size, cb->stream, err);
+    if (st != FD_STATUS_OK) return st;
+  }
+  return FD_STATUS_OK;
+}
+
+/* Median µs per call over iters timed rotations, plain launches
+ * (graph_exec NULL) or graph replays. */
+static fd_status time_rotations(const cuda_bench *cb, const fd_plan *plan, void *graph_exec,
+                                double *us, fd_error *err) {
+  double *times = malloc((size_t)cb->iters * sizeof(double));
+  if (!times) {
+    snprintf(err->message, sizeof err->message, "out of host memory");
+    return err->status = FD_STATUS_OUT_OF_MEMORY;
+  }
+  fd_status st = FD_STATUS_OK;
+  for (int i = -1; i < cb->iters && !st; i++) { /* i = -1: warm-up */
+    float ms = 0.0f;
+    if ((st = gpu_event_record(cb->start, cb->stream, err))) break;
+    st = graph_exec ? gpu_graph_launch(graph_exec, cb->stream, err) : enqueue_rotation(cb, plan, err);
+    if (st || (st = gpu_event_record(cb->stop, cb->stream, err)) ||
+        (st = gpu_event_elapsed_ms(cb->start, cb->stop, &ms, err)))
+      break;
+    if (i >= 0) times[i] = 1000.0 * ms / cb->n_sets;
+  }
+  if (!st) *us = median(times, cb->iters);
+  free(times);
+  return st;
+}
+
+/* Graph replay timing; *us = NAN (and a note on stderr) when capture fails. */
+static fd_status time_graph(const cuda_bench *cb, const fd_plan *plan, double *us, fd_error *err) {
+  *us = NAN;
+  void *exec = NULL;
+  fd_error cap = {0};
+  fd_status st = gpu_capture_begin(cb->stream, &cap);
+  if (!st) {
+    fd_status run = enqueue_rotation(cb, plan, &cap);
+    st = gpu_capture_end(cb->stream, &exec, run ? NULL : &cap);
+    if (run) st = run;
+  }
+  if (st) {
+    fprintf(stderr, "flashdecode bench: CUDA graph capture failed (%s); graph time not measured\n",
+            cap.message);
+    gpu_graph_destroy(exec);
+    return FD_STATUS_OK;
+  }
+  st = time_rotations(cb, plan, exec, us, err);
+  gpu_graph_destroy(exec);
+  return st;
+}
+
+static void free_cuda_bench(cuda_bench *cb) {
+  /* set 0 owns the shared kv_len and block_table: free it last */
+  for (int s = cb->n_sets - 1; s >= 0; s--) problem_device_free(&cb->sets[s], s ? &cb->sets[0] : NULL);
+  free(cb->sets);
+  free(cb->tensors);
+  gpu_free(cb->workspace);
+  gpu_event_destroy(cb->start);
+  gpu_event_destroy(cb->stop);
+  gpu_stream_destroy(cb->stream);
+  memset(cb, 0, sizeof *cb);
+}
+
+static fd_status setup_cuda_bench(cuda_bench *cb, problem *p, size_t ws_bytes, int iters,
+                                  fd_error *err) {
+  memset(cb, 0, sizeof *cb);
+  cb->iters = iters;
+  double set_bytes = (double)p->q_bytes + 2.0 * (double)p->kv_bytes + (double)p->out_bytes +
+                     (double)p->lse_bytes;
+  double l2 = (double)gpu_l2_cache_bytes();
+  double flush = 2.0 * (l2 > L2_FLOOR_BYTES ? l2 : L2_FLOOR_BYTES);
+  int n = set_bytes >= flush ? 1 : (int)(flush / set_bytes) + 1;
+  if (n > MAX_SETS) n = MAX_SETS;
+  fd_status st;
+  if ((st = gpu_stream_create(&cb->stream, err)) || (st = gpu_event_create(&cb->start, err)) ||
+      (st = gpu_event_create(&cb->stop, err)))
+    return st;
+  if (ws_bytes && (st = gpu_malloc(&cb->workspace, ws_bytes, err))) return st;
+  cb->sets = calloc((size_t)n, sizeof *cb->sets);
+  cb->tensors = calloc((size_t)n, sizeof *cb->tensors);
+  if (!cb->sets || !cb->tensors) {
+    snprintf(err->message, sizeof err->message, "out of host memory");
+    return err->status = FD_STATUS_OUT_OF_MEMORY;
+  }
+  /* Set 0 owns kv_len and block_table; the others share them. */
+  for (int s = 0; s < n; s++) {
+    if ((st = problem_device_alloc(p, &cb->sets[s], s ? &cb->sets[0] : NULL, err))) return st;
+    cb->n_sets = s + 1;
+    if ((st = problem_device_upload(p, &cb->sets[s], cb->stream, err))) return st;
+    cb->tensors[s] = problem_fd_tensors(p, &cb->sets[s]);
+  }
+  return FD_STATUS_OK;
+}
+
+int cmd_bench(int argc, char **argv) {
+  problem_args a;
+  int r = problem_parse(&a, argc, argv);
+  if (r != 0) return r > 0 ? 0 : 2;
+  if (problem_resolve_backend(&a)) return 1;
+  const int cuda = a.backend == FD_BACKEND_CUDA;
+  const int iters = a.iters > 0 ? a.iters : cuda ? 100 : 20;
+
+  problem p;
+  fd_error err = {0};
+  if (problem_make(&p, &a, &err)) {
+    fprintf(stderr, "flashdecode bench: %s\n", err.message);
+    return 1;
+  }
+  int status = 1;
+  fd_plan plan, plan1;
+  fd_problem fp = p.fd;
+  fp.kv_len_hint = p.host.kv_len; /* automatic splits sized from the real lengths */
+  fd_problem fp1 = fp;
+  fp1.num_splits = 1;
+  double us = NAN, us1 = NAN, us_eager = NAN, us1_eager = NAN;
+  cuda_bench cb;
+  memset(&cb, 0, sizeof cb);
+  void *ws = NULL;
+  if (fd_plan_init(&plan, &fp, &err) || fd_plan_init(&plan1, &fp1, &err)) goto fail;
+  size_t ws_bytes = plan.workspace_size > plan1.workspace_size ? plan.workspace_size
+                                                               : plan1.workspace_size;
+  if (!cuda) {
+    ws = ws_bytes ? malloc(ws_bytes) : NULL;
+    if (ws_bytes && !ws) {
+      snprintf(err.message, sizeof err.message, "workspace: out of host memory");
+      goto fail;
+    }
+    fd_tensors t = problem_fd_tensors(&p, &p.host);
+    if (time_cpu(&plan, &t, ws, iters, &us, &err) || time_cpu(&plan1, &t, ws, iters, &us1, &err))
+      goto fail;
+  } else {
+    if (setup_cuda_bench(&cb, &p, ws_bytes, iters, &err) ||
+        time_rotations(&cb, &plan, NULL, &us_eager, &err) ||
+        time_rotations(&cb, &plan1, NULL, &us1_eager, &err) || time_graph(&cb, &plan, &us, &err) ||
+        time_graph(&cb, &plan1, &us1, &err))
+      goto fail;
+    if (isnan(us) || isnan(us1)) { /* no graph: report the plain launches */
+      us = us_eager;
+      us1 = us1_eager;
+    }
+  }
+
+  char text[512];
+  problem_describe(&p, &a, text, sizeof text);
+  const double gbps = problem_kv_bytes_read(&p) / (us * 1e-6) / 1e9;
+  printf("bench %s num_splits=%d us=%.2f gbps=%.1f us_split1=%.2f speedup=%.2f", text,
+         plan.num_splits, us, gbps, us1, us1 / us);
+  if (cuda)
+    printf(" us_eager=%.2f us_split1_eager=%.2f sets=%d", us_eager, us1_eager, cb.n_sets);
+  else
+    printf(" threads=%d", plan.num_threads);
+  printf(" iters=%d\n", iters);
+  status = 0;
+  goto done;
+fail:
+  fprintf(stderr, "flashdecode bench: %s: %s\n", fd_status_name(err.status), err.message);
+done:
+  free(ws);
+  free_cuda_bench(&cb);
+  problem_free(&p);
+  return status;
+}

@@ -1,0 +1,401 @@
+/*
+ * problem.c — the flags of `bench` and `check`, and the random inputs they
+ * run on (see problem.h).
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "dtype.h"
+#include "gpu.h"
+#include "problem.h"
+
+static void print_usage(const char *command) {
+  printf(
+      "usage: flashdecode %s [options]\n"
+      "\n"
+      "%s"
+      "\n"
+      "problem:\n"
+      "  --batch N            sequences (default 1)\n"
+      "  --num-heads-q N      query heads (default 32)\n"
+      "  --num-heads-kv N     key/value heads, divides --num-heads-q (default 8)\n"
+      "  --head-dim N         1..256 (CUDA: 64, 128, 256) (default 128)\n"
+      "  --kv-len N[,N...]    keys per sequence; a list is repeated over the batch (default 4096)\n"
+      "  --q-len N            query rows per sequence, 1..16 (default 1)\n"
+      "  --dtype T            f32, f16 or bf16 (default bf16)\n"
+      "  --page-size N        0 = contiguous cache (default), 1..256 = paged cache\n"
+      "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
+      "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
+      "  --threads N          CPU worker threads (default all cores)\n"
+      "  --seed N             random inputs' seed (default 1234)\n"
+      "%s"
+      "  -h, --help           this text\n",
+      command,
+      strcmp(command, "bench") == 0
+          ? "Times one decode-attention call on random inputs and prints one line:\n"
+            "us (median microseconds per call; CUDA: CUDA-graph replay timed with events,\n"
+            "rotating over enough buffer sets to exceed twice the L2, at least 2 x 60 MiB;\n"
+            "us_eager: the same with plain launches),\n"
+            "gbps (K/V bytes read / time, bytes = 2 * sum kv_len * num_heads_kv * head_dim *\n"
+            "sizeof(dtype)), num_splits (the split count used), us_split1 (the same with\n"
+            "--num-splits 1) and speedup = us_split1 / us.\n"
+          : "Runs the backend on random inputs (outputs poisoned with NaN first) and the\n"
+            "float64 reference, and prints one line:\n"
+            "max_abs  = max |out - ref|\n"
+            "max_err  = max |out - ref| / (1 + |ref|)   (per element, absolute-relative)\n"
+            "rel_l2   = ||out - ref||_2 / ||ref||_2\n"
+            "lse_err  = max |lse - ref| / (1 + |ref|)   (rows that see no key: lse must be -inf)\n"
+            "PASS when max_err and lse_err are <= the dtype's tolerance (f32 1e-5, f16 2e-3,\n"
+            "bf16 1.6e-2) and nothing is NaN. Exit code 0 on PASS, 1 on FAIL.\n",
+      strcmp(command, "bench") == 0
+          ? "  --iters N            timed iterations (default CPU 20, CUDA 100)\n"
+          : "");
+}
+
+enum {
+  OPT_BATCH = 256,
+  OPT_HEADS_Q,
+  OPT_HEADS_KV,
+  OPT_HEAD_DIM,
+  OPT_KV_LEN,
+  OPT_Q_LEN,
+  OPT_DTYPE,
+  OPT_PAGE_SIZE,
+  OPT_SPLITS,
+  OPT_BACKEND,
+  OPT_THREADS,
+  OPT_SEED,
+  OPT_ITERS
+};
+
+int problem_parse(problem_args *a, int argc, char **argv) {
+  memset(a, 0, sizeof *a);
+  a->backend = FD_BACKEND_AUTO;
+  a->dtype = FD_DTYPE_BF16;
+  a->batch = 1;
+  a->q_len = 1;
+  a->num_heads_q = 32;
+  a->num_heads_kv = 8;
+  a->head_dim = 128;
+  a->seed = 1234;
+  a->kv_lens[0] = 4096;
+  a->n_kv_lens = 1;
+  const int is_bench = strcmp(argv[0], "bench") == 0;
+
+  static const struct option options[] = {
+      {"batch", required_argument, NULL, OPT_BATCH},
+      {"num-heads-q", required_argument, NULL, OPT_HEADS_Q},
+      {"num-heads-kv", required_argument, NULL, OPT_HEADS_KV},
+      {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+      {"kv-len", required_argument, NULL, OPT_KV_LEN},
+      {"q-len", required_argument, NULL, OPT_Q_LEN},
+      {"dtype", required_argument, NULL, OPT_DTYPE},
+      {"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+      {"num-splits", required_argument, NULL, OPT_SPLITS},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"iters", required_argument, NULL, OPT_ITERS},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int c, bad = 0;
+  while (!bad && (c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    switch (c) {
+      case OPT_BATCH: bad = args_int("--batch", optarg, 1, 1 << 20, &a->batch); break;
+      case OPT_HEADS_Q: bad = args_int("--num-heads-q", optarg, 1, 4096, &a->num_heads_q); break;
+      case OPT_HEADS_KV: bad = args_int("--num-heads-kv", optarg, 1, 4096, &a->num_heads_kv); break;
+      case OPT_HEAD_DIM: bad = args_int("--head-dim", optarg, 1, 256, &a->head_dim); break;
+      case OPT_KV_LEN:
+        bad = args_int_list("--kv-len", optarg, a->kv_lens, PROBLEM_MAX_KV_LENS, &a->n_kv_lens);
+        break;
+      case OPT_Q_LEN: bad = args_int("--q-len", optarg, 1, 16, &a->q_len); break;
+      case OPT_DTYPE: bad = args_dtype("--dtype", optarg, &a->dtype); break;
+      case OPT_PAGE_SIZE: bad = args_int("--page-size", optarg, 0, 256, &a->page_size); break;
+      case OPT_SPLITS: bad = args_int("--num-splits", optarg, 0, FD_MAX_SPLITS, &a->num_splits); break;
+      case OPT_BACKEND: bad = args_backend("--backend", optarg, 0, &a->backend); break;
+      case OPT_THREADS: bad = args_int("--threads", optarg, 0, 4096, &a->num_threads); break;
+      case OPT_SEED: bad = args_u64("--seed", optarg, &a->seed); break;
+      case OPT_ITERS:
+        if (!is_bench) {
+          fprintf(stderr, "flashdecode: --iters is an option of bench\n");
+          bad = -1;
+        } else {
+          bad = args_int("--iters", optarg, 1, 1000000, &a->iters);
+        }
+        break;
+      case 'h': print_usage(argv[0]); return 1;
+      default: bad = -1; break; /* getopt_long printed why */
+    }
+  }
+  if (bad) return -1;
+  if (optind < argc) {
+    fprintf(stderr, "flashdecode %s: unexpected argument '%s' (see --help)\n", argv[0], argv[optind]);
+    return -1;
+  }
+  if (a->num_heads_q % a->num_heads_kv != 0) {
+    fprintf(stderr, "flashdecode: --num-heads-q %d is not a multiple of --num-heads-kv %d\n",
+            a->num_heads_q, a->num_heads_kv);
+    return -1;
+  }
+  return 0;
+}
+
+int problem_resolve_backend(problem_args *a) {
+  if (a->backend == FD_BACKEND_AUTO)
+    a->backend = fd_backend_available(FD_BACKEND_CUDA) && gpu_available() ? FD_BACKEND_CUDA
+                                                                           : FD_BACKEND_CPU;
+  if (a->backend == FD_BACKEND_CUDA && !(gpu_available() && fd_backend_available(FD_BACKEND_CUDA))) {
+    char text[256];
+    gpu_describe(text, sizeof text);
+    fprintf(stderr, "flashdecode: --backend cuda: no usable GPU (GPU: %s; CUDA backend %s)\n", text,
+            fd_backend_available(FD_BACKEND_CUDA) ? "available" : "unavailable");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- random inputs ---- */
+
+/* splitmix64 (Steele, Lea, Flood): 64 random bits per call. */
+static uint64_t next_u64(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* n values uniform in [-sqrt(3), sqrt(3)) (unit variance), in `dtype`. */
+static void fill_random(void *dst, size_t n, fd_dtype dtype, uint64_t *state) {
+  const float scale = 1.7320508f / 8388608.0f; /* sqrt(3) / 2^23 */
+  for (size_t i = 0; i < n; i += 2) {
+    uint64_t bits = next_u64(state);
+    for (size_t j = i; j < i + 2 && j < n; j++, bits >>= 32) {
+      float x = (float)((int32_t)(bits & 0xFFFFFFu) - 8388608) * scale;
+      switch (dtype) {
+        case FD_DTYPE_F32: ((float *)dst)[j] = x; break;
+        case FD_DTYPE_F16: ((uint16_t *)dst)[j] = fd_f32_to_f16(x); break;
+        case FD_DTYPE_BF16: ((uint16_t *)dst)[j] = fd_f32_to_bf16(x); break;
+      }
+    }
+  }
+}
+
+static void *alloc_bytes(size_t bytes) { return malloc(bytes > 0 ? bytes : 1); }
+
+fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
+  memset(p, 0, sizeof *p);
+  const size_t elem = fd_dtype_size(a->dtype);
+  const size_t B = (size_t)a->batch, Hq = (size_t)a->num_heads_q, Hkv = (size_t)a->num_heads_kv,
+               D = (size_t)a->head_dim, T = (size_t)a->q_len;
+
+  p->host.kv_len = alloc_bytes(B * sizeof(int32_t));
+  if (!p->host.kv_len) goto oom;
+  int32_t longest = 0;
+  for (size_t b = 0; b < B; b++) {
+    p->host.kv_len[b] = a->kv_lens[b % (size_t)a->n_kv_lens];
+    if (p->host.kv_len[b] > longest) longest = p->host.kv_len[b];
+  }
+  p->kv_capacity = longest;
+
+  size_t kv_rows; /* positions the cache holds */
+  if (a->page_size > 0) {
+    const int32_t ps = a->page_size;
+    int64_t pages = 0;
+    for (size_t b = 0; b < B; b++) pages += (p->host.kv_len[b] + ps - 1) / ps;
+    if (pages > INT32_MAX) {
+      snprintf(err->message, sizeof err->message, "too many pages");
+      err->status = FD_STATUS_INVALID_ARGUMENT;
+      return err->status;
+    }
+    p->num_pages = pages > 0 ? (int32_t)pages : 1;
+    p->max_pages_per_seq = longest > 0 ? (longest + ps - 1) / ps : 1;
+    kv_rows = (size_t)p->num_pages * (size_t)ps;
+  } else {
+    kv_rows = B * (size_t)longest;
+  }
+
+  p->q_bytes = B * T * Hq * D * elem;
+  p->out_bytes = p->q_bytes;
+  p->kv_bytes = kv_rows * Hkv * D * elem;
+  p->lse_bytes = B * Hq * T * sizeof(float);
+  p->kv_len_bytes = B * sizeof(int32_t);
+  p->table_bytes = a->page_size > 0 ? B * (size_t)p->max_pages_per_seq * sizeof(int32_t) : 0;
+  p->host.q = alloc_bytes(p->q_bytes);
+  p->host.out = alloc_bytes(p->out_bytes);
+  p->host.k_cache = alloc_bytes(p->kv_bytes);
+  p->host.v_cache = alloc_bytes(p->kv_bytes);
+  p->host.lse = alloc_bytes(p->lse_bytes);
+  if (!p->host.q || !p->host.out || !p->host.k_cache || !p->host.v_cache || !p->host.lse) goto oom;
+
+  uint64_t state = a->seed;
+  fill_random(p->host.q, p->q_bytes / elem, a->dtype, &state);
+  fill_random(p->host.k_cache, p->kv_bytes / elem, a->dtype, &state);
+  fill_random(p->host.v_cache, p->kv_bytes / elem, a->dtype, &state);
+  memset(p->host.out, 0, p->out_bytes);
+  memset(p->host.lse, 0, p->lse_bytes);
+
+  if (a->page_size > 0) {
+    /* The pool's pages in a random order (Fisher-Yates), handed out in turn. */
+    int32_t *order = alloc_bytes((size_t)p->num_pages * sizeof(int32_t));
+    p->host.block_table = calloc(B * (size_t)p->max_pages_per_seq, sizeof(int32_t));
+    if (!order || !p->host.block_table) {
+      free(order);
+      goto oom;
+    }
+    for (int32_t i = 0; i < p->num_pages; i++) order[i] = i;
+    for (int32_t i = p->num_pages - 1; i > 0; i--) {
+      int32_t j = (int32_t)(next_u64(&state) % (uint64_t)(i + 1));
+      int32_t t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    int32_t next = 0;
+    for (size_t b = 0; b < B; b++) {
+      int32_t pages = (p->host.kv_len[b] + a->page_size - 1) / a->page_size;
+      for (int32_t i = 0; i < pages; i++)
+        p->host.block_table[b * (size_t)p->max_pages_per_seq + (size_t)i] = order[next++];
+    }
+    free(order);
+  }
+
+  fd_problem *f = &p->fd;
+  f->backend = a->backend;
+  f->dtype = a->dtype;
+  f->batch = a->batch;
+  f->q_len = a->q_len;
+  f->num_heads_q = a->num_heads_q;
+  f->num_heads_kv = a->num_heads_kv;
+  f->head_dim = a->head_dim;
+  f->kv_capacity = p->kv_capacity;
+  f->page_size = a->page_size;
+  f->max_pages_per_seq = p->max_pages_per_seq;
+  f->num_pages = p->num_pages;
+  f->num_splits = a->num_splits;
+  f->num_threads = a->num_threads;
+  return FD_STATUS_OK;
+oom:
+  problem_free(p);
+  snprintf(err->message, sizeof err->message, "out of host memory for the inputs");
+  err->status = FD_STATUS_OUT_OF_MEMORY;
+  return err->status;
+}
+
+void problem_free(problem *p) {
+  free(p->host.q);
+  free(p->host.k_cache);
+  free(p->host.v_cache);
+  free(p->host.out);
+  free(p->host.lse);
+  free(p->host.kv_len);
+  free(p->host.block_table);
+  memset(p, 0, sizeof *p);
+}
+
+fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
+  const fd_problem *f = &p->fd;
+  const int64_t D = f->head_dim, Hq = f->num_heads_q, Hkv = f->num_heads_kv, T = f->q_len;
+  const int64_t rows = f->page_size > 0 ? f->page_size : p->kv_capacity;
+  fd_tensors t = {0};
+  t.q = set->q;
+  t.q_strides[0] = T * Hq * D, t.q_strides[1] = Hq * D, t.q_strides[2] = D;
+  t.k_cache = set->k_cache;
+  t.k_strides[0] = rows * Hkv * D, t.k_strides[1] = Hkv * D, t.k_strides[2] = D;
+  t.v_cache = set->v_cache;
+  memcpy(t.v_strides, t.k_strides, sizeof t.v_strides);
+  t.kv_len = set->kv_len;
+  t.block_table = f->page_size > 0 ? set->block_table : NULL;
+  t.block_table_stride = f->page_size > 0 ? p->max_pages_per_seq : 0;
+  t.out = set->out;
+  memcpy(t.out_strides, t.q_strides, sizeof t.out_strides);
+  t.lse = set->lse;
+  t.lse_strides[0] = Hq * T, t.lse_strides[1] = T, t.lse_strides[2] = 1;
+  return t;
+}
+
+double problem_kv_bytes_read(const problem *p) {
+  double keys = 0.0;
+  for (int32_t b = 0; b < p->fd.batch; b++) keys += (double)p->host.kv_len[b];
+  return 2.0 * keys * p->fd.num_heads_kv * p->fd.head_dim * (double)fd_dtype_size(p->fd.dtype);
+}
+
+void problem_poison_outputs(problem *p) {
+  const size_t n = p->out_bytes / fd_dtype_size(p->fd.dtype);
+  for (size_t i = 0; i < n; i++) {
+    switch (p->fd.dtype) {
+      case FD_DTYPE_F32: ((float *)p->host.out)[i] = NAN; break;
+      case FD_DTYPE_F16: ((uint16_t *)p->host.out)[i] = 0x7E00u; break;
+      case FD_DTYPE_BF16: ((uint16_t *)p->host.out)[i] = 0x7FC0u; break;
+    }
+  }
+  for (size_t i = 0; i < p->lse_bytes / sizeof(float); i++) p->host.lse[i] = NAN;
+}
+
+fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const problem_tensors *share,
+                               fd_error *err) {
+  memset(dev, 0, sizeof *dev);
+  fd_status st;
+  if ((st = gpu_malloc(&dev->q, p->q_bytes, err)) ||
+      (st = gpu_malloc(&dev->k_cache, p->kv_bytes, err)) ||
+      (st = gpu_malloc(&dev->v_cache, p->kv_bytes, err)) ||
+      (st = gpu_malloc(&dev->out, p->out_bytes, err)) ||
+      (st = gpu_malloc((void **)&dev->lse, p->lse_bytes, err)))
+    goto fail;
+  if (share) {
+    dev->kv_len = share->kv_len;
+    dev->block_table = share->block_table;
+  } else if ((st = gpu_malloc((void **)&dev->kv_len, p->kv_len_bytes, err)) ||
+             (p->table_bytes > 0 &&
+              (st = gpu_malloc((void **)&dev->block_table, p->table_bytes, err)))) {
+    goto fail;
+  }
+  return FD_STATUS_OK;
+fail:
+  problem_device_free(dev, share);
+  return st;
+}
+
+fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *stream, fd_error *err) {
+  fd_status st;
+  if ((st = gpu_copy_to_device(dev->q, p->host.q, p->q_bytes, stream, err)) ||
+      (st = gpu_copy_to_device(dev->k_cache, p->host.k_cache, p->kv_bytes, stream, err)) ||
+      (st = gpu_copy_to_device(dev->v_cache, p->host.v_cache, p->kv_bytes, stream, err)) ||
+      (st = gpu_copy_to_device(dev->out, p->host.out, p->out_bytes, stream, err)) ||
+      (st = gpu_copy_to_device(dev->lse, p->host.lse, p->lse_bytes, stream, err)) ||
+      (st = gpu_copy_to_device(dev->kv_len, p->host.kv_len, p->kv_len_bytes, stream, err)) ||
+      (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
+                                                      p->table_bytes, stream, err))))
+    return st;
+  return gpu_stream_sync(stream, err);
+}
+
+void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
+  gpu_free(dev->q);
+  gpu_free(dev->k_cache);
+  gpu_free(dev->v_cache);
+  gpu_free(dev->out);
+  gpu_free(dev->lse);
+  if (!share) {
+    gpu_free(dev->kv_len);
+    gpu_free(dev->block_table);
+  }
+  memset(dev, 0, sizeof *dev);
+}
+
+void problem_describe(const problem *p, const problem_args *a, char *text, size_t text_size) {
+  char lens[128];
+  size_t used = 0;
+  lens[0] = '\0';
+  int i = 0;
+  for (; i < a->n_kv_lens && used + 16 < sizeof lens; i++)
+    used += (size_t)snprintf(lens + used, sizeof lens - used, "%s%d", i ? "," : "", (int)a->kv_lens[i]);
+  if (i < a->n_kv_lens) snprintf(lens + used, sizeof lens - used, ",...");
+  snprintf(text, text_size,
+           "backend=%s dtype=%s batch=%d q_len=%d num_heads_q=%d num_heads_kv=%d head_dim=%d "
+           "kv_len=%s page_size=%d",
+           fd_backend_name(p->fd.backend), args_dtype_name(p->fd.dtype), p->fd.batch, p->fd.q_len,
+           p->fd.num_heads_q, p->fd.num_heads_kv, p->fd.head_dim, lens, p->fd.page_size);
+}

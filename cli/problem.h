@@ -1,0 +1,85 @@
+/*
+ * problem.h — what `bench` and `check` share: their command-line flags
+ * (one attention problem), and the problem's random host inputs in the
+ * library's layouts, plus device copies of them for the CUDA backend.
+ */
+#ifndef FD_CLI_PROBLEM_H
+#define FD_CLI_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashdecode.h"
+
+#define PROBLEM_MAX_KV_LENS 1024
+
+typedef struct problem_args {
+  fd_backend backend;  /* as given (AUTO resolved by problem_resolve_backend) */
+  fd_dtype dtype;
+  int batch;
+  int q_len;
+  int num_heads_q;
+  int num_heads_kv;
+  int head_dim;
+  int page_size;       /* 0 = contiguous cache */
+  int num_splits;      /* 0 = automatic */
+  int num_threads;     /* CPU: 0 = all cores */
+  int iters;           /* bench: timed iterations (0 = the backend's default) */
+  uint64_t seed;
+  int32_t kv_lens[PROBLEM_MAX_KV_LENS]; /* --kv-len list, repeated over the batch */
+  int n_kv_lens;
+} problem_args;
+
+/* Parses the flags of `bench` or `check` (argv[0] is the subcommand).
+ * Returns 0, 1 when --help was printed, or -1 (message printed). */
+int problem_parse(problem_args *args, int argc, char **argv);
+
+/* AUTO -> CUDA when it can run, else CPU. CUDA without a GPU: message on
+ * stderr, -1. */
+int problem_resolve_backend(problem_args *args);
+
+/* One set of tensors; host or device pointers. */
+typedef struct problem_tensors {
+  void *q;              /* [batch][q_len][num_heads_q][head_dim] dtype */
+  void *k_cache;        /* [batch][kv_capacity][num_heads_kv][head_dim] or [num_pages][page_size][...] */
+  void *v_cache;        /* same as k_cache */
+  void *out;            /* [batch][q_len][num_heads_q][head_dim] dtype */
+  float *lse;           /* [batch][num_heads_q][q_len] */
+  int32_t *kv_len;      /* [batch] */
+  int32_t *block_table; /* [batch][max_pages_per_seq]; paged only */
+} problem_tensors;
+
+typedef struct problem {
+  fd_problem fd;        /* backend resolved, kv_len_hint NULL */
+  int32_t kv_capacity;  /* the longest kv_len */
+  int32_t max_pages_per_seq, num_pages; /* paged only */
+  size_t q_bytes, kv_bytes, out_bytes, lse_bytes, kv_len_bytes, table_bytes; /* kv_bytes: each of K, V */
+  problem_tensors host;
+} problem;
+
+/* Allocates the host tensors and fills q, K, V with random values (uniform,
+ * unit variance, rounded to the dtype), kv_len from the args, and, when
+ * paged, a block_table that hands out the pool's pages in a random order. */
+fd_status problem_make(problem *p, const problem_args *args, fd_error *err);
+void problem_free(problem *p);
+
+/* fd_tensors over a set (host or device) with every stride explicit. */
+fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set);
+
+/* Bytes of K and V a call reads: 2 * sum kv_len * num_heads_kv * head_dim * sizeof(dtype). */
+double problem_kv_bytes_read(const problem *p);
+
+/* Fills the host out and lse with NaN. */
+void problem_poison_outputs(problem *p);
+
+/* Device sets (CUDA): allocate one; copy the host set into it. kv_len and
+ * block_table may be shared: pass share = a set whose ones to reuse, or NULL. */
+fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const problem_tensors *share,
+                               fd_error *err);
+fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *stream, fd_error *err);
+void problem_device_free(problem_tensors *dev, const problem_tensors *share);
+
+/* One line "backend=.. dtype=.. batch=.. ..." describing the problem. */
+void problem_describe(const problem *p, const problem_args *args, char *text, size_t text_size);
+
+#endif /* FD_CLI_PROBLEM_H */

@@ -1,0 +1,111 @@
+/*
+ * device_util.cuh — small device helpers shared by the CUDA kernels:
+ * 16-byte loads converted to float, 4-wide stores converted from float,
+ * cp.async wrappers and warp reductions. Internal to src/cuda.
+ */
+#ifndef FD_CUDA_DEVICE_UTIL_CUH
+#define FD_CUDA_DEVICE_UTIL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- 16 bytes of dtype -> float (4 floats or 8 halves/bfloat16s) ---- */
+
+static __device__ __forceinline__ void fd_load16_to_float(const float *src, float *dst) {
+  const float4 v = *reinterpret_cast<const float4 *>(src);
+  dst[0] = v.x;
+  dst[1] = v.y;
+  dst[2] = v.z;
+  dst[3] = v.w;
+}
+
+static __device__ __forceinline__ void fd_load16_to_float(const __half *src, float *dst) {
+  const uint4 raw = *reinterpret_cast<const uint4 *>(src);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    __half2 h;
+    memcpy(&h, &w[i], sizeof h);
+    const float2 f = __half22float2(h);
+    dst[2 * i] = f.x;
+    dst[2 * i + 1] = f.y;
+  }
+}
+
+static __device__ __forceinline__ void fd_load16_to_float(const __nv_bfloat16 *src, float *dst) {
+  const uint4 raw = *reinterpret_cast<const uint4 *>(src);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    __nv_bfloat162 h;
+    memcpy(&h, &w[i], sizeof h);
+    const float2 f = __bfloat1622float2(h);
+    dst[2 * i] = f.x;
+    dst[2 * i + 1] = f.y;
+  }
+}
+
+/* ---- 4 floats -> dtype, round to nearest even (dst 8- or 16-byte aligned) ---- */
+
+static __device__ __forceinline__ void fd_store4(float *dst, float4 v) {
+  *reinterpret_cast<float4 *>(dst) = v;
+}
+
+static __device__ __forceinline__ void fd_store4(__half *dst, float4 v) {
+  const __half2 a = __floats2half2_rn(v.x, v.y);
+  const __half2 b = __floats2half2_rn(v.z, v.w);
+  uint2 raw;
+  memcpy(&raw.x, &a, sizeof a);
+  memcpy(&raw.y, &b, sizeof b);
+  *reinterpret_cast<uint2 *>(dst) = raw;
+}
+
+static __device__ __forceinline__ void fd_store4(__nv_bfloat16 *dst, float4 v) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(v.z, v.w);
+  uint2 raw;
+  memcpy(&raw.x, &a, sizeof a);
+  memcpy(&raw.y, &b, sizeof b);
+  *reinterpret_cast<uint2 *>(dst) = raw;
+}
+
+/* ---- cp.async (global -> shared, 16 bytes, bypassing L1) ---- */
+
+/* Copies 16 bytes from gmem to smem when `fill`, else writes 16 zero bytes and
+ * reads nothing (src-size 0); gmem must still be a valid global address. */
+static __device__ __forceinline__ void fd_cp_async16(void *smem, const void *gmem, bool fill) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  const int src_size = fill ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_size)
+               : "memory");
+}
+
+static __device__ __forceinline__ void fd_cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most `pending` of this thread's committed groups are in flight. */
+template <int pending>
+static __device__ __forceinline__ void fd_cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+/* ---- Warp reductions (butterfly: every lane gets the result, fixed order) ---- */
+
+static __device__ __forceinline__ float fd_warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+static __device__ __forceinline__ float fd_warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+#endif /* FD_CUDA_DEVICE_UTIL_CUH */

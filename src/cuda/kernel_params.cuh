@@ -1,0 +1,54 @@
+/*
+ * kernel_params.cuh — what cuda_backend.cu hands the CUDA kernels: one
+ * parameter struct (passed to the kernels by value) and the two launchers.
+ * Internal to src/cuda; not installed.
+ */
+#ifndef FD_CUDA_KERNEL_PARAMS_CUH
+#define FD_CUDA_KERNEL_PARAMS_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* Everything one fd_run needs on the device. Strides are in elements and all
+ * explicit (api.c resolved them); pointers are device pointers. */
+typedef struct fd_kernel_params {
+  const void *q;              /* [batch, q_len, num_heads_q, head_dim] dtype */
+  int64_t q_strides[3];       /* {batch, token, head} */
+  const void *k_cache;        /* contiguous [batch, kv_capacity, num_heads_kv, head_dim]
+                                 or paged [num_pages, page_size, num_heads_kv, head_dim] */
+  int64_t k_strides[3];       /* {batch or page, position, head} */
+  const void *v_cache;        /* same shape as k_cache */
+  int64_t v_strides[3];
+  const int32_t *kv_len;      /* [batch] */
+  const int32_t *block_table; /* [batch, max_pages_per_seq]; NULL when contiguous */
+  int64_t block_table_stride; /* elements between block_table rows */
+  void *out;                  /* [batch, q_len, num_heads_q, head_dim] dtype */
+  int64_t out_strides[3];     /* {batch, token, head} */
+  float *lse;                 /* [batch, num_heads_q, q_len] or NULL */
+  int64_t lse_strides[3];     /* {batch, head, token} */
+  float *partial_o;           /* [rows][num_splits][head_dim]; NULL when num_splits == 1 */
+  float *partial_ml;          /* [rows][num_splits][2] = (m, l); NULL when num_splits == 1 */
+  int32_t dtype;              /* fd_dtype */
+  int32_t batch;
+  int32_t q_len;
+  int32_t num_heads_q;
+  int32_t num_heads_kv;
+  int32_t group;              /* num_heads_q / num_heads_kv */
+  int32_t head_dim;           /* 64, 128 or 256 */
+  int32_t page_size;          /* 0 = contiguous */
+  int32_t num_pages;          /* 0 = unknown: page ids are not checked */
+  int32_t kv_capacity;        /* kv_len is clamped to [0, kv_capacity] on the device */
+  int32_t chunk_len;          /* plan->chunk_len (split.h) */
+  int32_t num_splits;         /* plan->num_splits */
+  float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
+} fd_kernel_params;
+
+/* Launch the split kernel (split_kernel.cu) for p->dtype and p->head_dim on
+ * `stream`. Returns the launch's error (cudaErrorInvalidValue for a dtype or
+ * head_dim without a kernel). */
+cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
+
+/* Launch the combine kernel (combine_kernel.cu); only for p->num_splits > 1. */
+cudaError_t fd_combine_launch(const fd_kernel_params *p, cudaStream_t stream);
+
+#endif /* FD_CUDA_KERNEL_PARAMS_CUH */

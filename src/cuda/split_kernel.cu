@@ -1,0 +1,537 @@
+/*
+ * split_kernel.cu — the flash-decoding split kernel (CUDA cores, sm_90a).
+ *
+ * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads per
+ *   (split s, kv head hk, sequence b). The block runs the online softmax over
+ *   keys [begin, end) = fd_split_range(kv_len[b], chunk_len, num_splits, s)
+ *   for EVERY query row of kv head hk, so each key and value is read from HBM
+ *   once per block. Rows of the block: r = gi * q_len + t for query head
+ *   h = hk * group + gi and query token t (head-major, the order of the
+ *   partial arrays, so partial row = (b * num_heads_q + hk * group) * q_len + r).
+ *   Rows are done FD_ROWS_PER_PASS (8) at a time; more rows (group * q_len > 8)
+ *   take more passes over the split's K/V (the re-reads mostly hit L2).
+ *
+ * THREADS  A key row of head_dim elements is cut into 16-byte vectors
+ *   (VEC = 16 / sizeof(T) elements). THREADS_PER_KEY = min(head_dim / VEC, 32)
+ *   consecutive lanes cover one key; a lane owns NVEC = head_dim / VEC /
+ *   THREADS_PER_KEY vectors (2 only for float, head_dim 256), i.e. ELEMS
+ *   elements at d = (lane_in_key + THREADS_PER_KEY * v) * VEC + e. The 128
+ *   threads form KEY_GROUPS = 128 / THREADS_PER_KEY key groups; in a tile of
+ *   KEYS_PER_TILE keys, key group g takes keys g, g + KEY_GROUPS, ...
+ *   Each thread keeps, for the rows of the pass (<= 8), its q slice (float,
+ *   pre-multiplied by softmax_scale * log2(e), so exp2f gives exp) and its
+ *   O slice (fp32).
+ *
+ * PER TILE (three barriers)
+ *   1. QK: per key, the pass's partial dots over the lane's slice, then a
+ *      reduce-scatter over the THREADS_PER_KEY lanes (7 shuffles reduce 8 rows
+ *      over 8 lanes, one more per further doubling) leaves each row's full
+ *      score in one lane, which writes it to the score tile S (-inf if masked).
+ *   2. Softmax: warp w owns rows w and w + 4 (in 8-row passes); its lanes hold
+ *      the row's running max m and sum l (base-2 units). It takes the tile max, rescales
+ *      (alpha = 2^(m_old - m_new)), overwrites S with p = 2^(s - m_new) and
+ *      adds the tile's sum to l. One (m, l) per row for the whole block, so the
+ *      key groups' O slices add up without any rescaling at the end.
+ *   3. PV: each thread scales its O by alpha[row] and adds p * v for its keys
+ *      (p of all rows of a key: one or two 16-byte shared loads).
+ *   A row whose running max is still -inf uses 0 in place of the max, so
+ *   p = 0 and alpha = 0 (never (-inf) - (-inf)).
+ *   The pass body is unrolled for NR = 8, 4, 2 or 1 rows (block-uniform choice
+ *   from the pass's row count; the few phantom rows have q = 0 and every key
+ *   masked), so the inner loops carry no per-row branches.
+ *
+ * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes per
+ *   copy, src-size 0 = zero-fill and no read for keys out of range or on a bad
+ *   page), FD_STAGES (3) stages, KEYS_PER_TILE = min(64, 16 KB / key row bytes):
+ *   64 keys (16-bit, head_dim <= 128; float, 64), 32 (16-bit 256; float 128),
+ *   16 (float 256). Split boundaries are multiples of chunk_len (64), so tiles
+ *   never straddle two splits; every key is still bounds-checked.
+ *   Paged caches look up block_table per key when its copy is issued; a page id
+ *   outside [0, num_pages) (num_pages > 0) zero-fills and flags the key masked.
+ *   All address arithmetic is 64-bit.
+ *
+ * SHARED MEMORY (dynamic)  K stages | V stages | S [KEYS_PER_TILE][NR] fp32 |
+ *   alpha, m, l [8] | key-valid flags [stages][KEYS_PER_TILE]. 3 x 2 x 16 KB
+ *   + ~2 KB = ~98 KB for all instances except 16-bit head_dim 64 (~50 KB), so
+ *   two blocks fit per SM. No row padding: every 8-lane phase of a 16-byte
+ *   access touches 128 contiguous bytes of one row, which is conflict-free.
+ *   After the last tile, the K/V area holds the key groups' O slices
+ *   [KEY_GROUPS][NR][head_dim] fp32, summed in key-group order (deterministic).
+ *
+ * OUTPUT  num_splits > 1: O (unnormalised), m (natural-log units: m_log2 * ln 2)
+ *   and l into the workspace partials; empty splits (begin >= end) exit at once
+ *   (the combine reads only fd_active_splits splits); rows that see none of an
+ *   active split's keys write m = -inf, l = 0, O = 0. num_splits == 1: out = O / l
+ *   in the dtype and lse = m + ln l; a row with no visible key gets out = 0,
+ *   lse = -inf.
+ */
+#include <math.h>
+
+#include "flashdecode.h"
+#include "kernel_params.cuh"
+#include "device_util.cuh"
+#include "split.h"
+
+#define FD_SPLIT_THREADS 128
+#define FD_ROWS_PER_PASS 8
+#define FD_STAGES 3
+/* Bytes of K (and as many of V) per stage, at most. */
+#define FD_TILE_BYTES 16384
+/* Keys per tile, at most (= plan's chunk_len, so tiles align with splits). */
+#define FD_MAX_KEYS_PER_TILE 64
+
+template <typename T, int D>
+__host__ __device__ constexpr int fd_keys_per_tile() {
+  return FD_TILE_BYTES / (D * (int)sizeof(T)) < FD_MAX_KEYS_PER_TILE
+             ? FD_TILE_BYTES / (D * (int)sizeof(T))
+             : FD_MAX_KEYS_PER_TILE;
+}
+
+/* Dynamic shared memory of one block; the carve-up in fd_split_kernel matches. */
+template <typename T, int D>
+__host__ __device__ constexpr size_t fd_split_smem_bytes() {
+  return 2 * (size_t)FD_STAGES * fd_keys_per_tile<T, D>() * D * sizeof(T) /* K, V stages */
+         + (size_t)fd_keys_per_tile<T, D>() * FD_ROWS_PER_PASS * sizeof(float) /* S */
+         + 3 * (size_t)FD_ROWS_PER_PASS * sizeof(float)               /* alpha, m, l */
+         + (size_t)FD_STAGES * fd_keys_per_tile<T, D>();              /* key-valid flags */
+}
+
+/* Sums v[0..R) over the TPK lanes of a key group, scattering the rows: after
+ * the call, v[0] of lane lt holds row fd_scatter_row<R>(lt) summed over all TPK
+ * lanes. R <= TPK, both powers of two; every lane of the warp must call it. */
+template <int R, int TPK>
+static __device__ __forceinline__ float fd_reduce_scatter(float (&v)[R], int lt) {
+#pragma unroll
+  for (int h = R / 2, m = 1; h > 0; h >>= 1, m <<= 1) {
+    const bool upper = (lt & m) != 0;
+#pragma unroll
+    for (int i = 0; i < h; i++) {
+      const float send = upper ? v[i] : v[i + h];
+      const float keep = upper ? v[i + h] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+    }
+  }
+#pragma unroll
+  for (int m = R; m < TPK; m <<= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
+  return v[0];
+}
+
+/* The row fd_reduce_scatter leaves in lane lt: bit s of lt adds R >> (s + 1). */
+template <int R>
+static __device__ __forceinline__ int fd_scatter_row(int lt) {
+  int row = 0;
+#pragma unroll
+  for (int s = 0, h = R / 2; h > 0; s++, h >>= 1)
+    if ((lt >> s) & 1) row += h;
+  return row;
+}
+
+/* Issues the cp.async copies of one K/V tile: keys key0 .. key0 + nkeys - 1
+ * of sequence b (nkeys <= KT); the rest of the tile is zero-filled.
+ * k_base/v_base already include the kv head's offset. sK/sV/valid: this stage. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_load_tile(const fd_kernel_params &p, const T *k_base,
+                                                    const T *v_base, T *sK, T *sV,
+                                                    unsigned char *valid, int b, int key0,
+                                                    int nkeys) {
+  constexpr int VEC = 16 / (int)sizeof(T);
+  constexpr int VECS = D / VEC;
+  constexpr int KT = fd_keys_per_tile<T, D>();
+  constexpr int LOADS = KT * VECS / FD_SPLIT_THREADS;
+  const int piece = threadIdx.x % VECS; /* the same for every copy of this thread */
+#pragma unroll
+  for (int n = 0; n < LOADS; n++) {
+    const int kl = (int)(threadIdx.x + n * FD_SPLIT_THREADS) / VECS;
+    bool ok = kl < nkeys;
+    int64_t k_off = 0, v_off = 0;
+    if (ok) {
+      const int j = key0 + kl;
+      int64_t outer, pos;
+      if (p.page_size > 0) {
+        const int page_idx = j / p.page_size;
+        const int32_t page = __ldg(p.block_table + (int64_t)b * p.block_table_stride + page_idx);
+        ok = p.num_pages <= 0 || (page >= 0 && page < p.num_pages);
+        outer = page;
+        pos = j - page_idx * p.page_size;
+      } else {
+        outer = b;
+        pos = j;
+      }
+      k_off = outer * p.k_strides[0] + pos * p.k_strides[1] + piece * VEC;
+      v_off = outer * p.v_strides[0] + pos * p.v_strides[1] + piece * VEC;
+    }
+    fd_cp_async16(sK + kl * D + piece * VEC, k_base + (ok ? k_off : 0), ok);
+    fd_cp_async16(sV + kl * D + piece * VEC, v_base + (ok ? v_off : 0), ok);
+    if (piece == 0) valid[kl] = ok ? 1 : 0;
+  }
+}
+
+/* Where a block works: the same for all its passes. */
+typedef struct fd_block_pos {
+  int b;          /* sequence */
+  int hk;         /* kv head */
+  int split;      /* split index */
+  int kv;         /* kv_len[b], clamped to [0, kv_capacity] */
+  int begin, end; /* the split's keys [begin, end) */
+} fd_block_pos;
+
+/* Loads row values [0, NR) of one key from the score tile (16/8/4-byte loads). */
+template <int NR>
+static __device__ __forceinline__ void fd_load_rows(const float *src, float (&dst)[NR]) {
+  if constexpr (NR % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < NR / 4; i++) {
+      const float4 x = reinterpret_cast<const float4 *>(src)[i];
+      dst[4 * i] = x.x;
+      dst[4 * i + 1] = x.y;
+      dst[4 * i + 2] = x.z;
+      dst[4 * i + 3] = x.w;
+    }
+  } else if constexpr (NR == 2) {
+    const float2 x = *reinterpret_cast<const float2 *>(src);
+    dst[0] = x.x;
+    dst[1] = x.y;
+  } else {
+    dst[0] = src[0];
+  }
+}
+
+/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= NR) over the
+ * split's keys, then the pass's outputs. NR (8, 4, 2 or 1) is the row count the
+ * loops are unrolled for; rows pass_rows .. NR-1 are phantoms (q = 0, every key
+ * masked, never written out). Ends with a block barrier. */
+template <typename T, int D, int NR>
+static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
+                                                     const fd_block_pos &bp, int row0,
+                                                     int pass_rows, unsigned char *smem) {
+  constexpr int VEC = 16 / (int)sizeof(T);       /* elements per 16-byte vector */
+  constexpr int VECS = D / VEC;                  /* vectors per key row */
+  constexpr int TPK = VECS < 32 ? VECS : 32;     /* THREADS_PER_KEY */
+  constexpr int NVEC = VECS / TPK;               /* vectors per thread */
+  constexpr int ELEMS = NVEC * VEC;              /* elements per thread */
+  constexpr int KG = FD_SPLIT_THREADS / TPK;     /* KEY_GROUPS */
+  constexpr int KT = fd_keys_per_tile<T, D>();   /* KEYS_PER_TILE */
+  constexpr int KPG = KT / KG;                   /* keys per key group per tile */
+  constexpr int NWARPS = FD_SPLIT_THREADS / 32;
+  constexpr int RPW = (NR + NWARPS - 1) / NWARPS; /* softmax rows per warp */
+  constexpr int SPL = (KT + 31) / 32;            /* scores per lane in the softmax */
+  constexpr int STAGES = FD_STAGES;
+  constexpr int RMAX = FD_ROWS_PER_PASS;
+  static_assert(VECS % TPK == 0 && FD_SPLIT_THREADS % TPK == 0, "thread mapping");
+  static_assert(KT % KG == 0 && (KT * VECS) % FD_SPLIT_THREADS == 0, "tile mapping");
+  static_assert(FD_MAX_KEYS_PER_TILE % KT == 0, "tiles must align with 64-key chunks");
+  static_assert(NR <= RMAX && NR <= TPK && (NR & (NR - 1)) == 0, "row mapping");
+  static_assert((size_t)KG * NR * D * sizeof(float) <= 2 * (size_t)STAGES * KT * D * sizeof(T),
+                "O merge buffer must fit in the K/V stages");
+
+  /* Carve-up; fd_split_smem_bytes sizes it. */
+  T *sK = reinterpret_cast<T *>(smem);                          /* [STAGES][KT][D] */
+  T *sV = sK + STAGES * KT * D;                                 /* [STAGES][KT][D] */
+  float *sS = reinterpret_cast<float *>(sV + STAGES * KT * D);  /* [KT][NR] scores, then p */
+  float *sAlpha = sS + KT * RMAX;                               /* [NR] */
+  float *sM = sAlpha + RMAX;                                    /* [NR] running max, base 2 */
+  float *sL = sM + RMAX;                                        /* [NR] running sum */
+  unsigned char *sValid = reinterpret_cast<unsigned char *>(sL + RMAX); /* [STAGES][KT] */
+  float *sRed = reinterpret_cast<float *>(smem); /* [KG][NR][D], after the last tile */
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int kg = tid / TPK; /* key group */
+  const int lt = tid % TPK; /* lane within the key group */
+  const int b = bp.b, hk = bp.hk, kv = bp.kv, begin = bp.begin, end = bp.end;
+  const int q_len = p.q_len;
+  const T *k_base = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const T *v_base = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+
+  /* Row (row0 + r) is token t = (row0 + r) % q_len and sees keys < kv - q_len + t + 1.
+   * pass_end: no row of the pass sees a key at or past it (those are not loaded);
+   * my_limit: keys the row this lane writes scores for sees, within the split. */
+  int t_max = 0;
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+    if (r < pass_rows) t_max = max(t_max, (row0 + r) % q_len);
+  const int pass_end = max(begin, min(end, kv - q_len + t_max + 1));
+  const int my_row = fd_scatter_row<NR>(lt); /* the row whose scores this lane writes */
+  int my_limit = begin;                      /* phantom rows see nothing */
+  if (my_row < pass_rows)
+    my_limit = max(begin, min(end, kv - q_len + (row0 + my_row) % q_len + 1));
+
+  /* q slices of the pass's rows, scaled into base-2 units; zero for phantom rows. */
+  float qf[NR][ELEMS];
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    if (r < pass_rows) {
+      const int row = row0 + r;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      const T *qp = static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
+                    (int64_t)t * p.q_strides[1] + h * p.q_strides[2];
+#pragma unroll
+      for (int v = 0; v < NVEC; v++) fd_load16_to_float(qp + (lt + TPK * v) * VEC, &qf[r][v * VEC]);
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++) qf[r][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++) qf[r][e] = 0.0f;
+    }
+  }
+  float o[NR][ELEMS];
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) o[r][e] = 0.0f;
+  float m_run[RPW], l_run[RPW]; /* rows warp + NWARPS * i; the same in every lane */
+#pragma unroll
+  for (int i = 0; i < RPW; i++) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.0f;
+  }
+
+  const int span = pass_end - begin;
+  const int num_tiles = span / KT + (span % KT != 0);
+
+  /* Prologue: tiles 0 .. STAGES-2 in flight (one commit group per tile, empty or not). */
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < num_tiles) {
+      const int key0 = begin + s * KT;
+      fd_load_tile<T, D>(p, k_base, v_base, sK + s * KT * D, sV + s * KT * D, sValid + s * KT, b,
+                         key0, min(KT, pass_end - key0));
+    }
+    fd_cp_async_commit();
+  }
+
+  for (int it = 0; it < num_tiles; it++) {
+    const int stage = it % STAGES;
+    const int key0 = begin + it * KT;
+    fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
+    __syncthreads();                 /* everyone's did; tile it-1 fully consumed */
+    {
+      const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
+      if (nt < num_tiles) {
+        const int ns = nt % STAGES;
+        const int nkey0 = begin + nt * KT;
+        fd_load_tile<T, D>(p, k_base, v_base, sK + ns * KT * D, sV + ns * KT * D,
+                           sValid + ns * KT, b, nkey0, min(KT, pass_end - nkey0));
+      }
+      fd_cp_async_commit();
+    }
+
+    /* 1. QK: scores of this key group's keys for all rows -> S. */
+    const T *tK = sK + stage * KT * D;
+    const unsigned char *tValid = sValid + stage * KT;
+#pragma unroll
+    for (int n = 0; n < KPG; n++) {
+      const int kl = kg + KG * n;
+      float kf[ELEMS];
+#pragma unroll
+      for (int v = 0; v < NVEC; v++) fd_load16_to_float(tK + kl * D + (lt + TPK * v) * VEC, &kf[v * VEC]);
+      float acc[NR];
+#pragma unroll
+      for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[r] = fmaf(qf[r][e], kf[e], acc[r]);
+      const float score = fd_reduce_scatter<NR, TPK>(acc, lt);
+      if (lt < NR) {
+        const bool visible = kl < my_limit - key0 && tValid[kl];
+        sS[kl * NR + my_row] = visible ? score : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    /* 2. Online softmax over the tile, one warp per row (phantom rows too: all
+     *    their scores are -inf, so they get p = 0 and alpha = 0). */
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+      const int r = warp + NWARPS * i;
+      if (r < NR) {
+        float s[SPL];
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < SPL; k++) {
+          const int c = lane + 32 * k;
+          s[k] = c < KT ? sS[c * NR + r] : -INFINITY;
+          tile_max = fmaxf(tile_max, s[k]);
+        }
+        tile_max = fd_warp_max(tile_max);
+        const float m_new = fmaxf(m_run[i], tile_max);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* no (-inf) - (-inf) */
+        const float alpha = exp2f(m_run[i] - m_use);
+        float psum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SPL; k++) {
+          const int c = lane + 32 * k;
+          if (c < KT) {
+            const float pk = exp2f(s[k] - m_use);
+            sS[c * NR + r] = pk;
+            psum += pk;
+          }
+        }
+        psum = fd_warp_sum(psum);
+        l_run[i] = l_run[i] * alpha + psum;
+        m_run[i] = m_new;
+        if (lane == 0) sAlpha[r] = alpha;
+      }
+    }
+    __syncthreads();
+
+    /* 3. PV: rescale O, then add p * v for this key group's keys. */
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float a = sAlpha[r];
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++) o[r][e] *= a;
+    }
+    const T *tV = sV + stage * KT * D;
+#pragma unroll
+    for (int n = 0; n < KPG; n++) {
+      const int kl = kg + KG * n;
+      float vf[ELEMS];
+#pragma unroll
+      for (int v = 0; v < NVEC; v++) fd_load16_to_float(tV + kl * D + (lt + TPK * v) * VEC, &vf[v * VEC]);
+      float pr[NR];
+      fd_load_rows<NR>(sS + kl * NR, pr);
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) o[r][e] = fmaf(pr[r], vf[e], o[r][e]);
+    }
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  __syncthreads();      /* K/V area free for the merge */
+
+  /* Epilogue: publish (m, l); key groups' O slices to sRed; sum in key-group order. */
+#pragma unroll
+  for (int i = 0; i < RPW; i++) {
+    const int r = warp + NWARPS * i;
+    if (lane == 0 && r < NR) {
+      sM[r] = m_run[i];
+      sL[r] = l_run[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+#pragma unroll
+    for (int v = 0; v < NVEC; v++) {
+      float *dst = sRed + (kg * NR + r) * D + (lt + TPK * v) * VEC;
+#pragma unroll
+      for (int e = 0; e < VEC; e += 4)
+        *reinterpret_cast<float4 *>(dst + e) =
+            make_float4(o[r][v * VEC + e], o[r][v * VEC + e + 1], o[r][v * VEC + e + 2],
+                        o[r][v * VEC + e + 3]);
+    }
+  }
+  __syncthreads();
+
+  const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
+  for (int item = tid; item < pass_rows * (D / 4); item += FD_SPLIT_THREADS) {
+    const int r = item / (D / 4);
+    const int d = (item % (D / 4)) * 4;
+    float4 acc = *reinterpret_cast<const float4 *>(sRed + r * D + d);
+#pragma unroll
+    for (int g = 1; g < KG; g++) {
+      const float4 x = *reinterpret_cast<const float4 *>(sRed + (g * NR + r) * D + d);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    if (p.num_splits > 1) {
+      float *dst = p.partial_o + ((prow_base + r) * p.num_splits + bp.split) * D + d;
+      *reinterpret_cast<float4 *>(dst) = acc;
+    } else {
+      const int row = row0 + r;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      const float l = sL[r];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
+               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
+      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    }
+  }
+  if (tid < pass_rows) {
+    const float m2 = sM[tid];
+    const float l = sL[tid];
+    const float ln2 = 0.69314718055994531f;
+    if (p.num_splits > 1) {
+      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + bp.split) * 2;
+      *reinterpret_cast<float2 *>(ml) = make_float2(m2 * ln2, l); /* -inf stays -inf */
+    } else if (p.lse) {
+      const int row = row0 + tid;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
+          l > 0.0f ? m2 * ln2 + logf(l) : -INFINITY;
+    }
+  }
+  __syncthreads(); /* sRed / sM / sL / the K/V stages are reused by the next pass */
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(FD_SPLIT_THREADS)
+    fd_split_kernel(const __grid_constant__ fd_kernel_params p) {
+  extern __shared__ __align__(16) unsigned char fd_smem[];
+
+  fd_block_pos bp;
+  bp.split = blockIdx.x;
+  bp.hk = blockIdx.y;
+  bp.b = blockIdx.z;
+  int kv = p.kv_len[bp.b];
+  bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  fd_split_range(bp.kv, p.chunk_len, p.num_splits, bp.split, &bp.begin, &bp.end);
+  if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
+
+  /* Block-uniform dispatch on the pass's row count, so the inner loops have no
+   * per-row branches (full instruction-level parallelism across rows). */
+  const int rows_total = p.group * p.q_len;
+  for (int row0 = 0; row0 < rows_total; row0 += FD_ROWS_PER_PASS) {
+    const int pass_rows = min(FD_ROWS_PER_PASS, rows_total - row0);
+    if (pass_rows > 4)
+      fd_split_pass<T, D, 8>(p, bp, row0, pass_rows, fd_smem);
+    else if (pass_rows > 2)
+      fd_split_pass<T, D, 4>(p, bp, row0, pass_rows, fd_smem);
+    else if (pass_rows > 1)
+      fd_split_pass<T, D, 2>(p, bp, row0, pass_rows, fd_smem);
+    else
+      fd_split_pass<T, D, 1>(p, bp, row0, pass_rows, fd_smem);
+  }
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  constexpr size_t smem = fd_split_smem_bytes<T, D>();
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        fd_split_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
+  fd_split_kernel<T, D><<<grid, FD_SPLIT_THREADS, smem, stream>>>(*p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t fd_split_launch_dim(const fd_kernel_params *p, cudaStream_t stream) {
+  switch (p->head_dim) {
+    case 64: return fd_split_launch_instance<T, 64>(p, stream);
+    case 128: return fd_split_launch_instance<T, 128>(p, stream);
+    case 256: return fd_split_launch_instance<T, 256>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream) {
+  switch (p->dtype) {
+    case FD_DTYPE_F32: return fd_split_launch_dim<float>(p, stream);
+    case FD_DTYPE_F16: return fd_split_launch_dim<__half>(p, stream);
+    case FD_DTYPE_BF16: return fd_split_launch_dim<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
