@@ -99,6 +99,11 @@ FD_API const char *fd_version(void);
 /* The library's FD_VERSION_NUMBER. */
 FD_API int fd_version_number(void);
 
+/* sizeof the public struct named `name` ("fd_problem", "fd_plan",
+ * "fd_tensors", "fd_error") as the library was built, 0 for another name.
+ * Lets bindings (ctypes, other languages) check their mirror of the layout. */
+FD_API size_t fd_struct_size(const char *name);
+
 /* ---- Status codes ------------------------------------------------------- */
 
 typedef enum fd_status {

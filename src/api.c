@@ -11,6 +11,15 @@ const char *fd_version(void) { return FD_VERSION_STRING; }
 
 int fd_version_number(void) { return FD_VERSION_NUMBER; }
 
+size_t fd_struct_size(const char *name) {
+  if (!name) return 0;
+  if (!strcmp(name, "fd_problem")) return sizeof(fd_problem);
+  if (!strcmp(name, "fd_plan")) return sizeof(fd_plan);
+  if (!strcmp(name, "fd_tensors")) return sizeof(fd_tensors);
+  if (!strcmp(name, "fd_error")) return sizeof(fd_error);
+  return 0;
+}
+
 size_t fd_dtype_size(fd_dtype dtype) {
   switch (dtype) {
     case FD_DTYPE_F32: return 4;

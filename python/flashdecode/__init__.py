@@ -1,0 +1,94 @@
+"""flashdecode — decode-phase attention by flash decoding (split-KV).
+
+A thin ctypes binding over libflashdecode's C API (include/flashdecode.h):
+no compiled extension, no torch headers, so one package serves every torch
+version (and numpy alone).
+
+    out = flashdecode.decode(q, k_cache, v_cache, kv_len)            # one call
+    plan = flashdecode.DecodePlan(batch=..., num_heads_q=..., ...)    # plan once,
+    plan.run(q, k_cache, v_cache, kv_len, out=out)                    # run per layer
+
+Tensors: torch (CPU or CUDA; custom op ``torch.ops.flashdecode.decode`` for
+torch.compile, capturable in CUDA graphs through DecodePlan), numpy on the
+CPU, other frameworks through DLPack.
+
+Algorithm: Flash-Decoding (Dao, Haziza, Massa, Sizov, 2023, "Flash-Decoding
+for long-context inference"), the online softmax of FlashAttention-2 (Dao,
+2023).
+
+The shared library is looked up in $FLASHDECODE_LIBRARY, then in this
+package's folder (where ``pip install`` puts it).
+"""
+import sys as _sys
+
+from . import _lib
+from ._api import decode
+from ._plan import DecodePlan
+from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOfMemoryError,
+                     UnsupportedError, WorkspaceTooSmallError)
+
+__version__ = _lib.VERSION_STRING
+library_path = _lib.library_path
+MAX_SPLITS = _lib.FD_MAX_SPLITS
+
+__all__ = [
+    "decode", "DecodePlan", "version", "backend_available", "num_splits_heuristic",
+    "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
+    "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS",
+]
+
+_BACKENDS = {"auto": _lib.FD_BACKEND_AUTO, "cpu": _lib.FD_BACKEND_CPU,
+             "cuda": _lib.FD_BACKEND_CUDA, "reference": _lib.FD_BACKEND_REFERENCE}
+
+
+def version():
+    """The loaded C library's version string (fd_version), e.g. '0.1.0'."""
+    return _lib.lib.fd_version().decode()
+
+
+def backend_available(backend):
+    """True when ``backend`` ('cpu', 'cuda', 'reference', 'auto') can run here.
+
+    'cuda' needs a library built with CUDA and a visible GPU of compute
+    capability 9.0 (device 0).
+    """
+    try:
+        value = _BACKENDS[backend]
+    except KeyError:
+        raise ValueError("backend: %r is not one of %s" % (backend, sorted(_BACKENDS))) from None
+    return bool(_lib.lib.fd_backend_available(value))
+
+
+def num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm):
+    """The automatic split count (fd_num_splits_heuristic), as a pure function.
+
+    Parameters
+    ----------
+    work_items : int
+        batch * num_heads_kv (blocks per split).
+    max_chunks : int
+        ceil(longest kv_len / chunk_len).
+    sm_count : int
+        Multiprocessors (CPU: threads).
+    blocks_per_sm : int
+        Blocks of the split kernel resident per multiprocessor.
+
+    Returns
+    -------
+    int
+        In [1, min(max_chunks, MAX_SPLITS)]: the smallest count whose wave
+        efficiency is within 85 % of the best (FlashAttention-2's
+        num_splits_heuristic).
+    """
+    return int(_lib.lib.fd_num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm))
+
+
+# torch already imported: register the custom ops now, so that the first call
+# inside torch.compile finds them (otherwise they register on first use).
+if _sys.modules.get("torch") is not None:
+    from ._api import load_torch_ops as _load_torch_ops
+
+    try:
+        _load_torch_ops()
+    except ImportError:  # torch too old: the numpy path still works; torch use says why
+        pass

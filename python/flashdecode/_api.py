@@ -1,0 +1,200 @@
+"""_api.py — flashdecode.decode: one call, planned from the tensors' shapes."""
+import numpy as np
+
+from . import _arrays, _core
+from ._tensors import describe, is_torch_tensor
+
+_torch_ops = None  # flashdecode._torch_ops once loaded
+
+
+def load_torch_ops():
+    """Import flashdecode._torch_ops (registers the torch custom ops); idempotent."""
+    global _torch_ops
+    if _torch_ops is None:
+        from . import _torch_ops as ops
+
+        _torch_ops = ops
+    return _torch_ops
+
+
+def _ops_for(x):
+    """flashdecode._torch_ops when x is a torch.Tensor, else None (never imports torch
+    for a numpy caller)."""
+    ops = _torch_ops
+    if ops is not None:
+        return ops if isinstance(x, ops.Tensor_) else None
+    return load_torch_ops() if is_torch_tensor(x) else None
+
+
+def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None, num_splits=0,
+           return_lse=False, out=None):
+    """Decode-phase attention over a KV cache, by flash decoding (split-KV).
+
+    For every sequence ``b``, query row ``t`` and query head ``h``, with
+    ``g = num_heads_q // num_heads_kv``, kv head ``h // g`` (MHA, GQA, MQA)
+    and ``n_t = kv_len[b] - q_len + t + 1`` visible keys (keys ``0 .. n_t-1``,
+    the causal mask of the last ``q_len`` positions)::
+
+        s_j = softmax_scale * q[b, t, h, :] . k[b, j, h // g, :]     j < n_t
+        lse[b, h, t] = log(sum_j exp(s_j))                          (natural log)
+        out[b, t, h, :] = sum_j exp(s_j - lse) * v[b, j, h // g, :]
+
+    A row that sees no key (``n_t <= 0``) gets ``out = 0`` and ``lse = -inf``.
+    The layouts are those of FlashAttention's ``flash_attn_with_kvcache``.
+
+    Parameters
+    ----------
+    q : torch.Tensor or numpy.ndarray, shape [batch, q_len, num_heads_q, head_dim]
+        float32, float16 or bfloat16. ``q_len`` is 1 for plain decoding, up
+        to 16 for a speculative-decoding verify step (the K/V of those q_len
+        tokens are already in the cache).
+    k_cache, v_cache : same kind and dtype as q
+        Contiguous cache: shape [batch, kv_capacity, num_heads_kv, head_dim]
+        (a [batch, num_heads_kv, kv_capacity, head_dim] buffer works too:
+        pass ``k.transpose(1, 2)``). Paged cache (``block_table`` given):
+        shape [num_pages, page_size, num_heads_kv, head_dim], page_size
+        1..256.
+    kv_len : int32 tensor/array, shape [batch]; or an int or a list of ints
+        Keys in the cache per sequence (``cache_seqlens``), the q_len new
+        tokens included; ``0 <= kv_len[b] <= kv_capacity``. Other integer
+        dtypes, host lists and a tensor on another device are converted (a
+        copy).
+    block_table : int32 tensor/array, shape [batch, max_pages_per_seq], optional
+        Paged caches only: key ``j`` of sequence ``b`` lives in page
+        ``block_table[b, j // page_size]`` at position ``j % page_size``.
+    softmax_scale : float, optional
+        Scale of the scores; default ``1 / sqrt(head_dim)``. Must be finite
+        and nonzero.
+    num_splits : int
+        Splits of the keys per (sequence, kv head): 0 = automatic (a wave-
+        quantisation heuristic), 1 = no split, N = N splits (clamped to the
+        64-key chunks of kv_capacity).
+    return_lse : bool
+        Also return the log-sum-exp of the scaled scores.
+    out : tensor/array like q, optional
+        Written in place and returned (may be strided; head_dim unit-stride).
+
+    Returns
+    -------
+    out : same kind, dtype and device as q, shape [batch, q_len, num_heads_q, head_dim]
+    lse : float32, shape [batch, num_heads_q, q_len]
+        Only when ``return_lse`` is True; natural log.
+
+    Raises
+    ------
+    TypeError
+        A dtype that is not float32/float16/bfloat16 (int32 for kv_len and
+        block_table), dtypes that differ between q, k_cache, v_cache and out,
+        or an argument that is not an array.
+    ValueError
+        Shapes that disagree, tensors on different devices, a head_dim
+        dimension that is not unit-stride, a negative or broadcast output
+        stride; and every FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
+        from the C library (e.g. q_len > 16, num_heads_q not a multiple of
+        num_heads_kv, a kv_len or page id out of range on the CPU, head_dim
+        not 64/128/256 on CUDA), raised as :class:`flashdecode.errors.
+        InvalidArgumentError` / :class:`~flashdecode.errors.UnsupportedError`
+        with the library's message.
+    MemoryError, RuntimeError
+        FD_STATUS_OUT_OF_MEMORY, FD_STATUS_BACKEND_ERROR (a CUDA failure).
+
+    Notes
+    -----
+    The keys of each (sequence, kv head) are cut into ``num_splits`` splits;
+    each runs the online softmax of FlashAttention-2 (Dao, 2023) over its
+    slice for all the query heads of the group and writes an unnormalised
+    fp32 partial with its running max and sum; a combine step merges them.
+    This is Flash-Decoding (Dao, Haziza, Massa, Sizov, 2023, "Flash-Decoding
+    for long-context inference"). Accumulation is in fp32.
+
+    CPU arrays run on the CPU backend (threads, synchronous). CUDA tensors run
+    on the CUDA backend (sm_90, H200) and are enqueued on
+    ``torch.cuda.current_stream()``; nothing synchronises with the host. On
+    CUDA, kv_len values are clamped to [0, kv_capacity] and out-of-range
+    page ids are skipped on the device; checking them is the caller's job.
+
+    For torch tensors this is the custom op ``torch.ops.flashdecode.decode``
+    (``flashdecode::decode_out`` when ``out`` is given), with a fake
+    implementation: ``torch.compile(fullgraph=True)`` traces it. Each call
+    plans from the shapes (plans are cached) and takes its workspace from
+    torch's caching allocator; to plan once per step and reuse a workspace
+    (CUDA graphs), use :class:`DecodePlan`.
+
+    Arrays of other frameworks (CuPy, JAX) are taken through DLPack without
+    a copy (CUDA ones through torch) and the results handed back to them.
+
+    Examples
+    --------
+    >>> import numpy as np, flashdecode
+    >>> q = np.random.randn(2, 1, 8, 64).astype(np.float32)
+    >>> k = np.random.randn(2, 100, 2, 64).astype(np.float32)
+    >>> v = np.random.randn(2, 100, 2, 64).astype(np.float32)
+    >>> out = flashdecode.decode(q, k, v, np.array([100, 37], dtype=np.int32))
+    >>> out.shape
+    (2, 1, 8, 64)
+    """
+    ops = _ops_for(q)
+    if ops is not None:
+        return ops.decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
+                          return_lse, out)
+    if isinstance(q, np.ndarray):
+        return _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale,
+                             num_splits, return_lse, out)
+    device = _arrays.foreign_device(q)
+    if device is None:
+        raise TypeError("q: expected a torch.Tensor or a numpy.ndarray (or an object with "
+                        "__dlpack__), got %s" % type(q).__name__)
+    conv = [_arrays.from_foreign(x, device) for x in (q, k_cache, v_cache, kv_len, block_table,
+                                                        out)]
+    result = decode(*conv[:4], block_table=conv[4], softmax_scale=softmax_scale,
+                    num_splits=num_splits, return_lse=return_lse, out=conv[5])
+    if return_lse:
+        res_out, lse = result
+        res_out = out if out is not None else _arrays.to_framework_of(res_out, q)
+        return res_out, _arrays.to_framework_of(lse, q)
+    return out if out is not None else _arrays.to_framework_of(result, q)
+
+
+def as_index_array(x, name, batch):
+    """kv_len / block_table as an int32 numpy array (a copy only if needed)."""
+    if isinstance(x, int) and not isinstance(x, bool) and batch is not None:
+        return np.full((batch,), x, dtype=np.int32)
+    if is_torch_tensor(x):
+        return x  # describe() reports its dtype/device if wrong
+    arr = np.asarray(x)
+    if arr.dtype != np.int32:
+        if arr.dtype.kind not in "iu":
+            raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))
+        arr = arr.astype(np.int32)
+    return np.ascontiguousarray(arr)
+
+
+def _writable(x, name):
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError("%s: the array is read-only" % name)
+
+
+def _numpy_workspace(nbytes):
+    buf = np.empty(nbytes, dtype=np.uint8)
+    return buf, buf.ctypes.data
+
+
+def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
+                  return_lse, out):
+    batch = q.shape[0] if q.ndim >= 1 else None
+    kv_len = as_index_array(kv_len, "kv_len", batch)
+    if block_table is not None:
+        block_table = as_index_array(block_table, "block_table", None)
+    scale = _core.resolve_scale(softmax_scale)
+    if out is None:
+        out = np.empty(q.shape, dtype=q.dtype)
+    _writable(out, "out")
+    lse = None
+    if return_lse and q.ndim == 4:
+        lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
+    _core.run_decode(describe(q, "q"), describe(k_cache, "k_cache"),
+                     describe(v_cache, "v_cache"), describe(kv_len, "kv_len"),
+                     None if block_table is None else describe(block_table, "block_table"),
+                     describe(out, "out"), None if lse is None else describe(lse, "lse"),
+                     scale, num_splits, _numpy_workspace, None)
+    return (out, lse) if return_lse else out

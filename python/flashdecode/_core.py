@@ -1,0 +1,152 @@
+"""_core.py — plans and runs through the C API, for any array kind.
+
+``make_plan`` fills an fd_problem and calls fd_plan_init; ``cached_plan``
+memoises it for decode(), which plans every call from the tensors' shapes.
+``run_decode`` checks one call's tensors, plans it and calls fd_run; the
+caller supplies the output buffers, a workspace allocator and the stream.
+"""
+import ctypes
+import functools
+
+from . import _lib
+from ._tensors import FD_DTYPE, check_call, fill_tensors
+
+_INT32_MAX = 2**31 - 1
+
+
+def parse_device(device, what="device"):
+    """('cpu', 0) or ('cuda', index) from 'cpu', 'cuda', 'cuda:N' (or torch.device)."""
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu", 0
+    if kind == "cuda":
+        if not index:
+            return "cuda", None
+        if index.isdigit():
+            return "cuda", int(index)
+    raise ValueError("%s: %r is not supported (expected 'cpu', 'cuda' or 'cuda:N')"
+                     % (what, text))
+
+
+def _int32(name, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(value.__index__())
+        except AttributeError:
+            raise TypeError("%s: expected an int, got %s" % (name, type(value).__name__)) from None
+    if not -_INT32_MAX - 1 <= value <= _INT32_MAX:
+        raise ValueError("%s: %d does not fit int32" % (name, value))
+    return value
+
+
+def resolve_scale(softmax_scale):
+    """None -> 0.0 (the C default, 1/sqrt(head_dim)); explicit 0 is refused."""
+    if softmax_scale is None:
+        return 0.0
+    scale = float(softmax_scale)
+    if scale == 0.0:
+        raise ValueError("softmax_scale: 0 is not supported (the C API reads 0 as 'default'); "
+                         "pass None for 1/sqrt(head_dim)")
+    return scale
+
+
+def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv, head_dim,
+              kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
+              num_threads=0, kv_len_hint=None):
+    """Call fd_plan_init; returns an FdPlan or raises the C library's error.
+
+    softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
+    sequence of ints or None.
+    """
+    p = _lib.FdProblem()
+    p.backend = backend
+    p.dtype = dtype
+    for name, value in (("batch", batch), ("q_len", q_len), ("num_heads_q", num_heads_q),
+                        ("num_heads_kv", num_heads_kv), ("head_dim", head_dim),
+                        ("kv_capacity", kv_capacity), ("page_size", page_size),
+                        ("max_pages_per_seq", max_pages_per_seq), ("num_pages", num_pages),
+                        ("num_splits", num_splits), ("num_threads", num_threads),
+                        ("device", device)):
+        setattr(p, name, _int32(name, value))
+    p.softmax_scale = softmax_scale  # the C library rejects a non-finite value
+    hint = None
+    if kv_len_hint is not None:
+        values = [_int32("kv_len_hint", v) for v in kv_len_hint]
+        if len(values) != batch:
+            raise ValueError("kv_len_hint: %d values, expected batch = %d" % (len(values), batch))
+        hint = (ctypes.c_int32 * len(values))(*values)
+        p.kv_len_hint = ctypes.cast(hint, ctypes.POINTER(ctypes.c_int32))
+    plan, err = _lib.FdPlan(), _lib.FdError()
+    status = _lib.lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(p), ctypes.byref(err))
+    _lib.check(status, err)
+    return plan
+
+
+@functools.lru_cache(maxsize=256)
+def cached_plan(key):
+    """make_plan for a hashable key (see plan_key); the FdPlan returned is shared: read only."""
+    fields = dict(key)
+    hint_max = fields.pop("hint_max")
+    if hint_max is not None:
+        fields["kv_len_hint"] = [hint_max] * fields["batch"]
+    return make_plan(**fields)
+
+
+def _backend_of(device):
+    kind, index = parse_device(device, "q")
+    if kind == "cpu":
+        return _lib.FD_BACKEND_CPU, 0
+    return _lib.FD_BACKEND_CUDA, index or 0
+
+
+def _host_kv_len_max(kv_len, batch, capacity):
+    """Longest kv_len, read from host memory, clamped into [0, capacity]."""
+    values = (ctypes.c_int32 * batch).from_address(kv_len.ptr)
+    return min(max(max(values), 0), capacity)
+
+
+def plan_for_call(g, kv_len, softmax_scale, num_splits):
+    """The (cached) plan decode() uses for a call of Geometry g."""
+    backend, device = _backend_of(g.device)
+    hint_max = None
+    if backend == _lib.FD_BACKEND_CPU:
+        capacity = g.kv_capacity if not g.paged else g.max_pages_per_seq * g.page_size
+        hint_max = _host_kv_len_max(kv_len, g.batch, capacity)
+    key = (("backend", backend), ("device", device), ("dtype", FD_DTYPE[g.dtype]),
+           ("batch", g.batch), ("q_len", g.q_len), ("num_heads_q", g.num_heads_q),
+           ("num_heads_kv", g.num_heads_kv), ("head_dim", g.head_dim),
+           ("kv_capacity", g.kv_capacity), ("page_size", g.page_size),
+           ("max_pages_per_seq", g.max_pages_per_seq), ("num_pages", g.num_pages),
+           ("num_splits", num_splits), ("softmax_scale", softmax_scale),
+           ("hint_max", hint_max))
+    return cached_plan(key)
+
+
+def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):
+    """Call fd_run; raise the C library's error on failure."""
+    err = _lib.FdError()
+    status = _lib.lib.fd_run(ctypes.byref(plan), ctypes.byref(tensors), workspace_ptr,
+                             workspace_size, stream, ctypes.byref(err))
+    _lib.check(status, err)
+
+
+def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits,
+               alloc_workspace, stream):
+    """One decode() call on TensorInfos: check, plan, run.
+
+    out must be given (lse may be None). ``alloc_workspace(nbytes)`` returns
+    (buffer, address); the buffer is kept alive until fd_run returns (the C
+    call is stream-ordered on CUDA: torch's caching allocator keeps the
+    memory safe for work queued on the current stream). ``stream`` is a
+    cudaStream_t as an int, or None.
+    """
+    g = check_call(q, k, v, kv_len, block_table, out, lse)
+    plan = plan_for_call(g, kv_len, softmax_scale, _int32("num_splits", num_splits))
+    tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse)
+    buf, addr = (None, None)
+    if plan.workspace_size:
+        buf, addr = alloc_workspace(plan.workspace_size)
+    fd_run(plan, tensors, addr, plan.workspace_size, stream)
+    del buf
+    return g

@@ -1,0 +1,343 @@
+"""_plan.py — DecodePlan: plan once per decode step, run per layer."""
+import ctypes
+import sys
+
+import numpy as np
+
+from . import _arrays, _core, _lib
+from ._tensors import FD_DTYPE, check_call, describe, fill_tensors, is_torch_tensor
+
+
+def _hint_list(kv_len_hint):
+    if kv_len_hint is None:
+        return None
+    if is_torch_tensor(kv_len_hint):
+        return [int(v) for v in kv_len_hint.detach().cpu().tolist()]
+    return [int(v) for v in np.asarray(kv_len_hint).reshape(-1).tolist()]
+
+
+def _rows_of(info, rows, cols):
+    """A host int32 block table (TensorInfo) as a numpy view [rows, cols]."""
+    itemsize = 4
+    stride = info.strides[0] if rows > 1 else cols
+    n = (rows - 1) * stride + cols if rows else 0
+    flat = np.ctypeslib.as_array((ctypes.c_int32 * max(n, 1)).from_address(info.ptr))
+    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols),
+                                           strides=(stride * itemsize, itemsize))
+
+
+class DecodePlan:
+    """A plan for decode attention: split count and workspace, made once, run many times.
+
+    Plan once per decode step (or once for a CUDA graph, for ``kv_capacity``)
+    and call :meth:`run` for every layer. The plan holds the C library's
+    ``fd_plan`` (plain data) and a workspace of :attr:`workspace_size` bytes
+    allocated here: through torch (``torch.empty(workspace_size,
+    dtype=torch.uint8, device=device)``) for CUDA, and for the CPU when torch
+    is imported; through numpy otherwise.
+
+    Parameters (keyword only)
+    -------------------------
+    batch : int
+        Sequences, >= 1.
+    q_len : int
+        Query rows per sequence, 1..16 (default 1).
+    num_heads_q, num_heads_kv : int
+        Query and kv heads; num_heads_q a multiple of num_heads_kv.
+    head_dim : int
+        CPU: 1..256; CUDA: 64, 128 or 256.
+    dtype : torch.dtype, numpy dtype or str
+        Of q, k_cache, v_cache and out: float32/float16/bfloat16, or 'f32',
+        'f16', 'bf16'.
+    kv_capacity : int
+        The largest kv_len any run may see. Contiguous caches: required, at
+        most the cache's second dimension. Paged caches: optional, default
+        ``max_pages_per_seq * page_size``.
+    page_size : int
+        0 = contiguous cache [batch, capacity, num_heads_kv, head_dim];
+        1..256 = paged cache [num_pages, page_size, num_heads_kv, head_dim].
+    max_pages_per_seq : int
+        Paged: columns of block_table (>= 1).
+    num_pages : int
+        Paged: pages in the pool; block_table ids must be in [0, num_pages).
+        0 = unknown (the CPU run then checks ids against k_cache.shape[0]).
+    num_splits : int
+        0 = automatic, 1 = no split, N = N splits (clamped to the 64-key
+        chunks of kv_capacity).
+    softmax_scale : float, optional
+        Default ``1 / sqrt(head_dim)``; finite and nonzero.
+    device : str or torch.device
+        'cuda', 'cuda:N' (CUDA backend, sm_90) or 'cpu' (default 'cuda').
+    kv_len_hint : sequence of int, optional
+        [batch] lengths the next runs will see: the automatic split count is
+        then sized from them rather than kv_capacity. Runs stay correct for
+        any kv_len up to kv_capacity. A CUDA tensor is copied to the host here
+        (one synchronisation, at plan time only).
+    num_threads : int
+        CPU worker threads; 0 = all cores this process may use.
+    workspace : 1-D uint8 tensor/array, optional
+        Use this buffer (>= workspace_size bytes, on the plan's device)
+        instead of allocating one, e.g. to share one workspace between plans
+        that never run at the same time.
+
+    Attributes
+    ----------
+    num_splits : int
+        Splits per (sequence, kv head) the plan uses.
+    workspace_size : int
+        Bytes of workspace run() uses (0 when num_splits == 1).
+    backend : {'cpu', 'cuda'}
+    softmax_scale : float
+        The resolved scale.
+    kv_capacity : int
+        The resolved capacity.
+    workspace : torch.Tensor, numpy.ndarray or None
+
+    Raises
+    ------
+    ValueError
+        The C library's FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
+        message (e.g. CUDA not built in or no sm_90 GPU, head_dim not
+        supported), or a device that is not 'cpu'/'cuda'.
+    TypeError
+        An unsupported dtype.
+
+    Notes
+    -----
+    Flash-Decoding (Dao, Haziza, Massa, Sizov, 2023) with the online softmax
+    of FlashAttention-2 (Dao, 2023); see :func:`flashdecode.decode`. The split
+    boundaries are computed at run time from the kv_len the call sees, so a
+    plan for kv_capacity serves every kv_len up to it.
+
+    Examples
+    --------
+    >>> plan = flashdecode.DecodePlan(batch=8, num_heads_q=32, num_heads_kv=8,
+    ...                               head_dim=128, dtype=torch.bfloat16,
+    ...                               kv_capacity=4096, device="cuda")
+    >>> for layer in range(32):                                 # doctest: +SKIP
+    ...     plan.run(q[layer], k_cache[layer], v_cache[layer], kv_len, out=out[layer])
+    """
+
+    def __init__(self, *, batch, q_len=1, num_heads_q, num_heads_kv, head_dim, dtype,
+                 kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
+                 num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
+                 num_threads=0, workspace=None):
+        kind, index = _core.parse_device(device)
+        if kind == "cuda" and index is None:
+            torch = sys.modules.get("torch")
+            use_torch = torch is not None and torch.cuda.is_available()
+            index = torch.cuda.current_device() if use_torch else 0
+        self._device = "cpu" if kind == "cpu" else "cuda:%d" % index
+        self._dtype = _arrays.dtype_name(dtype)
+        if kv_capacity is None:
+            if not page_size:
+                raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
+            kv_capacity = 0
+        self._plan = _core.make_plan(
+            backend=_lib.FD_BACKEND_CPU if kind == "cpu" else _lib.FD_BACKEND_CUDA,
+            device=index or 0, dtype=FD_DTYPE[self._dtype], batch=batch, q_len=q_len,
+            num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
+            kv_capacity=kv_capacity, page_size=page_size, max_pages_per_seq=max_pages_per_seq,
+            num_pages=num_pages, num_splits=num_splits,
+            softmax_scale=_core.resolve_scale(softmax_scale), num_threads=num_threads,
+            kv_len_hint=_hint_list(kv_len_hint))
+        self._problem = self._plan.problem
+        self._workspace, self._ws_addr = self._make_workspace(workspace)
+
+    # ---- workspace ----------------------------------------------------------------
+    def _make_workspace(self, workspace):
+        size = self._plan.workspace_size
+        if workspace is not None:
+            info = describe(workspace, "workspace")
+            if info.dtype != "uint8" or len(info.shape) != 1 or (
+                    info.shape[0] > 1 and info.strides[0] != 1):
+                raise TypeError("workspace: expected a contiguous 1-D uint8 buffer, got %s %s"
+                                % (info.dtype, info.shape))
+            if info.device != self._device:
+                raise ValueError("workspace: on %s, the plan runs on %s"
+                                 % (info.device, self._device))
+            if info.shape[0] < size:
+                raise ValueError("workspace: %d bytes, the plan needs %d" % (info.shape[0], size))
+            return workspace, info.ptr if size else None
+        if size == 0:
+            return None, None
+        if self._device != "cpu":
+            torch = _arrays.import_torch("DecodePlan on CUDA (to allocate its workspace; or "
+                                         "pass workspace=)")
+            buf = torch.empty(size, dtype=torch.uint8, device=self._device)
+            return buf, buf.data_ptr()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            buf = torch.empty(size, dtype=torch.uint8)
+            return buf, buf.data_ptr()
+        buf = np.empty(size, dtype=np.uint8)
+        return buf, buf.ctypes.data
+
+    # ---- attributes ----------------------------------------------------------------
+    @property
+    def num_splits(self):
+        """Splits per (sequence, kv head)."""
+        return int(self._plan.num_splits)
+
+    @property
+    def workspace_size(self):
+        """Bytes of workspace the plan needs (0 when num_splits == 1)."""
+        return int(self._plan.workspace_size)
+
+    @property
+    def workspace(self):
+        """The workspace buffer (torch.Tensor or numpy.ndarray), None when not needed."""
+        return self._workspace
+
+    @property
+    def backend(self):
+        """'cpu' or 'cuda'."""
+        return _lib.lib.fd_backend_name(self._plan.backend).decode()
+
+    @property
+    def device(self):
+        """'cpu' or 'cuda:N'."""
+        return self._device
+
+    @property
+    def dtype(self):
+        """'float32', 'float16' or 'bfloat16'."""
+        return self._dtype
+
+    @property
+    def softmax_scale(self):
+        return float(self._plan.softmax_scale)
+
+    @property
+    def kv_capacity(self):
+        return int(self._plan.kv_capacity)
+
+    @property
+    def chunk_len(self):
+        """Split boundaries are multiples of this many keys."""
+        return int(self._plan.chunk_len)
+
+    def __repr__(self):
+        p = self._problem
+        return ("DecodePlan(backend=%r, device=%r, dtype=%r, batch=%d, q_len=%d, num_heads_q=%d, "
+                "num_heads_kv=%d, head_dim=%d, kv_capacity=%d, page_size=%d, num_splits=%d, "
+                "workspace_size=%d)" % (self.backend, self._device, self._dtype, p.batch, p.q_len,
+                                        p.num_heads_q, p.num_heads_kv, p.head_dim,
+                                        self.kv_capacity, p.page_size, self.num_splits,
+                                        self.workspace_size))
+
+    # ---- run -----------------------------------------------------------------------
+    def _check_geometry(self, g, k, block_table, kv_len):
+        p = self._problem
+        if g.dtype != self._dtype:
+            raise TypeError("q: dtype %s, the plan was made for %s" % (g.dtype, self._dtype))
+        if g.device != self._device:
+            raise ValueError("q: on %s, the plan runs on %s" % (g.device, self._device))
+        want = (p.batch, p.q_len, p.num_heads_q, p.head_dim)
+        if (g.batch, g.q_len, g.num_heads_q, g.head_dim) != want:
+            raise ValueError("q: shape (%d, %d, %d, %d), the plan was made for %r"
+                             % (g.batch, g.q_len, g.num_heads_q, g.head_dim, want))
+        if g.num_heads_kv != p.num_heads_kv:
+            raise ValueError("k_cache: %d kv heads, the plan was made for %d"
+                             % (g.num_heads_kv, p.num_heads_kv))
+        if p.page_size == 0:
+            if g.paged:
+                raise ValueError("block_table: given, but the plan is for a contiguous cache")
+            if k.shape[1] < self._plan.kv_capacity:
+                raise ValueError("k_cache: capacity %d (dimension 1) is below the plan's "
+                                 "kv_capacity %d" % (k.shape[1], self._plan.kv_capacity))
+            return
+        if not g.paged:
+            raise ValueError("block_table: required, the plan is for a paged cache")
+        if g.page_size != p.page_size:
+            raise ValueError("k_cache: page_size %d (dimension 1), the plan was made for %d"
+                             % (g.page_size, p.page_size))
+        if g.max_pages_per_seq < p.max_pages_per_seq:
+            raise ValueError("block_table: %d columns, the plan needs max_pages_per_seq = %d"
+                             % (g.max_pages_per_seq, p.max_pages_per_seq))
+        if p.num_pages > 0:
+            if g.num_pages < p.num_pages:
+                raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
+                                 % (g.num_pages, p.num_pages))
+        elif self._device == "cpu":
+            self._check_page_ids(block_table, kv_len, g.num_pages)
+
+    def _check_page_ids(self, block_table, kv_len, num_pages):
+        """CPU, num_pages unknown to the plan: page ids against k_cache's pages."""
+        p = self._problem
+        lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len.ptr))
+        lens = np.clip(lens, 0, self._plan.kv_capacity)  # the C library reports bad kv_len
+        table = _rows_of(block_table, p.batch, p.max_pages_per_seq)
+        for b in range(p.batch):
+            ids = table[b, :(int(lens[b]) + p.page_size - 1) // p.page_size]
+            bad = np.nonzero((ids < 0) | (ids >= num_pages))[0]
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError("block_table[%d][%d]: page id %d is outside [0, %d) (the pages "
+                                 "of k_cache)" % (b, i, int(ids[i]), num_pages))
+
+    def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None):
+        """Run decode attention with this plan.
+
+        Parameters
+        ----------
+        q : tensor/array [batch, q_len, num_heads_q, head_dim], the plan's dtype and device
+        k_cache, v_cache : contiguous [batch, >= kv_capacity, num_heads_kv, head_dim] or
+            paged [>= num_pages, page_size, num_heads_kv, head_dim]
+        kv_len : int32 [batch], on the plan's device; 0 <= kv_len[b] <= kv_capacity
+        block_table : int32 [batch, >= max_pages_per_seq], paged plans only
+        out : like q, optional
+            Written in place (strided allowed; head_dim unit-stride); allocated
+            when None.
+        lse : float32 [batch, num_heads_q, q_len], optional
+            Written when given (natural log).
+
+        Returns
+        -------
+        out
+
+        Notes
+        -----
+        On CUDA the kernels are enqueued on ``torch.cuda.current_stream()``;
+        run() never synchronises, never reads kv_len or block_table on the
+        host, and allocates nothing when ``out`` is given, so it can be
+        captured in a CUDA graph and replayed after the contents of kv_len
+        (and block_table) change. The CPU backend runs synchronously and
+        checks kv_len and the page ids first.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`flashdecode.decode`, plus tensors that do not match the
+            plan (dtype, device, shapes).
+        """
+        foreign = None
+        if not _arrays.is_native(q):
+            dev = _arrays.foreign_device(q)
+            if dev is not None:
+                foreign, given_out = q, out
+                q, k_cache, v_cache, kv_len, block_table, out, lse = (
+                    _arrays.from_foreign(x, dev)
+                    for x in (q, k_cache, v_cache, kv_len, block_table, out, lse))
+        if out is None:
+            if is_torch_tensor(q):
+                out = q.new_empty(q.shape)
+            elif isinstance(q, np.ndarray):
+                out = np.empty(q.shape, dtype=q.dtype)
+        qi, ki, vi = describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache")
+        li = describe(kv_len, "kv_len")
+        bi = None if block_table is None else describe(block_table, "block_table")
+        oi = describe(out, "out")
+        ei = None if lse is None else describe(lse, "lse")
+        if oi.kind == "numpy" and not out.flags.writeable:
+            raise ValueError("out: the array is read-only")
+        g = check_call(qi, ki, vi, li, bi, oi, ei)
+        self._check_geometry(g, ki, bi, li)
+        tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei)
+        stream = None
+        if self._device != "cpu":  # (the C library switches to the plan's device itself)
+            stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
+        _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
+        if foreign is not None:
+            return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
+        return out

@@ -1,0 +1,285 @@
+"""_tensors.py — what the binding needs to know about an array, and the checks.
+
+``describe`` turns a torch.Tensor (real or fake) or a numpy.ndarray into a
+``TensorInfo``: shape, strides in elements, dtype name, device and (only when
+asked) the data pointer. ``check_call`` validates the tensors of one call
+against each other and returns their ``Geometry``; it reads metadata only, so
+torch.compile's fake implementation runs it too.
+
+The checks here are the ones the C library cannot make (it sees pointers and
+strides, not shapes or dtypes): dtype and device agreement, shapes that agree
+between tensors, unit-stride head_dim, strides the C API cannot express.
+Value checks on the scalars (q_len range, head counts, head_dim, capacities)
+are left to the C library so that its message is the one raised.
+"""
+import sys
+
+import numpy as np
+
+from . import _lib
+
+# dtype names used throughout the binding
+F32, F16, BF16, I32 = "float32", "float16", "bfloat16", "int32"
+FD_DTYPE = {F32: _lib.FD_DTYPE_F32, F16: _lib.FD_DTYPE_F16, BF16: _lib.FD_DTYPE_BF16}
+_ITEMSIZE = {F32: 4, F16: 2, BF16: 2, I32: 4}
+
+
+class TensorInfo:
+    """Metadata of one array argument.
+
+    Attributes
+    ----------
+    obj : torch.Tensor or numpy.ndarray
+    kind : {'torch', 'numpy'}
+    shape : tuple of int
+    strides : tuple of int
+        In elements (not bytes).
+    dtype : str
+        'float32', 'float16', 'bfloat16', 'int32', or another dtype's name.
+    device : str
+        'cpu', 'cuda:N', or another device's name.
+    """
+
+    __slots__ = ("obj", "kind", "shape", "strides", "dtype", "device")
+
+    def __init__(self, obj, kind, shape, strides, dtype, device):
+        self.obj, self.kind, self.shape, self.strides = obj, kind, shape, strides
+        self.dtype, self.device = dtype, device
+
+    @property
+    def ptr(self):
+        """Address of element [0, ...] (a host or device address)."""
+        if self.kind == "torch":
+            return self.obj.data_ptr()
+        return self.obj.__array_interface__["data"][0]
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+_DTYPE_NAMES = {}  # torch / numpy dtype -> name (a cache: names are costly to build)
+
+
+def _torch_dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def _numpy_dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        if not dtype.isnative:
+            name = "non-native byte order " + dtype.str
+        else:
+            name = dtype.name  # 'bfloat16': ml_dtypes' numpy extension type (used by JAX)
+        _DTYPE_NAMES[dtype] = name
+    return name
+
+
+def describe(x, name):
+    """The TensorInfo of ``x``; TypeError for anything but a torch.Tensor or ndarray."""
+    if is_torch_tensor(x):
+        dev = x.device
+        device = dev.type if dev.index is None or dev.type == "cpu" else "%s:%d" % (dev.type,
+                                                                                  dev.index)
+        return TensorInfo(x, "torch", tuple(x.shape), tuple(x.stride()),
+                          _torch_dtype_name(x.dtype), device)
+    if isinstance(x, np.ndarray):
+        itemsize = x.dtype.itemsize
+        strides = []
+        for s in x.strides:
+            if s % itemsize:
+                raise ValueError("%s: byte stride %d is not a multiple of the element size %d "
+                                 "(an unaligned view); pass a copy" % (name, s, itemsize))
+            strides.append(s // itemsize)
+        return TensorInfo(x, "numpy", tuple(x.shape), tuple(strides),
+                          _numpy_dtype_name(x.dtype), "cpu")
+    raise TypeError("%s: expected a torch.Tensor or a numpy.ndarray (or an object with "
+                    "__dlpack__), got %s" % (name, type(x).__name__))
+
+
+class Geometry:
+    """The problem one call's tensors describe (all sizes in elements)."""
+
+    __slots__ = ("batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim", "dtype",
+                 "device", "paged", "kv_capacity", "page_size", "num_pages",
+                 "max_pages_per_seq")
+
+    def __repr__(self):
+        return "Geometry(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
+
+def _shape_str(shape):
+    return str(tuple(int(s) for s in shape))
+
+
+def _check_float(t, name, dtype=None):
+    if dtype is None:
+        if t.dtype not in FD_DTYPE:
+            raise TypeError("%s: dtype %s is not supported (float32, float16 or bfloat16)"
+                            % (name, t.dtype))
+    elif t.dtype != dtype:
+        raise TypeError("%s: dtype %s, expected %s (the dtype of q)" % (name, t.dtype, dtype))
+
+
+def _check_rank(t, name, ndim, layout):
+    if len(t.shape) != ndim:
+        raise ValueError("%s: expected %d dimensions %s, got shape %s"
+                         % (name, ndim, layout, _shape_str(t.shape)))
+
+
+def _check_device(t, name, device):
+    if t.device != device:
+        raise ValueError("%s: on device %s, but q is on %s (all tensors must be on one device)"
+                         % (name, t.device, device))
+
+
+def _check_rows(t, name, output):
+    """head_dim unit-stride; strides the C API can take for dims 0..2."""
+    shape, strides = t.shape, t.strides
+    if shape[3] > 1 and strides[3] != 1:
+        raise ValueError("%s: the head_dim dimension must be unit-stride (its stride is %d); "
+                         "pass a contiguous tensor" % (name, strides[3]))
+    for i in range(3):
+        if strides[i] < 0:
+            raise ValueError("%s: stride %d of dimension %d is negative; pass a copy"
+                             % (name, strides[i], i))
+        if output and strides[i] == 0 and shape[i] > 1:
+            raise ValueError("%s: dimension %d has stride 0 (a broadcast view), so rows would "
+                             "overlap; pass a tensor that owns its memory" % (name, i))
+    if all(shape[i] > 1 and strides[i] == 0 for i in range(3)):
+        raise ValueError("%s: strides of dimensions 0-2 are all zero (a broadcast view), which "
+                         "the C API reads as 'contiguous'; pass a copy" % name)
+
+
+def c_strides(t, dims):
+    """Strides of dims 0..dims-1 for the C API: size-1 dimensions get the
+    contiguous value, so that a real tensor never passes all-zero strides
+    (which the C API reads as 'contiguous')."""
+    shape, strides = t.shape, t.strides
+    out = list(strides[:dims])
+    for i in range(dims):
+        if shape[i] == 1:
+            n = 1
+            for s in shape[i + 1:]:
+                n *= s
+            out[i] = n or 1
+    return out
+
+
+def _check_index_vector(t, name, batch, device):
+    _check_rank(t, name, 1, "[batch]")
+    if t.dtype != I32:
+        raise TypeError("%s: dtype %s, expected int32" % (name, t.dtype))
+    if t.shape[0] != batch:
+        raise ValueError("%s: shape %s, expected (%d,) (batch of q)"
+                         % (name, _shape_str(t.shape), int(batch)))
+    if batch > 1 and t.strides[0] != 1:
+        raise ValueError("%s: must be contiguous (stride %d)" % (name, t.strides[0]))
+    _check_device(t, name, device)
+
+
+def check_call(q, k, v, kv_len, block_table, out, lse):
+    """Validate one call's TensorInfos (out and lse may be None) and return its Geometry.
+
+    Raises TypeError for a wrong dtype or argument type and ValueError for a
+    wrong shape, device or stride.
+    """
+    _check_rank(q, "q", 4, "[batch, q_len, num_heads_q, head_dim]")
+    _check_float(q, "q")
+    g = Geometry()
+    g.batch, g.q_len, g.num_heads_q, g.head_dim = (int(s) for s in q.shape)
+    g.dtype, g.device = q.dtype, q.device
+    if g.q_len == 0:
+        raise ValueError("q: q_len (dimension 1) is 0")
+    _check_rows(q, "q", output=False)
+    g.paged = block_table is not None
+    layout = ("[num_pages, page_size, num_heads_kv, head_dim]" if g.paged
+              else "[batch, kv_capacity, num_heads_kv, head_dim]")
+    for t, name in ((k, "k_cache"), (v, "v_cache")):
+        _check_rank(t, name, 4, layout)
+        _check_float(t, name, g.dtype)
+        _check_device(t, name, g.device)
+        _check_rows(t, name, output=False)
+    if k.shape != v.shape:
+        raise ValueError("v_cache: shape %s differs from k_cache's %s"
+                         % (_shape_str(v.shape), _shape_str(k.shape)))
+    if int(k.shape[3]) != g.head_dim:
+        raise ValueError("k_cache: head_dim %d differs from q's %d" % (int(k.shape[3]), g.head_dim))
+    g.num_heads_kv = int(k.shape[2])
+    _check_index_vector(kv_len, "kv_len", g.batch, g.device)
+    if g.paged:
+        _check_rank(block_table, "block_table", 2, "[batch, max_pages_per_seq]")
+        if block_table.dtype != I32:
+            raise TypeError("block_table: dtype %s, expected int32" % block_table.dtype)
+        if int(block_table.shape[0]) != g.batch:
+            raise ValueError("block_table: shape %s, expected batch %d rows"
+                             % (_shape_str(block_table.shape), g.batch))
+        if block_table.shape[1] > 1 and block_table.strides[1] != 1:
+            raise ValueError("block_table: its rows must be contiguous (column stride %d)"
+                             % block_table.strides[1])
+        if block_table.strides[0] < 0:
+            raise ValueError("block_table: negative row stride")
+        _check_device(block_table, "block_table", g.device)
+        g.num_pages, g.page_size = int(k.shape[0]), int(k.shape[1])
+        g.max_pages_per_seq = int(block_table.shape[1])
+        if g.num_pages == 0:
+            raise ValueError("k_cache: a paged cache with 0 pages")
+        g.kv_capacity = 0  # = max_pages_per_seq * page_size
+    else:
+        if int(k.shape[0]) != g.batch:
+            raise ValueError("k_cache: batch dimension %d differs from q's %d (for a paged "
+                             "cache pass block_table)" % (int(k.shape[0]), g.batch))
+        g.num_pages = g.page_size = g.max_pages_per_seq = 0
+        g.kv_capacity = int(k.shape[1])
+    if out is not None:
+        _check_rank(out, "out", 4, "[batch, q_len, num_heads_q, head_dim]")
+        _check_float(out, "out", g.dtype)
+        if tuple(out.shape) != tuple(q.shape):
+            raise ValueError("out: shape %s, expected %s (the shape of q)"
+                             % (_shape_str(out.shape), _shape_str(q.shape)))
+        _check_device(out, "out", g.device)
+        _check_rows(out, "out", output=True)
+    if lse is not None:
+        _check_rank(lse, "lse", 3, "[batch, num_heads_q, q_len]")
+        if lse.dtype != F32:
+            raise TypeError("lse: dtype %s, expected float32" % lse.dtype)
+        want = (g.batch, g.num_heads_q, g.q_len)
+        if tuple(int(s) for s in lse.shape) != want:
+            raise ValueError("lse: shape %s, expected %s" % (_shape_str(lse.shape),
+                                                            _shape_str(want)))
+        _check_device(lse, "lse", g.device)
+        for i in range(3):
+            if lse.strides[i] < 0 or (lse.strides[i] == 0 and lse.shape[i] > 1):
+                raise ValueError("lse: stride %d of dimension %d; lse must own its memory"
+                                 % (lse.strides[i], i))
+    return g
+
+
+def fill_tensors(q, k, v, kv_len, block_table, out, lse):
+    """The FdTensors struct of one call (TensorInfos; block_table and lse may be None)."""
+    t = _lib.FdTensors()
+    t.q = q.ptr
+    t.q_strides[:] = c_strides(q, 3)
+    t.k_cache = k.ptr
+    t.k_strides[:] = c_strides(k, 3)
+    t.v_cache = v.ptr
+    t.v_strides[:] = c_strides(v, 3)
+    t.kv_len = kv_len.ptr
+    if block_table is not None:
+        t.block_table = block_table.ptr
+        t.block_table_stride = c_strides(block_table, 1)[0]
+    t.out = out.ptr
+    t.out_strides[:] = c_strides(out, 3)
+    if lse is not None:
+        t.lse = lse.ptr
+        t.lse_strides[:] = c_strides(lse, 3)
+    return t

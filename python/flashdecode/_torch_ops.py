@@ -1,0 +1,151 @@
+"""_torch_ops.py — decode() for torch tensors, as torch custom ops.
+
+Loaded on first use with a torch.Tensor (or at ``import flashdecode`` when
+torch is already imported). Registers two ops with fake (meta)
+implementations, so torch.compile traces decode() without a graph break:
+
+  flashdecode::decode(q, k_cache, v_cache, kv_len, block_table?, softmax_scale,
+                      num_splits, return_lse) -> (out, lse)
+      allocates out [batch, q_len, num_heads_q, head_dim] and lse
+      [batch, num_heads_q, q_len] float32 (shape (0,) when return_lse is
+      False).
+  flashdecode::decode_out(q, k_cache, v_cache, kv_len, block_table?, out, lse?,
+                          softmax_scale, num_splits) -> ()
+      writes the caller's out (and lse); mutates_args = (out, lse).
+
+softmax_scale 0.0 means 1/sqrt(head_dim). CUDA work is enqueued on
+torch.cuda.current_stream() of the tensors' device; the workspace comes from
+torch's caching allocator on that stream.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _core
+from ._tensors import check_call, describe
+
+if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+    raise ImportError("flashdecode: the torch integration needs torch >= 2.4 "
+                      "(torch.library.custom_op); found torch %s" % torch.__version__)
+
+Tensor_ = Tensor  # for the dispatch check in flashdecode._api
+
+
+def _lse_shape(q):
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+def stream_of(device):
+    """cudaStream_t (int) of torch's current stream on ``device``; None on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.current_stream(device).cuda_stream
+    return None
+
+
+def alloc_workspace(device):
+    """A workspace allocator for _core.run_decode on ``device``."""
+
+    def alloc(nbytes):
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return buf, buf.data_ptr()
+
+    return alloc
+
+
+def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse):
+    return check_call(describe(q, "q"), describe(k_cache, "k_cache"),
+                      describe(v_cache, "v_cache"), describe(kv_len, "kv_len"),
+                      None if block_table is None else describe(block_table, "block_table"),
+                      None if out is None else describe(out, "out"),
+                      None if lse is None else describe(lse, "lse"))
+
+
+def run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits):
+    """decode() on real torch tensors into out (and lse)."""
+    infos = [describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache"),
+             describe(kv_len, "kv_len"),
+             None if block_table is None else describe(block_table, "block_table"),
+             describe(out, "out"), None if lse is None else describe(lse, "lse")]
+    # the C library switches to the plan's device itself (and back)
+    device = q.device
+    _core.run_decode(*infos, softmax_scale, num_splits, alloc_workspace(device),
+                     stream_of(device))
+
+
+@torch.library.custom_op("flashdecode::decode", mutates_args=())
+def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
+              block_table: Optional[Tensor], softmax_scale: float, num_splits: int,
+              return_lse: bool) -> Tuple[Tensor, Tensor]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse_shape = _lse_shape(q) if return_lse else (0,)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
+                softmax_scale, num_splits)
+    return out, lse
+
+
+@decode_op.register_fake
+def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
+                 return_lse):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(_lse_shape(q) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("flashdecode::decode_out", mutates_args=("out", "lse"))
+def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
+                  block_table: Optional[Tensor], out: Tensor, lse: Optional[Tensor],
+                  softmax_scale: float, num_splits: int) -> None:
+    run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits)
+
+
+@decode_out_op.register_fake
+def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale,
+                     num_splits):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse)
+
+
+def _as_index_tensor(x, name, q, batch_vector):
+    """kv_len / block_table as an int32 tensor on q's device (a copy only if needed)."""
+    if not isinstance(x, Tensor):
+        if batch_vector and isinstance(x, int) and not isinstance(x, bool):
+            return torch.full((q.shape[0],), x, dtype=torch.int32, device=q.device)
+        try:
+            return torch.as_tensor(x, dtype=torch.int32, device=q.device)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError("%s: expected an int32 tensor, got %s (%s)"
+                            % (name, type(x).__name__, exc)) from None
+    if x.dtype != torch.int32:
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))
+        x = x.to(torch.int32)
+    if x.device != q.device:
+        x = x.to(q.device)
+    if x.dim() >= 1 and x.shape[-1] > 1 and x.stride(-1) != 1:
+        x = x.contiguous()
+    return x
+
+
+def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, return_lse,
+           out):
+    """flashdecode.decode for torch tensors (see flashdecode.decode)."""
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError("%s: expected a torch.Tensor like q, got %s" % (name,
+                                                                            type(t).__name__))
+    kv_len = _as_index_tensor(kv_len, "kv_len", q, True)
+    if block_table is not None:
+        block_table = _as_index_tensor(block_table, "block_table", q, False)
+    scale = _core.resolve_scale(softmax_scale)
+    if out is None:
+        out, lse = torch.ops.flashdecode.decode(q, k_cache, v_cache, kv_len, block_table, scale,
+                                                int(num_splits), bool(return_lse))
+        return (out, lse) if return_lse else out
+    lse = None
+    if return_lse:
+        lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
+    torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
+                                     int(num_splits))
+    return (out, lse) if return_lse else out
