@@ -1,0 +1,105 @@
+/*
+ * grid_cases.c — the table of attention cases that test_grid (CPU) and
+ * test_gpu_grid (CUDA) run. Not the full cross product: a covering subset in
+ * which every listed value appears at least once, most with f32 (the strict
+ * tolerance) as well as a 16-bit dtype:
+ *   head_dim 8, 40, 64, 100, 128, 256 (CUDA: 8/40 -> 64, 100 -> 128)
+ *   dtype f32, f16, bf16;  GQA ratios 1, 2, 4, 8 and MQA 16:1
+ *   kv_len 0, 1, 63, 64, 65, 97, 4097, 4099, >= 32768; mixed lengths in a batch
+ *   q_len 1, 2, 4, 8, 16 (and q_len > kv_len: rows that see no key)
+ *   dense and paged caches (page_size 1, 16, 64, 256), contiguous and
+ *   non-contiguous layouts, num_splits 0, 1, 2, 7, 128, 1000 (> chunks),
+ *   with and without lse, large softmax_scale, automatic splits on many threads.
+ * The CPU grid runs in a few seconds on two cores.
+ */
+#include "harness.h"
+
+#define F32 FD_DTYPE_F32
+#define F16 FD_DTYPE_F16
+#define BF16 FD_DTYPE_BF16
+#define NONCONTIG FD_LAYOUT_NONCONTIG
+
+/* backend is filled in by fd_grid_cases. */
+static const fd_case grid[] = {
+    /* every dtype with every head_dim */
+    {.dtype = F32, .head_dim = 8, .num_heads_q = 1, .num_heads_kv = 1, .batch = 1, .kv_len = {1}, .q_len = 1, .with_lse = 1},
+    {.dtype = F16, .head_dim = 8, .num_heads_q = 2, .num_heads_kv = 1, .batch = 2, .kv_len = {63, 64}, .q_len = 1, .num_splits = 2, .kv_capacity_pad = 100},
+    {.dtype = BF16, .head_dim = 8, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {65}, .q_len = 2, .page_size = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 8, .batch = 2, .kv_len = {97, 64}, .q_len = 2, .num_splits = 2, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 1, .kv_len = {65}, .q_len = 1, .num_splits = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 3, .kv_len = {1, 63, 97}, .q_len = 1, .page_size = 16, .layout = NONCONTIG, .with_lse = 1},
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 1, 97}, .q_len = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 16, .num_heads_kv = 4, .batch = 2, .kv_len = {4099, 63}, .q_len = 2, .page_size = 64, .layout = NONCONTIG, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 3, .kv_len = {0, 1, 4097}, .q_len = 2, .page_size = 16, .layout = NONCONTIG, .num_splits = 7, .with_lse = 1},
+    {.dtype = F32, .head_dim = 256, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
+    {.dtype = F16, .head_dim = 256, .num_heads_q = 2, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 0}, .q_len = 1, .num_splits = 2, .with_lse = 1, .kv_capacity_pad = 200},
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 1, .batch = 2, .kv_len = {97, 65}, .q_len = 4, .num_splits = 2, .with_lse = 1, .check_splits = 1},
+    {.dtype = F32, .head_dim = 40, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {63}, .q_len = 8, .with_lse = 1},
+    {.dtype = F16, .head_dim = 40, .num_heads_q = 16, .num_heads_kv = 1, .batch = 2, .kv_len = {4099, 65}, .q_len = 1, .page_size = 64, .num_splits = 128, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 40, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {64, 1}, .q_len = 1, .page_size = 256, .layout = NONCONTIG, .num_splits = 1},
+    {.dtype = F32, .head_dim = 100, .num_heads_q = 8, .num_heads_kv = 4, .batch = 2, .kv_len = {97, 1}, .q_len = 2, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 100, .num_heads_q = 2, .num_heads_kv = 2, .batch = 1, .kv_len = {64}, .q_len = 1, .page_size = 1, .num_splits = 2, .kv_capacity_pad = 64},
+    {.dtype = BF16, .head_dim = 100, .num_heads_q = 8, .num_heads_kv = 8, .batch = 1, .kv_len = {97}, .q_len = 8, .layout = NONCONTIG, .with_lse = 1},
+    /* q_len > kv_len: rows that see no key in a non-empty sequence (the
+     * combine gets only empty states for them); a split that holds keys no
+     * row of the tile may see */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 3, .kv_len = {1, 2, 3}, .q_len = 4, .num_splits = 2, .with_lse = 1, .kv_capacity_pad = 100, .check_splits = 1},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {5, 130}, .q_len = 8, .page_size = 16, .layout = NONCONTIG, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    /* q_len 16, the maximum */
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 1, .kv_len = {97}, .q_len = 16, .page_size = 16, .num_splits = 7, .with_lse = 1},
+    /* more splits than chunks; 128 splits kept (130 chunks) */
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 4, .kv_len = {0, 63, 64, 65}, .q_len = 4, .layout = NONCONTIG, .num_splits = 1000, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 2, .kv_len = {4099, 8257}, .q_len = 1, .page_size = 64, .num_splits = 128, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
+    /* long sequences (>= 32768 keys): one head, head_dim 64 */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 1, .num_heads_kv = 1, .batch = 1, .kv_len = {32769}, .q_len = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 1, .num_heads_kv = 1, .batch = 1, .kv_len = {40000}, .q_len = 2, .page_size = 256, .layout = NONCONTIG, .num_splits = 128, .with_lse = 1},
+    /* automatic split count on many threads, and with spare capacity */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .num_threads = 16, .check_splits = 1, .check_determinism = 1},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 2000}, .q_len = 2, .with_lse = 1, .num_threads = 3, .kv_capacity_pad = 500},
+    /* large scores: the online softmax must subtract its running max */
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {97, 200}, .q_len = 1, .num_splits = 7, .with_lse = 1, .softmax_scale = 8.0f, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {1000}, .q_len = 1, .page_size = 16, .num_splits = 7, .with_lse = 1, .softmax_scale = 8.0f},
+    /* ragged batches */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 8, .kv_len = {0, 1, 63, 64, 65, 97, 128, 4099}, .q_len = 2, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_determinism = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 6, .kv_len = {1, 2, 3, 64, 300, 0}, .q_len = 1, .layout = NONCONTIG, .with_lse = 1, .kv_capacity_pad = 77},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 16, .num_heads_kv = 8, .batch = 1, .kv_len = {300}, .q_len = 4, .page_size = 64, .num_splits = 2, .with_lse = 1},
+};
+
+/* Cases only the GPU runs: long sequences with many heads, big ragged batches. */
+static const fd_case gpu_extra[] = {
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 1, .kv_len = {33768}, .q_len = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {65536, 33000}, .q_len = 2, .page_size = 256, .with_lse = 1},
+    {.dtype = F32, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 2, .batch = 4, .kv_len = {8191, 1, 4096, 7}, .q_len = 4, .page_size = 64, .layout = NONCONTIG, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 16,
+     .kv_len = {1, 17, 64, 65, 100, 255, 256, 257, 1000, 1023, 2048, 3000, 4099, 0, 5, 8191}, .q_len = 1, .page_size = 16, .with_lse = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 64, .num_heads_kv = 8, .batch = 16,
+     .kv_len = {5000, 3, 70, 129, 1, 0, 640, 2000, 4097, 33, 64, 127, 128, 2, 9000, 300}, .q_len = 2, .with_lse = 1, .kv_capacity_pad = 1000},
+};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
+  int n = 0;
+  for (int i = 0; i < COUNT(grid) && n < max; i++) {
+    fd_case c = grid[i];
+    c.backend = backend;
+    if (backend == FD_BACKEND_CUDA) {
+      /* CUDA supports head_dim 64, 128, 256 only. */
+      if (c.head_dim < 64) c.head_dim = 64;
+      else if (c.head_dim > 64 && c.head_dim < 128) c.head_dim = 128;
+      else if (c.head_dim > 128 && c.head_dim < 256) c.head_dim = 256;
+      c.num_threads = 0;
+      c.check_determinism = 1;
+    }
+    cases[n++] = c;
+  }
+  if (backend == FD_BACKEND_CUDA) {
+    for (int i = 0; i < COUNT(gpu_extra) && n < max; i++) {
+      fd_case c = gpu_extra[i];
+      c.backend = backend;
+      c.check_determinism = 1;
+      cases[n++] = c;
+    }
+  }
+  return n;
+}

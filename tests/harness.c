@@ -1,0 +1,962 @@
+/*
+ * harness.c — builds one case's tensors from a seeded RNG, runs fd_run on the
+ * case's backend and checks everything it wrote.
+ *
+ * WHAT IS CHECKED, EVERY CALL
+ *   - out (and lse) are poisoned with NaN before every call and the workspace
+ *     is filled with garbage (NaN bytes, then huge finite floats), so nothing
+ *     passes by leaving memory alone or by reading stale scratch.
+ *   - 64 guard bytes of a known pattern sit before and after out, lse and the
+ *     workspace; all must be intact. Padding elements inside out/lse (the
+ *     non-contiguous layouts) must still hold the poison bit pattern.
+ *   - The inputs (q, k, v, kv_len, block_table, guards included) hash the same
+ *     after the call.
+ *   - Cache positions past kv_len, unused pages of a paged pool and the unused
+ *     block_table columns (which point at unused pages) hold NaN: a backend
+ *     that reads a key it must not see produces NaN and fails.
+ *   - Rows that see no key: out exactly 0 and lse exactly -inf.
+ *   - NaN or Inf anywhere else never passes (comparisons are written so that
+ *     NaN fails them).
+ *
+ * TOLERANCE (out vs the float64 oracle fd_reference_f64), per output row
+ * (one (sequence, query row, query head), head_dim values):
+ *
+ *     max_i |ours - ref|  <=  K * max_i |plain - ref|  +  floor(dtype) * max_i |ref|
+ *
+ *   `plain` is a textbook attention in the same low precision, computed here
+ *   the way a framework does it without fused kernels: q * scale rounded to
+ *   the dtype, scores rounded to the dtype, softmax in float32 with the
+ *   probabilities rounded to the dtype, P.V accumulated in float32 and rounded
+ *   to the dtype (for f32 every step is float32). This is FlashAttention's
+ *   self-calibrating test bound: a fused kernel must be at most K = 2 times as
+ *   wrong as the naive low-precision computation, whatever the inputs make
+ *   that error. The fixed floor (relative to the row's largest |ref|) absorbs
+ *   the final rounding of out to the dtype and float32 accumulation:
+ *       f32 1e-5,   f16 1e-3,   bf16 8e-3.
+ *   The f32 cases are the strict ones (the plain error there is ~1e-7), so
+ *   every structural feature (paging, splits, strides, long kv) has f32 cases.
+ *
+ *   lse vs the oracle's lse: |ours - ref| <= tol * max(1, |ref|) with
+ *   tol = 1e-5 (f32) or 1e-4 (f16, bf16: allows kernels that score 16-bit
+ *   inputs with lower-precision instructions). lse needs no calibration:
+ *   it never passes through the output dtype.
+ *
+ *   "1 split vs N splits": the two outputs must agree within floor(dtype) *
+ *   max_i |ref| per row (no K term: both are ours), lse within the lse tol.
+ *   Determinism: two runs with the same plan give bitwise identical out and lse.
+ *
+ * SEEDS: fd_test_seed() reads FD_TEST_SEED, else takes the clock; each case
+ * draws from a seed mixed from it and the case's name, so one case reruns
+ * alone (FD_TEST_FILTER=<name>) with the same inputs.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "dtype.h"
+#include "gpu_mem.h"
+#include "harness.h"
+#include "internal.h"
+
+#define GUARD_BYTES 64
+#define K_PLAIN 2.0
+#define MAX_MESSAGES 12
+#define PI_D 3.14159265358979323846
+
+#ifndef FD_TEST_HAVE_CUDA
+/* Without CUDA no case can run on the device: the GPU test skips before. */
+int fd_gpu_malloc(void **ptr, size_t bytes) {
+  (void)bytes;
+  *ptr = NULL;
+  fprintf(stderr, "gpu_mem: built without CUDA\n");
+  return -1;
+}
+int fd_gpu_free(void *ptr) { return ptr ? -1 : 0; }
+int fd_gpu_upload(void *d, const void *s, size_t n) { return (void)d, (void)s, (void)n, -1; }
+int fd_gpu_download(void *d, const void *s, size_t n) { return (void)d, (void)s, (void)n, -1; }
+int fd_gpu_synchronize(void) { return -1; }
+#endif
+
+/* ---- Tolerances ------------------------------------------------------------ */
+
+static double out_floor(fd_dtype dtype) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return 1e-5;
+    case FD_DTYPE_F16: return 1e-3;
+    case FD_DTYPE_BF16: return 8e-3;
+  }
+  return 0.0;
+}
+
+static double lse_tol(fd_dtype dtype) { return dtype == FD_DTYPE_F32 ? 1e-5 : 1e-4; }
+
+/* ---- Random numbers (splitmix64) ------------------------------------------- */
+
+typedef struct rng {
+  uint64_t state;
+} rng;
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rng_next(rng *r) {
+  r->state += 0x9e3779b97f4a7c15ull;
+  return mix64(r->state);
+}
+
+/* Uniform in (0, 1), never 0 or 1. */
+static double rng_uniform(rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * 0x1.0p-53; }
+
+static double rng_normal(rng *r) {
+  double u1 = rng_uniform(r), u2 = rng_uniform(r);
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * PI_D * u2);
+}
+
+static uint64_t rng_below(rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; }
+
+static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t fd_test_seed(void) {
+  const char *env = getenv("FD_TEST_SEED");
+  if (env && *env) return strtoull(env, NULL, 0);
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  /* Keep it short enough to type: 32 bits of a mixed clock reading. */
+  return mix64((uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec) & 0xffffffffull;
+}
+
+/* ---- Names ------------------------------------------------------------------- */
+
+static const char *dtype_tag(fd_dtype dtype) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return "f32";
+    case FD_DTYPE_F16: return "f16";
+    case FD_DTYPE_BF16: return "bf16";
+  }
+  return "dtype?";
+}
+
+void fd_case_name(const fd_case *c, char *buf, size_t size) {
+  char kv[160] = "";
+  size_t used = 0;
+  for (int32_t b = 0; b < c->batch && b < FD_CASE_MAX_BATCH && used < sizeof kv; b++)
+    used += (size_t)snprintf(kv + used, sizeof kv - used, b ? ",%d" : "%d", c->kv_len[b]);
+  char cache[16];
+  if (c->page_size > 0)
+    snprintf(cache, sizeof cache, "paged%d", c->page_size);
+  else
+    snprintf(cache, sizeof cache, "dense");
+  int n = snprintf(buf, size, "%s/%s/d%d/h%d:%d/b%d/kv[%s]/q%d/%s/splits%d/%s/%s",
+                   fd_backend_name(c->backend), dtype_tag(c->dtype), c->head_dim, c->num_heads_q,
+                   c->num_heads_kv, c->batch, kv, c->q_len, cache, c->num_splits,
+                   c->layout == FD_LAYOUT_NONCONTIG ? "noncontig" : "contig",
+                   c->with_lse ? "lse" : "nolse");
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->softmax_scale != 0.0f)
+    n += snprintf(buf + n, size - (size_t)n, "/scale%g", (double)c->softmax_scale);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->num_threads > 0) n += snprintf(buf + n, size - (size_t)n, "/t%d", c->num_threads);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->kv_capacity_pad > 0) snprintf(buf + n, size - (size_t)n, "/cap+%d", c->kv_capacity_pad);
+}
+
+/* ---- Failure reporting --------------------------------------------------------- */
+
+typedef struct report {
+  const char *name;
+  uint64_t seed;
+  int fails;
+} report;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void fail_at(report *rep, const char *fmt, ...) {
+  rep->fails++;
+  if (rep->fails > MAX_MESSAGES) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stdout); /* keep cmocka's lines and ours in order */
+  fprintf(stderr, "FAIL %s (seed %llu): ", rep->name, (unsigned long long)rep->seed);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (rep->fails == MAX_MESSAGES) fprintf(stderr, "FAIL %s: further failures not printed\n", rep->name);
+}
+
+/* ---- Buffers with guard bytes, and their device mirrors ------------------------- */
+
+typedef struct buf {
+  unsigned char *alloc; /* GUARD | data (bytes) | GUARD */
+  unsigned char *data;
+  size_t bytes;
+  unsigned char *dev;   /* device copy of alloc (CUDA cases), else NULL */
+} buf;
+
+static unsigned char guard_byte(size_t i) { return (unsigned char)(0xa5u ^ (i * 29u)); }
+
+static size_t buf_total(const buf *b) { return 2 * GUARD_BYTES + b->bytes; }
+
+static int buf_init(buf *b, size_t bytes) {
+  memset(b, 0, sizeof *b);
+  if (bytes == 0) bytes = 16; /* a real pointer even for an empty tensor */
+  b->bytes = bytes;
+  size_t total = (buf_total(b) + 63) / 64 * 64;
+  b->alloc = aligned_alloc(64, total);
+  if (!b->alloc) return -1;
+  b->data = b->alloc + GUARD_BYTES;
+  for (size_t i = 0; i < GUARD_BYTES; i++) {
+    b->alloc[i] = guard_byte(i);
+    b->data[b->bytes + i] = guard_byte(i + GUARD_BYTES);
+  }
+  return 0;
+}
+
+static void buf_free(buf *b) {
+  free(b->alloc);
+  if (b->dev) fd_gpu_free(b->dev);
+  memset(b, 0, sizeof *b);
+}
+
+static int buf_guards_ok(const buf *b) {
+  for (size_t i = 0; i < GUARD_BYTES; i++)
+    if (b->alloc[i] != guard_byte(i) || b->data[b->bytes + i] != guard_byte(i + GUARD_BYTES))
+      return 0;
+  return 1;
+}
+
+/* The pointer a backend gets: device data for CUDA, else host data. */
+static void *buf_ptr(const buf *b) { return b->dev ? (void *)(b->dev + GUARD_BYTES) : (void *)b->data; }
+
+static int buf_upload(buf *b) {
+  if (!b->dev && fd_gpu_malloc((void **)&b->dev, buf_total(b))) return -1;
+  return fd_gpu_upload(b->dev, b->alloc, buf_total(b));
+}
+
+static int buf_download(buf *b) { return b->dev ? fd_gpu_download(b->alloc, b->dev, buf_total(b)) : 0; }
+
+static uint64_t buf_hash(const buf *b) { return fnv1a(b->alloc, buf_total(b), 0xcbf29ce484222325ull); }
+
+/* ---- Elements ------------------------------------------------------------------ */
+
+static double load(const void *base, fd_dtype dtype, int64_t i) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return ((const float *)base)[i];
+    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
+    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
+  }
+  return NAN;
+}
+
+static void store(void *base, fd_dtype dtype, int64_t i, float x) {
+  switch (dtype) {
+    case FD_DTYPE_F32: ((float *)base)[i] = x; break;
+    case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(x); break;
+    case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(x); break;
+  }
+}
+
+/* float32 value rounded to the dtype and back (plain low-precision model). */
+static float round_to(fd_dtype dtype, float x) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return x;
+    case FD_DTYPE_F16: return fd_f16_to_f32(fd_f32_to_f16(x));
+    case FD_DTYPE_BF16: return fd_bf16_to_f32(fd_f32_to_bf16(x));
+  }
+  return NAN;
+}
+
+/* Poison: quiet NaNs with a payload, so untouched elements are recognisable. */
+#define POISON_F32 0x7fc5a5a5u
+#define POISON_F16 0x7e5au
+#define POISON_BF16 0x7fc5u
+
+static void poison(void *base, fd_dtype dtype, size_t count) {
+  if (dtype == FD_DTYPE_F32) {
+    uint32_t *p = base;
+    for (size_t i = 0; i < count; i++) p[i] = POISON_F32;
+  } else {
+    uint16_t *p = base;
+    uint16_t v = dtype == FD_DTYPE_F16 ? POISON_F16 : POISON_BF16;
+    for (size_t i = 0; i < count; i++) p[i] = v;
+  }
+}
+
+static int is_poison(const void *base, fd_dtype dtype, int64_t i) {
+  if (dtype == FD_DTYPE_F32) return ((const uint32_t *)base)[i] == POISON_F32;
+  return ((const uint16_t *)base)[i] == (dtype == FD_DTYPE_F16 ? POISON_F16 : POISON_BF16);
+}
+
+/* ---- A case's tensors ------------------------------------------------------------ */
+
+typedef struct setup {
+  const fd_case *c;
+  fd_problem problem;
+  int32_t kv_capacity, max_pages, num_pages, longest;
+  int64_t q_strides[3], k_strides[3], v_strides[3], out_strides[3], lse_strides[3];
+  int64_t bt_stride;
+  int64_t out_elems, lse_elems;
+  size_t esize;
+  buf q, k, v, kv_len, bt, out, lse;
+} setup;
+
+static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t kv_offset(const setup *s, const int64_t strides[3], int32_t b, int32_t j, int32_t hk) {
+  const int32_t page_size = s->c->page_size;
+  if (page_size == 0) return b * strides[0] + (int64_t)j * strides[1] + hk * strides[2];
+  const int32_t *bt = (const int32_t *)s->bt.data;
+  int32_t page = bt[b * s->bt_stride + j / page_size];
+  return (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] + hk * strides[2];
+}
+
+static int64_t q_offset(const setup *s, int32_t b, int32_t t, int32_t h) {
+  return b * s->q_strides[0] + t * s->q_strides[1] + h * s->q_strides[2];
+}
+
+static int64_t out_offset(const setup *s, int32_t b, int32_t t, int32_t h) {
+  return b * s->out_strides[0] + t * s->out_strides[1] + h * s->out_strides[2];
+}
+
+static int64_t lse_offset(const setup *s, int32_t b, int32_t h, int32_t t) {
+  return b * s->lse_strides[0] + h * s->lse_strides[1] + t * s->lse_strides[2];
+}
+
+/* Strides of every tensor for the case's layout. */
+static void make_layout(setup *s) {
+  const fd_case *c = s->c;
+  const int64_t D = c->head_dim, Hq = c->num_heads_q, Hkv = c->num_heads_kv, T = c->q_len;
+  const int64_t rows = c->page_size > 0 ? c->page_size : s->kv_capacity; /* positions per block */
+  if (c->layout == FD_LAYOUT_CONTIG) {
+    int64_t q3[3] = {T * Hq * D, Hq * D, D}, kv3[3] = {rows * Hkv * D, Hkv * D, D};
+    int64_t l3[3] = {Hq * T, T, 1};
+    memcpy(s->q_strides, q3, sizeof q3);
+    memcpy(s->out_strides, q3, sizeof q3);
+    memcpy(s->k_strides, kv3, sizeof kv3);
+    memcpy(s->v_strides, kv3, sizeof kv3);
+    memcpy(s->lse_strides, l3, sizeof l3);
+    s->bt_stride = s->max_pages;
+  } else {
+    /* Pads are multiples of 8 elements: 16-byte multiples for every dtype. */
+    const int64_t Dp = D + 8, Dv = D + 16;
+    int64_t q3[3] = {Hq * (T * Dp + 8) + 16, Dp, T * Dp + 8};            /* [b, h, t, d] */
+    int64_t k3[3] = {Hkv * (rows * Dp + 8) + 8, Dp, rows * Dp + 8};      /* [b, h, pos, d] */
+    int64_t v3[3] = {rows * (Hkv * Dv + 8) + 24, Hkv * Dv + 8, Dv};      /* [b, pos, h, d] */
+    int64_t o3[3] = {T * (Hq * Dv + 8) + 8, Hq * Dv + 8, Dv};            /* [b, t, h, d] */
+    int64_t l3[3] = {T * Hq + 3, 1, Hq};                                 /* [b, t, h] */
+    memcpy(s->q_strides, q3, sizeof q3);
+    memcpy(s->k_strides, k3, sizeof k3);
+    memcpy(s->v_strides, v3, sizeof v3);
+    memcpy(s->out_strides, o3, sizeof o3);
+    memcpy(s->lse_strides, l3, sizeof l3);
+    s->bt_stride = s->max_pages + 3;
+  }
+}
+
+static void setup_free(setup *s) {
+  buf_free(&s->q);
+  buf_free(&s->k);
+  buf_free(&s->v);
+  buf_free(&s->kv_len);
+  buf_free(&s->bt);
+  buf_free(&s->out);
+  buf_free(&s->lse);
+}
+
+/* Builds every host tensor with random data; returns 0 or -1 (out of memory). */
+static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
+  memset(s, 0, sizeof *s);
+  s->c = c;
+  s->esize = fd_dtype_size(c->dtype);
+  rng r = {seed};
+  const int32_t B = c->batch, T = c->q_len, Hq = c->num_heads_q, Hkv = c->num_heads_kv;
+  const int32_t D = c->head_dim, P = c->page_size;
+
+  for (int32_t b = 0; b < B; b++)
+    if (c->kv_len[b] > s->longest) s->longest = c->kv_len[b];
+  s->kv_capacity = s->longest + c->kv_capacity_pad;
+  int64_t used_pages = 0;
+  if (P > 0) {
+    s->max_pages = (int32_t)ceil_div64(s->kv_capacity > 0 ? s->kv_capacity : 1, P);
+    for (int32_t b = 0; b < B; b++) used_pages += ceil_div64(c->kv_len[b], P);
+    s->num_pages = (int32_t)used_pages + 3; /* spare pages: NaN, pointed at by unused columns */
+  }
+  make_layout(s);
+
+  fd_problem *p = &s->problem;
+  p->backend = c->backend;
+  p->dtype = c->dtype;
+  p->batch = B;
+  p->q_len = T;
+  p->num_heads_q = Hq;
+  p->num_heads_kv = Hkv;
+  p->head_dim = D;
+  p->kv_capacity = s->kv_capacity;
+  p->page_size = P;
+  p->max_pages_per_seq = s->max_pages;
+  p->num_pages = s->num_pages;
+  p->num_splits = c->num_splits;
+  p->softmax_scale = c->softmax_scale;
+  p->num_threads = c->num_threads;
+
+  const int64_t blocks = P > 0 ? s->num_pages : B;
+  s->out_elems = B * s->out_strides[0];
+  s->lse_elems = B * s->lse_strides[0];
+  if (buf_init(&s->q, (size_t)(B * s->q_strides[0]) * s->esize) ||
+      buf_init(&s->k, (size_t)(blocks * s->k_strides[0]) * s->esize) ||
+      buf_init(&s->v, (size_t)(blocks * s->v_strides[0]) * s->esize) ||
+      buf_init(&s->kv_len, (size_t)B * sizeof(int32_t)) ||
+      buf_init(&s->bt, (size_t)(P > 0 ? B * s->bt_stride : 1) * sizeof(int32_t)) ||
+      buf_init(&s->out, (size_t)s->out_elems * s->esize) ||
+      buf_init(&s->lse, (size_t)s->lse_elems * sizeof(float)))
+    return -1;
+
+  memcpy(s->kv_len.data, c->kv_len, (size_t)B * sizeof(int32_t));
+
+  /* Block table: a shuffled pool; unused columns point at spare (NaN) pages;
+   * row padding holds ids nobody may read. */
+  int32_t *bt = (int32_t *)s->bt.data;
+  if (P > 0) {
+    int32_t *perm = malloc((size_t)s->num_pages * sizeof *perm);
+    if (!perm) return -1;
+    for (int32_t i = 0; i < s->num_pages; i++) perm[i] = i;
+    for (int32_t i = s->num_pages - 1; i > 0; i--) {
+      int32_t j = (int32_t)rng_below(&r, (uint64_t)i + 1);
+      int32_t tmp = perm[i];
+      perm[i] = perm[j];
+      perm[j] = tmp;
+    }
+    int64_t next = 0;
+    for (int32_t b = 0; b < B; b++) {
+      int64_t used = ceil_div64(c->kv_len[b], P);
+      for (int64_t col = 0; col < s->bt_stride; col++) {
+        int32_t id;
+        if (col < used)
+          id = perm[next++];
+        else if (col < s->max_pages)
+          id = perm[used_pages + (int64_t)rng_below(&r, (uint64_t)(s->num_pages - used_pages))];
+        else
+          id = -12345;
+        bt[b * s->bt_stride + col] = id;
+      }
+    }
+    free(perm);
+  }
+
+  /* Every cache element NaN first; then the keys each sequence has. */
+  poison(s->k.data, c->dtype, s->k.bytes / s->esize);
+  poison(s->v.data, c->dtype, s->v.bytes / s->esize);
+  poison(s->q.data, c->dtype, s->q.bytes / s->esize);
+  for (int32_t b = 0; b < B; b++)
+    for (int32_t j = 0; j < c->kv_len[b]; j++)
+      for (int32_t hk = 0; hk < Hkv; hk++) {
+        int64_t ko = kv_offset(s, s->k_strides, b, j, hk), vo = kv_offset(s, s->v_strides, b, j, hk);
+        for (int32_t i = 0; i < D; i++) store(s->k.data, c->dtype, ko + i, (float)rng_normal(&r));
+        for (int32_t i = 0; i < D; i++) store(s->v.data, c->dtype, vo + i, (float)rng_normal(&r));
+      }
+  /* q with standard deviation 2: scores of std ~2, a peaked softmax. */
+  for (int32_t b = 0; b < B; b++)
+    for (int32_t t = 0; t < T; t++)
+      for (int32_t h = 0; h < Hq; h++) {
+        int64_t qo = q_offset(s, b, t, h);
+        for (int32_t i = 0; i < D; i++)
+          store(s->q.data, c->dtype, qo + i, (float)(2.0 * rng_normal(&r)));
+      }
+  return 0;
+}
+
+/* fd_tensors over the buffers: explicit strides, or all-zero ones (contiguous
+ * layout) when `defaults` is set. Device pointers for CUDA. */
+static fd_tensors make_tensors(const setup *s, int defaults) {
+  fd_tensors t;
+  memset(&t, 0, sizeof t);
+  t.q = buf_ptr(&s->q);
+  t.k_cache = buf_ptr(&s->k);
+  t.v_cache = buf_ptr(&s->v);
+  t.kv_len = buf_ptr(&s->kv_len);
+  t.block_table = s->c->page_size > 0 ? buf_ptr(&s->bt) : NULL;
+  t.out = buf_ptr(&s->out);
+  t.lse = s->c->with_lse ? buf_ptr(&s->lse) : NULL;
+  if (!defaults) {
+    memcpy(t.q_strides, s->q_strides, sizeof t.q_strides);
+    memcpy(t.k_strides, s->k_strides, sizeof t.k_strides);
+    memcpy(t.v_strides, s->v_strides, sizeof t.v_strides);
+    memcpy(t.out_strides, s->out_strides, sizeof t.out_strides);
+    memcpy(t.lse_strides, s->lse_strides, sizeof t.lse_strides);
+    t.block_table_stride = s->c->page_size > 0 ? s->bt_stride : 0;
+  }
+  return t;
+}
+
+/* Host tensors with explicit strides, for the oracle. */
+static fd_tensors host_tensors(const setup *s) {
+  fd_tensors t = make_tensors(s, 0);
+  t.q = s->q.data;
+  t.k_cache = s->k.data;
+  t.v_cache = s->v.data;
+  t.kv_len = (const int32_t *)s->kv_len.data;
+  t.block_table = s->c->page_size > 0 ? (const int32_t *)s->bt.data : NULL;
+  t.out = s->out.data;
+  t.lse = (float *)s->lse.data;
+  return t;
+}
+
+static int32_t visible_keys(const fd_case *c, int32_t b, int32_t t) {
+  return c->kv_len[b] - c->q_len + t + 1;
+}
+
+static size_t dense_index(const fd_case *c, int32_t b, int32_t t, int32_t h) {
+  return (((size_t)b * c->q_len + t) * c->num_heads_q + h) * c->head_dim;
+}
+
+static size_t lse_index(const fd_case *c, int32_t b, int32_t h, int32_t t) {
+  return ((size_t)b * c->num_heads_q + h) * c->q_len + t;
+}
+
+/* ---- The plain low-precision attention (the calibration baseline) -------------- */
+
+static int plain_attention(const setup *s, float scale, double *out /* dense [B][T][Hq][D] */) {
+  const fd_case *c = s->c;
+  const fd_dtype dt = c->dtype;
+  const int32_t D = c->head_dim, group = c->num_heads_q / c->num_heads_kv;
+  float *p = malloc((size_t)(s->longest > 0 ? s->longest : 1) * sizeof *p);
+  float qs[256], acc[256], kv[256];
+  if (!p) return -1;
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        double *o = out + dense_index(c, b, t, h);
+        const int32_t n = visible_keys(c, b, t), hk = h / group;
+        if (n <= 0) {
+          for (int32_t i = 0; i < D; i++) o[i] = 0.0;
+          continue;
+        }
+        const int64_t qo = q_offset(s, b, t, h);
+        for (int32_t i = 0; i < D; i++) qs[i] = round_to(dt, (float)load(s->q.data, dt, qo + i) * scale);
+        float m = -INFINITY;
+        for (int32_t j = 0; j < n; j++) {
+          const int64_t ko = kv_offset(s, s->k_strides, b, j, hk);
+          float dot = 0.0f;
+          for (int32_t i = 0; i < D; i++) dot += qs[i] * (float)load(s->k.data, dt, ko + i);
+          p[j] = round_to(dt, dot);
+          if (p[j] > m) m = p[j];
+        }
+        float l = 0.0f;
+        for (int32_t j = 0; j < n; j++) {
+          p[j] = expf(p[j] - m);
+          l += p[j];
+        }
+        for (int32_t i = 0; i < D; i++) acc[i] = 0.0f;
+        for (int32_t j = 0; j < n; j++) {
+          const float pj = round_to(dt, p[j] / l);
+          const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
+          for (int32_t i = 0; i < D; i++) kv[i] = (float)load(s->v.data, dt, vo + i);
+          for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
+        }
+        for (int32_t i = 0; i < D; i++) o[i] = round_to(dt, acc[i]);
+      }
+  free(p);
+  return 0;
+}
+
+/* ---- Reading back and checking ----------------------------------------------------- */
+
+/* out (strided, dtype) -> dense double; lse (strided) -> dense double. */
+static void read_back(const setup *s, double *out, double *lse) {
+  const fd_case *c = s->c;
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        const int64_t oo = out_offset(s, b, t, h);
+        double *o = out + dense_index(c, b, t, h);
+        for (int32_t i = 0; i < c->head_dim; i++) o[i] = load(s->out.data, c->dtype, oo + i);
+        if (c->with_lse) lse[lse_index(c, b, h, t)] = ((const float *)s->lse.data)[lse_offset(s, b, h, t)];
+      }
+}
+
+/* Guards intact, padding still poisoned, for out, lse and the workspace. */
+static void check_memory(report *rep, const setup *s, const buf *ws, const char *run) {
+  const fd_case *c = s->c;
+  if (!buf_guards_ok(&s->out)) fail_at(rep, "%s: guard bytes around out overwritten", run);
+  if (!buf_guards_ok(&s->lse)) fail_at(rep, "%s: guard bytes around lse overwritten", run);
+  if (ws && !buf_guards_ok(ws)) fail_at(rep, "%s: guard bytes around the workspace overwritten", run);
+
+  /* Padding: every element that is not part of the logical tensor. */
+  unsigned char *mark = calloc((size_t)(s->out_elems + s->lse_elems), 1);
+  if (!mark) {
+    fail_at(rep, "%s: out of memory checking padding", run);
+    return;
+  }
+  unsigned char *lmark = mark + s->out_elems;
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        memset(mark + out_offset(s, b, t, h), 1, (size_t)c->head_dim);
+        lmark[lse_offset(s, b, h, t)] = 1;
+      }
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < s->out_elems; i++)
+    if (!mark[i] && !is_poison(s->out.data, c->dtype, i) && bad++ == 0) first = i;
+  if (bad) fail_at(rep, "%s: %lld padding elements of out written (first at element %lld)", run, (long long)bad, (long long)first);
+  bad = 0;
+  for (int64_t i = 0; i < s->lse_elems; i++) {
+    int untouched = ((const uint32_t *)s->lse.data)[i] == POISON_F32;
+    if ((!lmark[i] || !c->with_lse) && !untouched && bad++ == 0) first = i;
+  }
+  if (bad)
+    fail_at(rep, "%s: %lld lse elements written that are padding%s (first at element %lld)", run,
+            (long long)bad, c->with_lse ? "" : " (lse was NULL)", (long long)first);
+  free(mark);
+}
+
+/* ours vs the oracle, with the calibrated bound; rows that see no key exact. */
+static void check_out(report *rep, const fd_case *c, const double *ours, const double *ref,
+                      const double *plain, const char *run) {
+  const double floor_rel = out_floor(c->dtype);
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        const size_t at = dense_index(c, b, t, h);
+        const double *o = ours + at, *r = ref + at, *pl = plain + at;
+        if (visible_keys(c, b, t) <= 0) {
+          for (int32_t i = 0; i < c->head_dim; i++)
+            if (!(o[i] == 0.0)) {
+              fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d] = %g, a row that sees no key must be 0", run, b, t, h, i, o[i]);
+              break;
+            }
+          continue;
+        }
+        double err = 0.0, err_plain = 0.0, ref_max = 0.0;
+        int32_t worst = 0, finite = 1;
+        for (int32_t i = 0; i < c->head_dim; i++) {
+          if (!isfinite(o[i])) finite = 0;
+          if (!isfinite(r[i])) {
+            fail_at(rep, "%s: oracle out[b=%d,t=%d,h=%d][%d] = %g is not finite", run, b, t, h, i, r[i]);
+            return;
+          }
+          double e = fabs(o[i] - r[i]);
+          if (e > err) err = e, worst = i;
+          if (fabs(pl[i] - r[i]) > err_plain) err_plain = fabs(pl[i] - r[i]);
+          if (fabs(r[i]) > ref_max) ref_max = fabs(r[i]);
+        }
+        const double tol = K_PLAIN * err_plain + floor_rel * ref_max;
+        if (!finite) {
+          for (int32_t i = 0; i < c->head_dim; i++)
+            if (!isfinite(o[i])) {
+              fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d] = %g is not finite", run, b, t, h, i, o[i]);
+              break;
+            }
+        } else if (!(err <= tol)) {
+          fail_at(rep,
+                  "%s: out[b=%d,t=%d,h=%d][%d] = %.9g, oracle %.9g: error %.3g > tol %.3g "
+                  "(plain low-precision error %.3g, max|ref| %.3g)",
+                  run, b, t, h, worst, o[worst], r[worst], err, tol, err_plain, ref_max);
+        }
+      }
+}
+
+static void check_lse(report *rep, const fd_case *c, const double *ours, const double *ref, const char *run) {
+  const double tol = lse_tol(c->dtype);
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        const size_t at = lse_index(c, b, h, t);
+        const double o = ours[at], r = ref[at];
+        if (visible_keys(c, b, t) <= 0) {
+          if (!(isinf(o) && o < 0))
+            fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %g, a row that sees no key must be -inf", run, b, h, t, o);
+          continue;
+        }
+        const double bound = tol * fmax(1.0, fabs(r));
+        if (!isfinite(o) || !(fabs(o - r) <= bound))
+          fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %.9g, oracle %.9g: error %.3g > tol %.3g", run, b,
+                  h, t, o, r, fabs(o - r), bound);
+      }
+}
+
+/* Two of our own runs (1 split vs N splits): no K term. */
+static void check_agree(report *rep, const fd_case *c, const double *a, const double *b_out,
+                        const double *ref, const double *lse_a, const double *lse_b, const char *run) {
+  const double floor_rel = out_floor(c->dtype), ltol = lse_tol(c->dtype);
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++)
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        const size_t at = dense_index(c, b, t, h);
+        double ref_max = 0.0, diff = 0.0;
+        int32_t worst = 0;
+        for (int32_t i = 0; i < c->head_dim; i++) {
+          if (fabs(ref[at + i]) > ref_max) ref_max = fabs(ref[at + i]);
+          double d = fabs(a[at + i] - b_out[at + i]);
+          if (d > diff || isnan(d)) diff = d, worst = i;
+        }
+        if (!(diff <= floor_rel * ref_max) && !(visible_keys(c, b, t) <= 0 && diff == 0.0))
+          fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d]: %.9g vs %.9g, differ by %.3g > %.3g", run, b, t,
+                  h, worst, a[at + worst], b_out[at + worst], diff, floor_rel * ref_max);
+        if (c->with_lse) {
+          const size_t li = lse_index(c, b, h, t);
+          const double la = lse_a[li], lb = lse_b[li];
+          if (!(la == lb) && !(fabs(la - lb) <= ltol * fmax(1.0, fabs(la))))
+            fail_at(rep, "%s: lse[b=%d,h=%d,t=%d]: %.9g vs %.9g", run, b, h, t, la, lb);
+        }
+      }
+}
+
+/* ---- Running ------------------------------------------------------------------------- */
+
+typedef struct result {
+  double *out; /* dense [B][T][Hq][D] */
+  double *lse; /* dense [B][Hq][T] */
+  unsigned char *out_bytes, *lse_bytes; /* raw copies, for bitwise comparison */
+} result;
+
+static void result_free(result *r) {
+  free(r->out);
+  free(r->lse);
+  free(r->out_bytes);
+  free(r->lse_bytes);
+  memset(r, 0, sizeof *r);
+}
+
+/* One fd_run with poisoned outputs and a workspace full of `ws_fill` bytes;
+ * checks status and memory, reads the result back. Returns 0 when the run
+ * happened (its numbers still need checking). */
+static int run_once(report *rep, setup *s, const fd_plan *plan, unsigned char ws_fill,
+                    const char *run, result *res) {
+  const fd_case *c = s->c;
+  const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
+  res->out = malloc((out_n ? out_n : 1) * sizeof(double));
+  res->lse = malloc((lse_n ? lse_n : 1) * sizeof(double));
+  res->out_bytes = malloc(s->out.bytes);
+  res->lse_bytes = malloc(s->lse.bytes);
+  buf ws;
+  if (!res->out || !res->lse || !res->out_bytes || !res->lse_bytes ||
+      buf_init(&ws, plan->workspace_size)) {
+    fail_at(rep, "%s: out of memory", run);
+    return -1;
+  }
+  poison(s->out.data, c->dtype, s->out.bytes / s->esize);
+  poison(s->lse.data, FD_DTYPE_F32, s->lse.bytes / sizeof(float));
+  memset(ws.data, ws_fill, ws.bytes);
+  const int cuda = c->backend == FD_BACKEND_CUDA;
+  int rc = -1;
+  if (cuda && (buf_upload(&s->out) || buf_upload(&s->lse) || buf_upload(&ws))) {
+    fail_at(rep, "%s: device copy failed", run);
+    goto done;
+  }
+  fd_tensors t = make_tensors(s, c->layout == FD_LAYOUT_CONTIG);
+  void *wsp = plan->workspace_size ? buf_ptr(&ws) : NULL;
+  fd_error err;
+  memset(&err, 0, sizeof err);
+  fd_status st = fd_run(plan, &t, wsp, plan->workspace_size, NULL, &err);
+  if (st != FD_STATUS_OK) {
+    fail_at(rep, "%s: fd_run returned %s: %s", run, fd_status_name(st), err.message);
+    goto done;
+  }
+  if (cuda && (fd_gpu_synchronize() || buf_download(&s->out) || buf_download(&s->lse) || buf_download(&ws))) {
+    fail_at(rep, "%s: device synchronize or copy back failed (kernel error?)", run);
+    goto done;
+  }
+  check_memory(rep, s, &ws, run);
+  read_back(s, res->out, res->lse);
+  memcpy(res->out_bytes, s->out.data, s->out.bytes);
+  memcpy(res->lse_bytes, s->lse.data, s->lse.bytes);
+  rc = 0;
+done:
+  buf_free(&ws);
+  return rc;
+}
+
+static uint64_t inputs_hash(setup *s) {
+  if (s->c->backend == FD_BACKEND_CUDA) {
+    /* Compare the device copies: fetch them into the host buffers. */
+    if (buf_download(&s->q) || buf_download(&s->k) || buf_download(&s->v) ||
+        buf_download(&s->kv_len) || buf_download(&s->bt))
+      return 0;
+  }
+  uint64_t h = buf_hash(&s->q);
+  h = h * 31 + buf_hash(&s->k);
+  h = h * 31 + buf_hash(&s->v);
+  h = h * 31 + buf_hash(&s->kv_len);
+  return h * 31 + buf_hash(&s->bt);
+}
+
+static int plan_for(report *rep, const setup *s, fd_backend backend, int32_t num_splits, fd_plan *plan) {
+  fd_problem p = s->problem;
+  p.backend = backend;
+  p.num_splits = num_splits;
+  fd_error err;
+  fd_status st = fd_plan_init(plan, &p, &err);
+  if (st != FD_STATUS_OK) {
+    fail_at(rep, "fd_plan_init(%s, num_splits %d) returned %s: %s", fd_backend_name(backend),
+            num_splits, fd_status_name(st), err.message);
+    return -1;
+  }
+  return 0;
+}
+
+int fd_case_run(const fd_case *c, uint64_t seed) {
+  char name[320];
+  fd_case_name(c, name, sizeof name);
+  report rep = {name, seed, 0};
+  const uint64_t case_seed = mix64(seed ^ fnv1a(name, strlen(name), 0xcbf29ce484222325ull));
+
+  if (c->batch < 1 || c->batch > FD_CASE_MAX_BATCH || c->head_dim < 1 || c->head_dim > 256) {
+    fail_at(&rep, "bad case (batch 1..%d, head_dim 1..256)", FD_CASE_MAX_BATCH);
+    return rep.fails;
+  }
+  setup s;
+  result main_run = {0}, again = {0}, other = {0};
+  double *ref = NULL, *ref_lse = NULL, *plain = NULL;
+  if (setup_init(&s, c, case_seed)) {
+    fail_at(&rep, "out of memory building the tensors");
+    goto done;
+  }
+  fd_plan plan, ref_plan;
+  if (plan_for(&rep, &s, c->backend, c->num_splits, &plan) ||
+      plan_for(&rep, &s, FD_BACKEND_REFERENCE, 1, &ref_plan))
+    goto done;
+
+  /* An explicit split count is honoured, clamped to the chunks and FD_MAX_SPLITS. */
+  const int64_t chunks = s.kv_capacity > 0 ? ceil_div64(s.kv_capacity, plan.chunk_len) : 1;
+  if (plan.num_splits < 1 || plan.num_splits > FD_MAX_SPLITS || plan.num_splits > chunks)
+    fail_at(&rep, "plan.num_splits %d outside [1, min(%lld chunks, FD_MAX_SPLITS)]", plan.num_splits, (long long)chunks);
+  if (c->num_splits > 0) {
+    int64_t want = c->num_splits < chunks ? c->num_splits : chunks;
+    if (want > FD_MAX_SPLITS) want = FD_MAX_SPLITS;
+    if (plan.num_splits != want)
+      fail_at(&rep, "plan.num_splits %d, expected %lld (asked %d, %lld chunks)", plan.num_splits,
+              (long long)want, c->num_splits, (long long)chunks);
+  }
+
+  /* The oracle and the calibration baseline, on the host copies. */
+  const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
+  ref = malloc((out_n ? out_n : 1) * sizeof *ref);
+  ref_lse = malloc((lse_n ? lse_n : 1) * sizeof *ref_lse);
+  plain = malloc((out_n ? out_n : 1) * sizeof *plain);
+  if (!ref || !ref_lse || !plain || plain_attention(&s, plan.softmax_scale, plain)) {
+    fail_at(&rep, "out of memory for the oracle");
+    goto done;
+  }
+  fd_tensors host = host_tensors(&s);
+  fd_error err;
+  fd_status st = fd_reference_f64(&ref_plan, &host, ref, ref_lse, &err);
+  if (st != FD_STATUS_OK) {
+    fail_at(&rep, "fd_reference_f64 returned %s: %s", fd_status_name(st), err.message);
+    goto done;
+  }
+
+  if (c->backend == FD_BACKEND_CUDA &&
+      (buf_upload(&s.q) || buf_upload(&s.k) || buf_upload(&s.v) || buf_upload(&s.kv_len) || buf_upload(&s.bt))) {
+    fail_at(&rep, "device copy of the inputs failed");
+    goto done;
+  }
+  const uint64_t hash_before = inputs_hash(&s);
+
+  char run[64];
+  snprintf(run, sizeof run, "run (plan: %d splits)", plan.num_splits);
+  if (run_once(&rep, &s, &plan, 0xff, run, &main_run)) goto done;
+  check_out(&rep, c, main_run.out, ref, plain, run);
+  if (c->with_lse) check_lse(&rep, c, main_run.lse, ref_lse, run);
+
+  if (c->check_determinism) {
+    /* Same plan, workspace garbage now huge finite floats instead of NaN. */
+    if (run_once(&rep, &s, &plan, 0x7f, "second run", &again) == 0) {
+      if (memcmp(again.out_bytes, main_run.out_bytes, s.out.bytes) != 0)
+        fail_at(&rep, "second run: out is not bitwise identical to the first run's");
+      if (memcmp(again.lse_bytes, main_run.lse_bytes, s.lse.bytes) != 0)
+        fail_at(&rep, "second run: lse is not bitwise identical to the first run's");
+    }
+  }
+
+  if (c->check_splits) {
+    const int32_t alt = plan.num_splits > 1 ? 1 : 7;
+    fd_plan other_plan;
+    if (plan_for(&rep, &s, c->backend, alt, &other_plan) == 0) {
+      if (other_plan.num_splits == plan.num_splits) {
+        fail_at(&rep, "split check impossible: both plans have %d split(s) (kv_capacity %d)",
+                plan.num_splits, s.kv_capacity);
+      } else {
+        snprintf(run, sizeof run, "run (plan: %d splits)", other_plan.num_splits);
+        if (run_once(&rep, &s, &other_plan, 0xff, run, &other) == 0) {
+          check_out(&rep, c, other.out, ref, plain, run);
+          if (c->with_lse) check_lse(&rep, c, other.lse, ref_lse, run);
+          char what[96];
+          snprintf(what, sizeof what, "%d vs %d splits", plan.num_splits, other_plan.num_splits);
+          check_agree(&rep, c, main_run.out, other.out, ref, main_run.lse, other.lse, what);
+        }
+      }
+    }
+  }
+
+  if (inputs_hash(&s) != hash_before) fail_at(&rep, "the inputs (q, k, v, kv_len, block_table) changed");
+
+done:
+  result_free(&main_run);
+  result_free(&again);
+  result_free(&other);
+  free(ref);
+  free(ref_lse);
+  free(plain);
+  setup_free(&s);
+  return rep.fails;
+}
+
+/* ---- cmocka glue ------------------------------------------------------------------------ */
+
+typedef struct case_state {
+  const fd_case *c;
+  uint64_t seed;
+  char name[320];
+} case_state;
+
+static void run_case_test(void **state) {
+  const case_state *cs = *state;
+  int fails = fd_case_run(cs->c, cs->seed);
+  if (fails) {
+    print_error("reproduce: FD_TEST_SEED=%llu FD_TEST_FILTER='%s' <this binary>\n",
+                (unsigned long long)cs->seed, cs->name);
+    fail_msg("%d check(s) failed", fails);
+  }
+}
+
+int fd_run_case_group(const char *group, const fd_case *cases, int count) {
+  const uint64_t seed = fd_test_seed();
+  printf("%s: %d cases, FD_TEST_SEED=%llu\n", group, count, (unsigned long long)seed);
+  fflush(stdout);
+  case_state *states = calloc((size_t)count, sizeof *states);
+  struct CMUnitTest *tests = calloc((size_t)count, sizeof *tests);
+  if (!states || !tests) {
+    fprintf(stderr, "%s: out of memory\n", group);
+    return 1;
+  }
+  for (int i = 0; i < count; i++) {
+    states[i].c = &cases[i];
+    states[i].seed = seed;
+    fd_case_name(&cases[i], states[i].name, sizeof states[i].name);
+    tests[i].name = states[i].name;
+    tests[i].test_func = run_case_test;
+    tests[i].initial_state = &states[i];
+  }
+  const char *filter = getenv("FD_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
+  int failed = _cmocka_run_group_tests(group, tests, (size_t)count, NULL, NULL);
+  if (failed) printf("%s: FD_TEST_SEED=%llu reproduces these inputs\n", group, (unsigned long long)seed);
+  free(tests);
+  free(states);
+  return failed ? 1 : 0;
+}

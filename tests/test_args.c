@@ -1,0 +1,559 @@
+/*
+ * test_args.c — bad arguments: every public function returns the documented
+ * status with a non-empty message naming the argument, never crashes, and a
+ * rejected fd_run writes nothing (out and lse keep their NaN poison). Also
+ * status names, backend names, dtype sizes and the version macros.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flashdecode.h"
+#include "gpu_mem.h"
+
+/* ---- A small valid problem and its tensors (CPU, host memory) ------------------- */
+
+enum { B = 2, T = 1, HQ = 4, HKV = 2, D = 8, CAP = 256, PAGE = 64, PAGES = 4 };
+
+typedef struct fixture {
+  fd_problem problem;
+  fd_plan plan;
+  float q[B * T * HQ * D];
+  float k[B * CAP * HKV * D], v[B * CAP * HKV * D]; /* also a pool of 8 pages of 64 */
+  int32_t kv_len[B];
+  int32_t block_table[B * PAGES];
+  float out[B * T * HQ * D];
+  float lse[B * HQ * T];
+  unsigned char *workspace;
+  fd_tensors t;
+} fixture;
+
+static void poison_outputs(fixture *f) {
+  memset(f->out, 0xff, sizeof f->out);
+  memset(f->lse, 0xff, sizeof f->lse);
+}
+
+static int outputs_untouched(const fixture *f) {
+  const unsigned char *o = (const unsigned char *)f->out, *l = (const unsigned char *)f->lse;
+  for (size_t i = 0; i < sizeof f->out; i++)
+    if (o[i] != 0xff) return 0;
+  for (size_t i = 0; i < sizeof f->lse; i++)
+    if (l[i] != 0xff) return 0;
+  return 1;
+}
+
+/* backend CPU or REFERENCE; page_size 0 or PAGE; num_splits 2 (CPU) so the
+ * plan needs a workspace. */
+static fixture *make_fixture(fd_backend backend, int32_t page_size) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  fd_problem *p = &f->problem;
+  p->backend = backend;
+  p->dtype = FD_DTYPE_F32;
+  p->batch = B;
+  p->q_len = T;
+  p->num_heads_q = HQ;
+  p->num_heads_kv = HKV;
+  p->head_dim = D;
+  p->kv_capacity = CAP;
+  p->num_splits = 2;
+  p->num_threads = 1;
+  if (page_size) {
+    p->page_size = page_size;
+    p->max_pages_per_seq = PAGES;
+    p->num_pages = 2 * PAGES;
+  }
+  fd_error err;
+  fd_status st = fd_plan_init(&f->plan, p, &err);
+  if (st != FD_STATUS_OK) fail_msg("fd_plan_init: %s", err.message);
+  for (size_t i = 0; i < sizeof f->q / sizeof *f->q; i++) f->q[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+  for (size_t i = 0; i < sizeof f->k / sizeof *f->k; i++) {
+    f->k[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    f->v[i] = (float)((i * 3) % 17) / 17.0f - 0.5f;
+  }
+  f->kv_len[0] = 100;
+  f->kv_len[1] = CAP;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < PAGES; i++) f->block_table[b * PAGES + i] = b * PAGES + (PAGES - 1 - i);
+  f->workspace = malloc(f->plan.workspace_size ? f->plan.workspace_size : 1);
+  assert_non_null(f->workspace);
+  f->t.q = f->q;
+  f->t.k_cache = f->k;
+  f->t.v_cache = f->v;
+  f->t.kv_len = f->kv_len;
+  f->t.block_table = page_size ? f->block_table : NULL;
+  f->t.out = f->out;
+  f->t.lse = f->lse;
+  poison_outputs(f);
+  return f;
+}
+
+static void free_fixture(fixture *f) {
+  free(f->workspace);
+  free(f);
+}
+
+static fd_status run(fixture *f, fd_error *err) {
+  poison_outputs(f);
+  return fd_run(&f->plan, &f->t, f->workspace, f->plan.workspace_size, NULL, err);
+}
+
+/* The status is `want`, err carries it, and the message names `needle`. */
+static void expect_status(fd_status got, fd_status want, const fd_error *err, const char *needle,
+                          const char *what) {
+  if (got != want)
+    fail_msg("%s: returned %s, want %s (message: %s)", what, fd_status_name(got), fd_status_name(want),
+             err->message);
+  if (err->status != want) fail_msg("%s: err.status %s, want %s", what, fd_status_name(err->status), fd_status_name(want));
+  if (want == FD_STATUS_OK) return;
+  if (err->message[0] == '\0') fail_msg("%s: empty message", what);
+  if (strlen(err->message) >= sizeof err->message) fail_msg("%s: message not terminated", what);
+  if (needle && !strstr(err->message, needle))
+    fail_msg("%s: message \"%s\" does not name \"%s\"", what, err->message, needle);
+}
+
+/* ---- fd_plan_init ------------------------------------------------------------------ */
+
+static fd_problem valid_problem(void) {
+  fd_problem p;
+  memset(&p, 0, sizeof p);
+  p.backend = FD_BACKEND_CPU;
+  p.dtype = FD_DTYPE_BF16;
+  p.batch = 2;
+  p.num_heads_q = 8;
+  p.num_heads_kv = 2;
+  p.head_dim = 64;
+  p.kv_capacity = 1000;
+  return p;
+}
+
+static void test_plan_null(void **state) {
+  (void)state;
+  fd_problem p = valid_problem();
+  fd_plan plan;
+  fd_error err;
+  expect_status(fd_plan_init(NULL, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, "plan", "plan NULL");
+  expect_status(fd_plan_init(&plan, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "problem", "problem NULL");
+  assert_int_equal(fd_plan_init(NULL, &p, NULL), FD_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(fd_plan_init(&plan, NULL, NULL), FD_STATUS_INVALID_ARGUMENT);
+  /* And success clears a stale error. */
+  err.status = FD_STATUS_BACKEND_ERROR;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "valid problem");
+}
+
+typedef struct bad_problem {
+  const char *what;
+  const char *needle;
+  void (*mutate)(fd_problem *p);
+} bad_problem;
+
+static void m_dtype0(fd_problem *p) { p->dtype = (fd_dtype)0; }
+static void m_dtype9(fd_problem *p) { p->dtype = (fd_dtype)9; }
+static void m_backend9(fd_problem *p) { p->backend = (fd_backend)9; }
+static void m_batch0(fd_problem *p) { p->batch = 0; }
+static void m_batch_neg(fd_problem *p) { p->batch = -3; }
+static void m_q_len17(fd_problem *p) { p->q_len = 17; }
+static void m_q_len_neg(fd_problem *p) { p->q_len = -1; }
+static void m_hq0(fd_problem *p) { p->num_heads_q = 0; }
+static void m_hkv0(fd_problem *p) { p->num_heads_kv = 0; }
+static void m_heads_indivisible(fd_problem *p) { p->num_heads_q = 6, p->num_heads_kv = 4; }
+static void m_head_dim0(fd_problem *p) { p->head_dim = 0; }
+static void m_head_dim257(fd_problem *p) { p->head_dim = 257; }
+static void m_head_dim_neg(fd_problem *p) { p->head_dim = -64; }
+static void m_cap_neg(fd_problem *p) { p->kv_capacity = -1; }
+static void m_page257(fd_problem *p) { p->page_size = 257, p->max_pages_per_seq = 4; }
+static void m_page_neg(fd_problem *p) { p->page_size = -16; }
+static void m_max_pages0(fd_problem *p) { p->page_size = 16, p->max_pages_per_seq = 0; }
+static void m_cap_over_pages(fd_problem *p) { p->page_size = 16, p->max_pages_per_seq = 10, p->kv_capacity = 161; }
+static void m_num_pages_neg(fd_problem *p) { p->page_size = 16, p->max_pages_per_seq = 100, p->num_pages = -1; }
+static void m_splits_neg(fd_problem *p) { p->num_splits = -2; }
+static void m_scale_nan(fd_problem *p) { p->softmax_scale = NAN; }
+static void m_scale_inf(fd_problem *p) { p->softmax_scale = -INFINITY; }
+static void m_threads_neg(fd_problem *p) { p->num_threads = -1; }
+static void m_device_neg(fd_problem *p) { p->device = -1; }
+static void m_sm_neg(fd_problem *p) { p->sm_count = -8; }
+static const int32_t hint_neg[2] = {10, -1};
+static const int32_t hint_big[2] = {1001, 10};
+static void m_hint_neg(fd_problem *p) { p->kv_len_hint = hint_neg; }
+static void m_hint_big(fd_problem *p) { p->kv_len_hint = hint_big; }
+
+static void test_plan_bad_fields(void **state) {
+  (void)state;
+  const bad_problem cases[] = {
+      {"dtype 0", "dtype", m_dtype0},
+      {"dtype 9", "dtype", m_dtype9},
+      {"backend 9", "backend", m_backend9},
+      {"batch 0", "batch", m_batch0},
+      {"batch -3", "batch", m_batch_neg},
+      {"q_len 17", "q_len", m_q_len17},
+      {"q_len -1", "q_len", m_q_len_neg},
+      {"num_heads_q 0", "num_heads_q", m_hq0},
+      {"num_heads_kv 0", "num_heads_kv", m_hkv0},
+      {"heads 6:4", "num_heads", m_heads_indivisible},
+      {"head_dim 0", "head_dim", m_head_dim0},
+      {"head_dim 257", "head_dim", m_head_dim257},
+      {"head_dim -64", "head_dim", m_head_dim_neg},
+      {"kv_capacity -1", "kv_capacity", m_cap_neg},
+      {"page_size 257", "page_size", m_page257},
+      {"page_size -16", "page_size", m_page_neg},
+      {"max_pages_per_seq 0", "max_pages_per_seq", m_max_pages0},
+      {"kv_capacity over the pages", "kv_capacity", m_cap_over_pages},
+      {"num_pages -1", "num_pages", m_num_pages_neg},
+      {"num_splits -2", "num_splits", m_splits_neg},
+      {"softmax_scale NaN", "softmax_scale", m_scale_nan},
+      {"softmax_scale -inf", "softmax_scale", m_scale_inf},
+      {"num_threads -1", "num_threads", m_threads_neg},
+      {"device -1", "device", m_device_neg},
+      {"sm_count -8", "sm_count", m_sm_neg},
+      {"kv_len_hint -1", "kv_len_hint", m_hint_neg},
+      {"kv_len_hint > kv_capacity", "kv_len_hint", m_hint_big},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fd_problem p = valid_problem();
+    cases[i].mutate(&p);
+    fd_plan plan;
+    memset(&plan, 0x5a, sizeof plan);
+    fd_error err;
+    memset(&err, 0, sizeof err);
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, cases[i].needle, cases[i].what);
+    assert_int_equal(fd_plan_init(&plan, &p, NULL), FD_STATUS_INVALID_ARGUMENT);
+    /* A plan whose init failed cannot be run. */
+    fd_tensors t;
+    memset(&t, 0, sizeof t);
+    expect_status(fd_run(&plan, &t, NULL, 0, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "plan", cases[i].what);
+  }
+}
+
+/* Zero is "default" for q_len (1), kv_capacity of a paged cache (all pages). */
+static void test_plan_defaults(void **state) {
+  (void)state;
+  fd_problem p = valid_problem();
+  fd_plan plan;
+  fd_error err;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "q_len 0");
+  assert_int_equal(plan.problem.q_len, 1);
+  assert_true(fabsf(plan.softmax_scale - 0.125f) < 1e-7f);
+  p.page_size = 16;
+  p.max_pages_per_seq = 10;
+  p.kv_capacity = 0;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "paged, capacity 0");
+  assert_int_equal(plan.kv_capacity, 160);
+  p.softmax_scale = 0.5f;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "scale 0.5");
+  assert_true(plan.softmax_scale == 0.5f);
+}
+
+static void test_plan_cuda(void **state) {
+  (void)state;
+  fd_problem p = valid_problem();
+  p.backend = FD_BACKEND_CUDA;
+  fd_plan plan;
+  fd_error err;
+  if (!fd_backend_available(FD_BACKEND_CUDA)) {
+    /* Not built in, or no sm_90 device: UNSUPPORTED, naming the backend. */
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_UNSUPPORTED, &err, "backend", "CUDA without a GPU");
+    return;
+  }
+  const int32_t unsupported[] = {100, 32, 8, 96, 192};
+  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+    p.head_dim = unsupported[i];
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_UNSUPPORTED, &err, "head_dim", "CUDA head_dim");
+  }
+  const int32_t supported[] = {64, 128, 256};
+  for (size_t i = 0; i < 3; i++) {
+    p.head_dim = supported[i];
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "CUDA head_dim 64/128/256");
+  }
+  p.head_dim = 257;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, "head_dim", "CUDA head_dim 257");
+}
+
+/* ---- fd_run ------------------------------------------------------------------------- */
+
+static void test_run_null(void **state) {
+  (void)state;
+  fixture *f = make_fixture(FD_BACKEND_CPU, 0);
+  fd_error err;
+  expect_status(fd_run(NULL, &f->t, f->workspace, f->plan.workspace_size, NULL, &err),
+                FD_STATUS_INVALID_ARGUMENT, &err, "plan", "plan NULL");
+  expect_status(fd_run(&f->plan, NULL, f->workspace, f->plan.workspace_size, NULL, &err),
+                FD_STATUS_INVALID_ARGUMENT, &err, "tensors", "tensors NULL");
+  assert_int_equal(fd_run(NULL, NULL, NULL, 0, NULL, NULL), FD_STATUS_INVALID_ARGUMENT);
+
+  /* An uninitialised (zeroed) plan. */
+  fd_plan zero;
+  memset(&zero, 0, sizeof zero);
+  poison_outputs(f);
+  expect_status(fd_run(&zero, &f->t, f->workspace, f->plan.workspace_size, NULL, &err),
+                FD_STATUS_INVALID_ARGUMENT, &err, "plan", "zeroed plan");
+  assert_true(outputs_untouched(f));
+
+  struct {
+    const char *name;
+    const void **slot;
+  } ptrs[] = {
+      {"q", &f->t.q}, {"k_cache", &f->t.k_cache}, {"v_cache", &f->t.v_cache},
+      {"kv_len", (const void **)&f->t.kv_len}, {"out", (const void **)&f->t.out},
+  };
+  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) {
+    const void *saved = *ptrs[i].slot;
+    *ptrs[i].slot = NULL;
+    expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, ptrs[i].name, ptrs[i].name);
+    assert_int_equal(run(f, NULL), FD_STATUS_INVALID_ARGUMENT);
+    assert_true(outputs_untouched(f));
+    *ptrs[i].slot = saved;
+  }
+  /* lse is optional. */
+  f->t.lse = NULL;
+  expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, "lse NULL");
+  free_fixture(f);
+
+  /* A paged plan needs a block table. */
+  f = make_fixture(FD_BACKEND_CPU, PAGE);
+  f->t.block_table = NULL;
+  expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, "block_table", "block_table NULL");
+  assert_true(outputs_untouched(f));
+  free_fixture(f);
+}
+
+static void test_run_negative_strides(void **state) {
+  (void)state;
+  const char *names[] = {"q_strides", "k_strides", "v_strides", "out_strides", "lse_strides"};
+  for (int which = 0; which < 5; which++)
+    for (int dim = 0; dim < 3; dim++) {
+      fixture *f = make_fixture(FD_BACKEND_CPU, 0);
+      int64_t *s[] = {f->t.q_strides, f->t.k_strides, f->t.v_strides, f->t.out_strides, f->t.lse_strides};
+      /* Valid contiguous strides, then one negative. */
+      const int64_t q3[3] = {T * HQ * D, HQ * D, D}, kv3[3] = {CAP * HKV * D, HKV * D, D}, l3[3] = {HQ * T, T, 1};
+      memcpy(f->t.q_strides, q3, sizeof q3);
+      memcpy(f->t.out_strides, q3, sizeof q3);
+      memcpy(f->t.k_strides, kv3, sizeof kv3);
+      memcpy(f->t.v_strides, kv3, sizeof kv3);
+      memcpy(f->t.lse_strides, l3, sizeof l3);
+      fd_error err;
+      expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, "explicit contiguous strides");
+      s[which][dim] = -s[which][dim];
+      char what[64];
+      snprintf(what, sizeof what, "%s[%d] negative", names[which], dim);
+      expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, names[which], what);
+      assert_true(outputs_untouched(f));
+      free_fixture(f);
+    }
+  fixture *f = make_fixture(FD_BACKEND_CPU, PAGE);
+  f->t.block_table_stride = -PAGES;
+  fd_error err;
+  expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, "block_table_stride", "block_table_stride negative");
+  assert_true(outputs_untouched(f));
+  free_fixture(f);
+}
+
+static void test_run_workspace(void **state) {
+  (void)state;
+  fixture *f = make_fixture(FD_BACKEND_CPU, 0);
+  assert_true(f->plan.num_splits > 1);
+  assert_true(f->plan.workspace_size > 0);
+  fd_error err;
+  poison_outputs(f);
+  expect_status(fd_run(&f->plan, &f->t, f->workspace, f->plan.workspace_size - 1, NULL, &err),
+                FD_STATUS_WORKSPACE_TOO_SMALL, &err, "workspace", "workspace one byte short");
+  assert_true(outputs_untouched(f));
+  expect_status(fd_run(&f->plan, &f->t, NULL, f->plan.workspace_size, NULL, &err),
+                FD_STATUS_WORKSPACE_TOO_SMALL, &err, "workspace", "workspace NULL");
+  assert_true(outputs_untouched(f));
+  expect_status(fd_run(&f->plan, &f->t, f->workspace, 0, NULL, &err), FD_STATUS_WORKSPACE_TOO_SMALL, &err,
+                "workspace", "workspace size 0");
+  expect_status(fd_run(&f->plan, &f->t, f->workspace, f->plan.workspace_size, NULL, &err), FD_STATUS_OK, &err,
+                NULL, "exact workspace");
+  assert_false(outputs_untouched(f));
+  free_fixture(f);
+
+  /* One split: no workspace needed at all. */
+  f = make_fixture(FD_BACKEND_REFERENCE, 0);
+  assert_int_equal(f->plan.workspace_size, 0);
+  poison_outputs(f);
+  expect_status(fd_run(&f->plan, &f->t, NULL, 0, NULL, &err), FD_STATUS_OK, &err, NULL, "no workspace");
+  free_fixture(f);
+}
+
+/* CPU and reference check kv_len and block_table on the host; nothing written. */
+static void test_run_host_checks(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++) {
+    const int32_t bad_lens[] = {-1, CAP + 1, INT32_MIN, INT32_MAX};
+    for (int pi = 0; pi < 2; pi++) {
+      for (size_t i = 0; i < sizeof bad_lens / sizeof *bad_lens; i++) {
+        fixture *f = make_fixture(backends[bi], pi ? PAGE : 0);
+        f->kv_len[1] = bad_lens[i];
+        fd_error err;
+        char what[96];
+        snprintf(what, sizeof what, "%s %s kv_len %d", fd_backend_name(backends[bi]), pi ? "paged" : "dense",
+                 bad_lens[i]);
+        expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, "kv_len", what);
+        if (!outputs_untouched(f)) fail_msg("%s: out or lse written", what);
+        free_fixture(f);
+      }
+    }
+    /* Page ids outside [0, num_pages) in a column the sequence uses. */
+    const int32_t bad_ids[] = {-1, 2 * PAGES, INT32_MAX};
+    for (size_t i = 0; i < 3; i++) {
+      fixture *f = make_fixture(backends[bi], PAGE);
+      f->block_table[1] = bad_ids[i]; /* sequence 0, page 1: keys 64..127 < kv_len 100 */
+      fd_error err;
+      char what[96];
+      snprintf(what, sizeof what, "%s block_table id %d", fd_backend_name(backends[bi]), bad_ids[i]);
+      expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, "block_table", what);
+      if (!outputs_untouched(f)) fail_msg("%s: out or lse written", what);
+      free_fixture(f);
+    }
+    /* ... but an id in a column past kv_len is never looked at. */
+    fixture *f = make_fixture(backends[bi], PAGE);
+    f->block_table[3] = -1; /* sequence 0, page 3: keys 192.. >= kv_len 100 */
+    fd_error err;
+    expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, "unused block_table column");
+    free_fixture(f);
+  }
+}
+
+/* Rejected runs of the CUDA backend (only with a GPU). */
+static void test_run_cuda_alignment(void **state) {
+  (void)state;
+  if (!fd_backend_available(FD_BACKEND_CUDA)) {
+    print_message("CUDA backend not available: alignment checks not run\n");
+    skip();
+  }
+#ifdef FD_TEST_HAVE_CUDA
+  fd_problem p = valid_problem();
+  p.backend = FD_BACKEND_CUDA;
+  p.q_len = 1;
+  fd_plan plan;
+  fd_error err;
+  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "CUDA plan");
+  const size_t q_bytes = 2 * 8 * 64 * 2 + 64, kv_bytes = (size_t)2 * 1000 * 2 * 64 * 2 + 64;
+  unsigned char *q = NULL, *k = NULL, *v = NULL, *out = NULL, *ws = NULL;
+  int32_t *kv_len = NULL;
+  assert_int_equal(fd_gpu_malloc((void **)&q, q_bytes), 0);
+  assert_int_equal(fd_gpu_malloc((void **)&out, q_bytes), 0);
+  assert_int_equal(fd_gpu_malloc((void **)&k, kv_bytes), 0);
+  assert_int_equal(fd_gpu_malloc((void **)&v, kv_bytes), 0);
+  assert_int_equal(fd_gpu_malloc((void **)&kv_len, 2 * sizeof(int32_t)), 0);
+  assert_int_equal(fd_gpu_malloc((void **)&ws, plan.workspace_size + 64), 0);
+  fd_tensors t;
+  memset(&t, 0, sizeof t);
+  t.q = q + 2; /* 2-byte offset: misaligned */
+  t.k_cache = k;
+  t.v_cache = v;
+  t.kv_len = kv_len;
+  t.out = out;
+  expect_status(fd_run(&plan, &t, ws, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "q", "q misaligned");
+  t.q = q;
+  t.out = out + 2;
+  expect_status(fd_run(&plan, &t, ws, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "out", "out misaligned");
+  t.out = out;
+  t.k_strides[0] = 1000 * 2 * 64;
+  t.k_strides[1] = 2 * 64 + 4; /* 8 bytes: not a multiple of 16 */
+  t.k_strides[2] = 64;
+  expect_status(fd_run(&plan, &t, ws, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "k_cache", "k stride");
+  fd_gpu_free(q);
+  fd_gpu_free(out);
+  fd_gpu_free(k);
+  fd_gpu_free(v);
+  fd_gpu_free(kv_len);
+  fd_gpu_free(ws);
+#endif
+}
+
+/* fd_decode: plan errors and run errors pass through. */
+static void test_decode(void **state) {
+  (void)state;
+  fixture *f = make_fixture(FD_BACKEND_CPU, 0);
+  fd_error err;
+  expect_status(fd_decode(NULL, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "problem", "decode problem NULL");
+  expect_status(fd_decode(&f->problem, NULL, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "tensors", "decode tensors NULL");
+  fd_problem bad = f->problem;
+  bad.head_dim = 257;
+  expect_status(fd_decode(&bad, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "head_dim", "decode head_dim 257");
+  f->kv_len[0] = CAP + 5;
+  poison_outputs(f);
+  expect_status(fd_decode(&f->problem, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "kv_len", "decode kv_len");
+  assert_true(outputs_untouched(f));
+  f->kv_len[0] = 7;
+  expect_status(fd_decode(&f->problem, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode");
+  assert_false(outputs_untouched(f));
+  free_fixture(f);
+}
+
+/* ---- Names and versions ---------------------------------------------------------------- */
+
+static void test_status_names(void **state) {
+  (void)state;
+  assert_string_equal(fd_status_name(FD_STATUS_OK), "FD_STATUS_OK");
+  assert_string_equal(fd_status_name(FD_STATUS_INVALID_ARGUMENT), "FD_STATUS_INVALID_ARGUMENT");
+  assert_string_equal(fd_status_name(FD_STATUS_UNSUPPORTED), "FD_STATUS_UNSUPPORTED");
+  assert_string_equal(fd_status_name(FD_STATUS_WORKSPACE_TOO_SMALL), "FD_STATUS_WORKSPACE_TOO_SMALL");
+  assert_string_equal(fd_status_name(FD_STATUS_OUT_OF_MEMORY), "FD_STATUS_OUT_OF_MEMORY");
+  assert_string_equal(fd_status_name(FD_STATUS_BACKEND_ERROR), "FD_STATUS_BACKEND_ERROR");
+  assert_string_equal(fd_status_name((fd_status)6), "FD_STATUS_UNKNOWN");
+  assert_string_equal(fd_status_name((fd_status)99), "FD_STATUS_UNKNOWN");
+  assert_string_equal(fd_status_name((fd_status)-1), "FD_STATUS_UNKNOWN");
+}
+
+static void test_backend_and_dtype_names(void **state) {
+  (void)state;
+  assert_string_equal(fd_backend_name(FD_BACKEND_AUTO), "auto");
+  assert_string_equal(fd_backend_name(FD_BACKEND_CPU), "cpu");
+  assert_string_equal(fd_backend_name(FD_BACKEND_CUDA), "cuda");
+  assert_string_equal(fd_backend_name(FD_BACKEND_REFERENCE), "reference");
+  assert_string_equal(fd_backend_name((fd_backend)42), "unknown");
+  assert_int_equal(fd_backend_available(FD_BACKEND_CPU), 1);
+  assert_int_equal(fd_backend_available(FD_BACKEND_REFERENCE), 1);
+  assert_int_equal(fd_backend_available(FD_BACKEND_AUTO), 1);
+  assert_int_equal(fd_backend_available((fd_backend)42), 0);
+  assert_int_equal(fd_dtype_size(FD_DTYPE_F32), 4);
+  assert_int_equal(fd_dtype_size(FD_DTYPE_F16), 2);
+  assert_int_equal(fd_dtype_size(FD_DTYPE_BF16), 2);
+  assert_int_equal(fd_dtype_size((fd_dtype)0), 0);
+  assert_int_equal(fd_dtype_size((fd_dtype)4), 0);
+}
+
+static void test_version(void **state) {
+  (void)state;
+  assert_string_equal(fd_version(), FD_VERSION_STRING);
+  assert_int_equal(fd_version_number(), FD_VERSION_NUMBER);
+  assert_int_equal(FD_VERSION_NUMBER, FD_VERSION_MAJOR * 10000 + FD_VERSION_MINOR * 100 + FD_VERSION_PATCH);
+  char s[32];
+  snprintf(s, sizeof s, "%d.%d.%d", FD_VERSION_MAJOR, FD_VERSION_MINOR, FD_VERSION_PATCH);
+  assert_string_equal(s, FD_VERSION_STRING);
+}
+
+/* Bindings check their struct mirrors against these. */
+static void test_struct_sizes(void **state) {
+  (void)state;
+  assert_int_equal(fd_struct_size("fd_problem"), sizeof(fd_problem));
+  assert_int_equal(fd_struct_size("fd_plan"), sizeof(fd_plan));
+  assert_int_equal(fd_struct_size("fd_tensors"), sizeof(fd_tensors));
+  assert_int_equal(fd_struct_size("fd_error"), sizeof(fd_error));
+  assert_int_equal(fd_struct_size("fd_status"), 0);
+  assert_int_equal(fd_struct_size(""), 0);
+  assert_int_equal(fd_struct_size(NULL), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan_null),          cmocka_unit_test(test_plan_bad_fields),
+      cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_cuda),
+      cmocka_unit_test(test_run_null),           cmocka_unit_test(test_run_negative_strides),
+      cmocka_unit_test(test_run_workspace),      cmocka_unit_test(test_run_host_checks),
+      cmocka_unit_test(test_run_cuda_alignment), cmocka_unit_test(test_decode),
+      cmocka_unit_test(test_status_names),       cmocka_unit_test(test_backend_and_dtype_names),
+      cmocka_unit_test(test_version),            cmocka_unit_test(test_struct_sizes),
+  };
+  return cmocka_run_group_tests_name("args", tests, NULL, NULL);
+}

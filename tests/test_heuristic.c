@@ -1,0 +1,286 @@
+/*
+ * test_heuristic.c — fd_num_splits_heuristic as a pure function over
+ * simulated machines (8, 78, 108, 132 multiprocessors), and the split count
+ * and workspace layout fd_plan_init derives from it (CUDA plans with a
+ * simulated sm_count when a GPU is present; CPU plans, whose slots are
+ * num_threads, everywhere).
+ *
+ * The rule (flashdecode.h, plan.c), from which the worked values below are
+ * derived by hand: slots = sm_count * blocks_per_sm; 1 when max_chunks <= 1
+ * or when work_items >= 0.8 * slots (a full machine); else, over split counts
+ * s = 1 .. min(max_chunks, 128), efficiency(s) = waves / ceil(waves) with
+ * waves = work_items * active(s) / slots, where active(s) =
+ * ceil(chunks / ceil(chunks / s)) splits hold keys; counts whose cut equals a
+ * smaller count's (active(s) != s) are never chosen; the answer is the
+ * smallest s whose efficiency is >= 0.85 * the best.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flashdecode.h"
+
+/* With chunks >= 128^2 every s <= 128 cuts exactly (active(s) == s). */
+#define MANY_CHUNKS 16384
+
+static const int32_t SMS[] = {8, 78, 108, 132};
+
+static void test_worked_values(void **state) {
+  (void)state;
+  /* w=1, 8 SMs x 2 = 16 slots: eff(s) = s/16 below one wave; best 1.0 at
+   * s=16; 14/16 = 0.875 >= 0.85 > 13/16 = 0.8125 -> 14. */
+  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 8, 2), 14);
+  /* w=1, 264 slots: at most 128 splits, best 128/264 = 0.4848; 0.85 of it
+   * is 108.8/264 -> 109. */
+  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 132, 2), 109);
+  /* w=4, 216 slots: waves = s/54, best 1.0 at s=54; 46/54 = 0.852 -> 46
+   * (45/54 = 0.833). */
+  assert_int_equal(fd_num_splits_heuristic(4, MANY_CHUNKS, 108, 2), 46);
+  /* w=32, 264 slots: waves = 32s/264; best 1.0 at s=33 (4 full waves);
+   * s=7 gives 224/264 = 0.8485 < 0.85, s=8 gives 0.970 -> 8. */
+  assert_int_equal(fd_num_splits_heuristic(32, MANY_CHUNKS, 132, 2), 8);
+  /* w=16, 156 slots: best 1.0 at s=39; 144/156 = 0.923 at s=9, 128/156 =
+   * 0.821 at s=8 -> 9. */
+  assert_int_equal(fd_num_splits_heuristic(16, MANY_CHUNKS, 78, 2), 9);
+  /* Full machine: 212 * 10 >= 264 * 8 -> 1. One less is not full: s=1..4
+   * all give 0.799, s=5 gives 1055/1056 = 0.999 -> 5. */
+  assert_int_equal(fd_num_splits_heuristic(212, MANY_CHUNKS, 132, 2), 1);
+  assert_int_equal(fd_num_splits_heuristic(211, MANY_CHUNKS, 132, 2), 5);
+  /* 10 chunks, w=1, 16 slots: exact cuts are s = 1..5 and 10 (6..9 cut
+   * like 5); best 10/16; 0.85 of it needs >= 8.5 active splits -> 10. */
+  assert_int_equal(fd_num_splits_heuristic(1, 10, 8, 2), 10);
+  /* One chunk or none: nothing to split. */
+  assert_int_equal(fd_num_splits_heuristic(1, 1, 132, 2), 1);
+  assert_int_equal(fd_num_splits_heuristic(1, 0, 132, 2), 1);
+}
+
+static int32_t exact_cut(int64_t chunks, int32_t s) {
+  int64_t per = (chunks + s - 1) / s;
+  return (int32_t)((chunks + per - 1) / per) == s;
+}
+
+static void test_bounds_and_properties(void **state) {
+  (void)state;
+  const int64_t chunk_counts[] = {0, 1, 2, 3, 7, 10, 63, 64, 65, 100, 128, 129, 500, 2049, MANY_CHUNKS,
+                                  (int64_t)1 << 40};
+  const int32_t bps_values[] = {1, 2, 4};
+  for (size_t ci = 0; ci < sizeof chunk_counts / sizeof *chunk_counts; ci++)
+    for (size_t si = 0; si < sizeof SMS / sizeof *SMS; si++)
+      for (size_t bi = 0; bi < sizeof bps_values / sizeof *bps_values; bi++)
+        for (int64_t w = 1; w <= 1200; w += (w < 40 ? 1 : 37)) {
+          const int64_t c = chunk_counts[ci];
+          const int32_t sm = SMS[si], bps = bps_values[bi];
+          const int32_t s = fd_num_splits_heuristic(w, c, sm, bps);
+          int64_t hi = c < FD_MAX_SPLITS ? c : FD_MAX_SPLITS;
+          if (hi < 1) hi = 1;
+          if (s < 1 || s > hi)
+            fail_msg("h(w=%lld, chunks=%lld, sm=%d, bps=%d) = %d outside [1, %lld]", (long long)w,
+                     (long long)c, sm, bps, s, (long long)hi);
+          /* A full machine is never split. */
+          if (w >= (int64_t)sm * bps && s != 1)
+            fail_msg("h(w=%lld >= slots %d) = %d, want 1", (long long)w, sm * bps, s);
+          /* Only the slot count matters. */
+          if (fd_num_splits_heuristic(w, c, sm * bps, 1) != s)
+            fail_msg("h(w=%lld, chunks=%lld): sm=%d x bps=%d differs from sm=%d x 1", (long long)w,
+                     (long long)c, sm, bps, sm * bps);
+          /* Every chosen split holds keys. */
+          if (c >= 1 && !exact_cut(c, s))
+            fail_msg("h(w=%lld, chunks=%lld, sm=%d, bps=%d) = %d leaves empty splits", (long long)w,
+                     (long long)c, sm, bps, s);
+          /* Beyond 128^2 chunks the answer no longer depends on the count. */
+          if (c > MANY_CHUNKS && fd_num_splits_heuristic(w, MANY_CHUNKS, sm, bps) != s)
+            fail_msg("h(w=%lld) differs between %lld and %d chunks", (long long)w, (long long)c, MANY_CHUNKS);
+        }
+}
+
+/* One work item on a bigger machine never gets fewer splits. */
+static void test_monotonic_in_sm_count(void **state) {
+  (void)state;
+  const int64_t chunk_counts[] = {2, 10, 65, 128, 1000, MANY_CHUNKS};
+  for (size_t ci = 0; ci < sizeof chunk_counts / sizeof *chunk_counts; ci++) {
+    int32_t prev = 1;
+    for (int32_t sm = 1; sm <= 200; sm++) {
+      int32_t s = fd_num_splits_heuristic(1, chunk_counts[ci], sm, 2);
+      if (s < prev)
+        fail_msg("chunks=%lld: %d splits at sm=%d, %d at sm=%d", (long long)chunk_counts[ci], s, sm, prev, sm - 1);
+      prev = s;
+    }
+  }
+  /* More work on the same machine: once full, it stays at 1. */
+  for (size_t si = 0; si < sizeof SMS / sizeof *SMS; si++) {
+    int seen_one = 0;
+    for (int64_t w = 1; w <= 4 * SMS[si]; w++) {
+      int32_t s = fd_num_splits_heuristic(w, MANY_CHUNKS, SMS[si], 2);
+      if (seen_one && s != 1) fail_msg("sm=%d: w=%lld gives %d after a full machine", SMS[si], (long long)w, s);
+      if (w >= 2 * SMS[si]) seen_one = 1;
+    }
+  }
+}
+
+static void test_degenerate_inputs(void **state) {
+  (void)state;
+  const int64_t ws[] = {-5, 0, 1};
+  const int32_t sms[] = {-1, 0, 1};
+  for (size_t i = 0; i < 3; i++)
+    for (size_t j = 0; j < 3; j++)
+      for (int32_t bps = -1; bps <= 1; bps++) {
+        int32_t s = fd_num_splits_heuristic(ws[i], 1000, sms[j], bps);
+        if (s < 1 || s > 1000) fail_msg("h(w=%lld, sm=%d, bps=%d) = %d", (long long)ws[i], sms[j], bps, s);
+      }
+  assert_int_equal(fd_num_splits_heuristic(1, -3, 132, 2), 1);
+}
+
+/* ---- fd_plan_init ---------------------------------------------------------------------- */
+
+static fd_problem problem(fd_backend backend, int32_t batch, int32_t hkv, int32_t kv_capacity) {
+  fd_problem p;
+  memset(&p, 0, sizeof p);
+  p.backend = backend;
+  p.dtype = FD_DTYPE_BF16;
+  p.batch = batch;
+  p.num_heads_q = hkv * 4;
+  p.num_heads_kv = hkv;
+  p.head_dim = 128;
+  p.kv_capacity = kv_capacity;
+  return p;
+}
+
+static fd_plan plan_ok(const fd_problem *p) {
+  fd_plan plan;
+  fd_error err;
+  fd_status st = fd_plan_init(&plan, p, &err);
+  if (st != FD_STATUS_OK) fail_msg("fd_plan_init: %s: %s", fd_status_name(st), err.message);
+  return plan;
+}
+
+static void check_workspace_layout(const fd_plan *plan) {
+  const fd_problem *p = &plan->problem;
+  if (plan->num_splits == 1) {
+    assert_int_equal(plan->workspace_size, 0);
+    return;
+  }
+  const size_t rows = (size_t)p->batch * p->num_heads_q * p->q_len;
+  const size_t o_end = plan->ws_partial_o + rows * plan->num_splits * p->head_dim * sizeof(float);
+  const size_t ml_end = plan->ws_partial_ml + rows * plan->num_splits * 2 * sizeof(float);
+  const size_t c_end = plan->ws_counters + (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t);
+  assert_true(o_end <= plan->ws_partial_ml);
+  assert_true(ml_end <= plan->ws_counters);
+  assert_true(c_end <= plan->workspace_size);
+  assert_int_equal(plan->ws_partial_o % 16, 0);
+  assert_int_equal(plan->ws_partial_ml % 16, 0);
+  assert_int_equal(plan->ws_counters % 16, 0);
+}
+
+/* CPU: the slots are the worker threads, one block each. */
+static void test_plan_cpu(void **state) {
+  (void)state;
+  const int32_t threads[] = {1, 2, 8, 16, 64};
+  const int32_t caps[] = {0, 1, 64, 65, 4099, 131072};
+  const int32_t batches[] = {1, 3}, hkvs[] = {1, 8};
+  for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++)
+    for (size_t ci = 0; ci < sizeof caps / sizeof *caps; ci++)
+      for (size_t bi = 0; bi < 2; bi++)
+        for (size_t hi = 0; hi < 2; hi++) {
+          fd_problem p = problem(FD_BACKEND_CPU, batches[bi], hkvs[hi], caps[ci]);
+          p.num_threads = threads[ti];
+          fd_plan plan = plan_ok(&p);
+          const int64_t chunks = ((int64_t)caps[ci] + plan.chunk_len - 1) / plan.chunk_len;
+          const int32_t want = fd_num_splits_heuristic((int64_t)p.batch * p.num_heads_kv, chunks, threads[ti], 1);
+          if (plan.num_splits != want)
+            fail_msg("cpu t=%d b=%d hkv=%d cap=%d: plan has %d splits, heuristic says %d", threads[ti], p.batch,
+                     p.num_heads_kv, caps[ci], plan.num_splits, want);
+          assert_int_equal(plan.sm_count, threads[ti]);
+          assert_int_equal(plan.num_threads, threads[ti]);
+          assert_int_equal(plan.backend, FD_BACKEND_CPU);
+          check_workspace_layout(&plan);
+        }
+}
+
+static void test_plan_explicit_and_hint(void **state) {
+  (void)state;
+  fd_problem p = problem(FD_BACKEND_CPU, 1, 1, 131072);
+  p.num_threads = 16;
+  /* Explicit counts are kept, clamped to the chunks and FD_MAX_SPLITS. */
+  p.num_splits = 7;
+  assert_int_equal(plan_ok(&p).num_splits, 7);
+  p.num_splits = 1;
+  fd_plan one = plan_ok(&p);
+  assert_int_equal(one.num_splits, 1);
+  assert_int_equal(one.workspace_size, 0);
+  p.num_splits = 5000;
+  fd_plan many = plan_ok(&p);
+  assert_int_equal(many.num_splits, FD_MAX_SPLITS);
+  check_workspace_layout(&many);
+  p.kv_capacity = 65; /* two chunks */
+  p.num_splits = 128;
+  assert_int_equal(plan_ok(&p).num_splits, 2);
+  p.kv_capacity = 0;
+  assert_int_equal(plan_ok(&p).num_splits, 1);
+
+  /* A kv_len hint sizes the automatic count from the real lengths. */
+  p = problem(FD_BACKEND_CPU, 2, 1, 131072);
+  p.num_threads = 16;
+  const int32_t short_hint[2] = {64, 10};
+  p.kv_len_hint = short_hint;
+  fd_plan hinted = plan_ok(&p);
+  assert_int_equal(hinted.num_splits, 1);
+  assert_null(hinted.problem.kv_len_hint);
+  const int32_t long_hint[2] = {5, 131072};
+  p.kv_len_hint = long_hint;
+  fd_plan full = plan_ok(&p);
+  p.kv_len_hint = NULL;
+  assert_int_equal(full.num_splits, plan_ok(&p).num_splits);
+  assert_true(full.num_splits > 1);
+
+  /* The reference backend never splits. */
+  p.backend = FD_BACKEND_REFERENCE;
+  p.num_splits = 9;
+  fd_plan ref = plan_ok(&p);
+  assert_int_equal(ref.num_splits, 1);
+  assert_int_equal(ref.workspace_size, 0);
+}
+
+/* CUDA plans for simulated GPUs (needs the CUDA backend to be available). */
+static void test_plan_cuda_simulated(void **state) {
+  (void)state;
+  if (!fd_backend_available(FD_BACKEND_CUDA)) {
+    print_message("CUDA backend not available: simulated-GPU plans not checked\n");
+    skip();
+  }
+  int32_t prev = 1;
+  for (size_t si = 0; si < sizeof SMS / sizeof *SMS; si++) {
+    fd_problem p = problem(FD_BACKEND_CUDA, 1, 1, 1 << 20);
+    p.sm_count = SMS[si];
+    fd_plan plan = plan_ok(&p);
+    assert_int_equal(plan.sm_count, SMS[si]);
+    assert_int_equal(plan.backend, FD_BACKEND_CUDA);
+    /* The plan uses the public heuristic with some resident-blocks count. */
+    int found = 0;
+    for (int32_t bps = 1; bps <= 8 && !found; bps++)
+      found = plan.num_splits == fd_num_splits_heuristic(1, (1 << 20) / plan.chunk_len, SMS[si], bps);
+    if (!found) fail_msg("sm=%d: %d splits is no blocks_per_sm's heuristic value", SMS[si], plan.num_splits);
+    if (plan.num_splits < prev) fail_msg("sm=%d: %d splits, fewer than on a smaller GPU (%d)", SMS[si], plan.num_splits, prev);
+    prev = plan.num_splits;
+    assert_true(plan.num_splits > 1);
+    check_workspace_layout(&plan);
+
+    /* A full machine: 8 kv heads x batch 4 x ... >= every plausible slot count. */
+    fd_problem full = problem(FD_BACKEND_CUDA, 64, 8, 1 << 20);
+    full.sm_count = SMS[si];
+    assert_int_equal(plan_ok(&full).num_splits, 1);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_worked_values),         cmocka_unit_test(test_bounds_and_properties),
+      cmocka_unit_test(test_monotonic_in_sm_count), cmocka_unit_test(test_degenerate_inputs),
+      cmocka_unit_test(test_plan_cpu),              cmocka_unit_test(test_plan_explicit_and_hint),
+      cmocka_unit_test(test_plan_cuda_simulated),
+  };
+  return cmocka_run_group_tests_name("heuristic", tests, NULL, NULL);
+}
