@@ -1,0 +1,160 @@
+/*
+ * reference.c — the float64 oracle and the reference backend.
+ *
+ * fd_reference_f64 is decode attention written as plainly as possible: one
+ * thread, no splits, every product and sum in double, inputs widened exactly
+ * (dtype.h). fd_reference_run rounds that result once to the plan's dtype.
+ * The tests compare every other backend against these two functions.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "dtype.h"
+#include "internal.h"
+
+/* Element i of a tensor of `dtype`, widened exactly to double. */
+static double load_elem(const void *base, fd_dtype dtype, int64_t i) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return ((const float *)base)[i];
+    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
+    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
+  }
+  return NAN;
+}
+
+/* double -> float rounding toward zero with the last bit set when inexact
+ * ("round to odd"). float keeps more than two bits beyond fp16 and bf16, so
+ * rounding this float to nearest even gives the correctly rounded fp16/bf16
+ * value of x: the reference rounds its result exactly once. */
+static float round_to_odd(double x) {
+  float f = (float)x;
+  if ((double)f == x || isnan(x)) return f;
+  uint32_t u = fd_f32_to_bits(f);
+  if (fabs((double)f) > fabs(x)) u -= 1; /* step back toward zero (inf -> FLT_MAX) */
+  return fd_bits_to_f32(u | 1u);
+}
+
+/* Writes x as element i of a tensor of `dtype`, rounded to nearest even. */
+static void store_elem(void *base, fd_dtype dtype, int64_t i, double x) {
+  switch (dtype) {
+    case FD_DTYPE_F32: ((float *)base)[i] = (float)x; break;
+    case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(round_to_odd(x)); break;
+    case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(round_to_odd(x)); break;
+  }
+}
+
+/* Element offset of position j of sequence b, kv head hk, in a K or V cache
+ * with `strides` (contiguous: {batch, position, head}; paged: {page,
+ * position, head} through the block table). */
+static int64_t kv_offset(const fd_plan *plan, const fd_tensors *t, const int64_t strides[3],
+                         int32_t b, int32_t j, int32_t hk) {
+  int32_t page_size = plan->problem.page_size;
+  if (page_size == 0) return (int64_t)b * strides[0] + (int64_t)j * strides[1] + (int64_t)hk * strides[2];
+  int32_t page = t->block_table[(int64_t)b * t->block_table_stride + j / page_size];
+  return (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] +
+         (int64_t)hk * strides[2];
+}
+
+fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
+                           double *out64, /* [batch][q_len][num_heads_q][head_dim] */
+                           double *lse64, /* [batch][num_heads_q][q_len], may be NULL */
+                           fd_error *err) {
+  const fd_problem *p = &plan->problem;
+  const int32_t batch = p->batch, q_len = p->q_len, num_heads_q = p->num_heads_q;
+  const int32_t head_dim = p->head_dim;
+  const int32_t group = p->num_heads_q / p->num_heads_kv; /* query heads per kv head */
+  const double scale = plan->softmax_scale;
+
+  int32_t longest = 1;
+  for (int32_t b = 0; b < batch; b++)
+    if (t->kv_len[b] > longest) longest = t->kv_len[b];
+  double *att = malloc((size_t)longest * sizeof *att); /* [kv_len] scores of one row */
+  if (!att)
+    return fd_fail(err, FD_STATUS_OUT_OF_MEMORY, "reference: malloc of %d scores failed", longest);
+
+  double q_row[256]; /* [head_dim] */
+  for (int32_t b = 0; b < batch; b++) {
+    for (int32_t tok = 0; tok < q_len; tok++) {
+      for (int32_t h = 0; h < num_heads_q; h++) {
+        const int32_t hk = h / group;
+        const int64_t n = (int64_t)t->kv_len[b] - q_len + tok + 1; /* visible keys */
+        double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
+        double *lse = lse64 ? lse64 + ((int64_t)b * num_heads_q + h) * q_len + tok : NULL;
+        for (int32_t d = 0; d < head_dim; d++) o[d] = 0.0;
+        if (n <= 0) {
+          if (lse) *lse = -INFINITY;
+          continue;
+        }
+
+        const int64_t q_off = (int64_t)b * t->q_strides[0] + (int64_t)tok * t->q_strides[1] +
+                              (int64_t)h * t->q_strides[2];
+        for (int32_t d = 0; d < head_dim; d++) q_row[d] = load_elem(t->q, p->dtype, q_off + d);
+
+        /* scores and their max */
+        double max = -INFINITY;
+        for (int32_t j = 0; j < n; j++) {
+          const int64_t k_off = kv_offset(plan, t, t->k_strides, b, j, hk);
+          double dot = 0.0;
+          for (int32_t d = 0; d < head_dim; d++)
+            dot += q_row[d] * load_elem(t->k_cache, p->dtype, k_off + d);
+          att[j] = scale * dot;
+          if (att[j] > max) max = att[j];
+        }
+
+        /* softmax, max subtracted */
+        double sum = 0.0;
+        for (int32_t j = 0; j < n; j++) {
+          att[j] = exp(att[j] - max);
+          sum += att[j];
+        }
+
+        /* weighted sum of the values */
+        for (int32_t j = 0; j < n; j++) {
+          const int64_t v_off = kv_offset(plan, t, t->v_strides, b, j, hk);
+          const double w = att[j] / sum;
+          for (int32_t d = 0; d < head_dim; d++)
+            o[d] += w * load_elem(t->v_cache, p->dtype, v_off + d);
+        }
+        if (lse) *lse = max + log(sum);
+      }
+    }
+  }
+  free(att);
+  return fd_ok(err);
+}
+
+fd_status fd_reference_run(const fd_plan *plan, const fd_tensors *t, fd_error *err) {
+  const fd_problem *p = &plan->problem;
+  const int32_t batch = p->batch, q_len = p->q_len, num_heads_q = p->num_heads_q;
+  const int32_t head_dim = p->head_dim;
+  const size_t rows = (size_t)batch * q_len * num_heads_q;
+
+  double *out64 = malloc(rows * head_dim * sizeof *out64); /* [batch][q_len][num_heads_q][head_dim] */
+  double *lse64 = malloc(rows * sizeof *lse64);            /* [batch][num_heads_q][q_len] */
+  if (!out64 || !lse64) {
+    free(out64);
+    free(lse64);
+    return fd_fail(err, FD_STATUS_OUT_OF_MEMORY, "reference: malloc of %zu bytes of scratch failed",
+                   rows * (head_dim + 1) * sizeof(double));
+  }
+  fd_status st = fd_reference_f64(plan, t, out64, lse64, err);
+  if (st == FD_STATUS_OK) {
+    for (int32_t b = 0; b < batch; b++) {
+      for (int32_t tok = 0; tok < q_len; tok++) {
+        for (int32_t h = 0; h < num_heads_q; h++) {
+          const double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
+          const int64_t out_off = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
+                                  (int64_t)h * t->out_strides[2];
+          for (int32_t d = 0; d < head_dim; d++) store_elem(t->out, p->dtype, out_off + d, o[d]);
+          if (t->lse)
+            t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)h * t->lse_strides[1] +
+                   (int64_t)tok * t->lse_strides[2]] =
+                (float)lse64[((int64_t)b * num_heads_q + h) * q_len + tok];
+        }
+      }
+    }
+  }
+  free(out64);
+  free(lse64);
+  return st;
+}
