@@ -11,8 +11,23 @@
  *   out = 0 and lse = -inf; w_s is never computed from (-inf) - (-inf).
  *   Sums run in a fixed order (lane-strided, then a butterfly; splits in
  *   order per element), so results are bitwise reproducible.
+ *
+ *   The partial O loads of FD_COMBINE_BATCH splits are issued before their
+ *   sums (one L2 round trip per batch, not per split).
+ *
+ * PDL  Launched with programmatic stream serialisation: the grid may start
+ *   while the split kernel before it still runs (once all split blocks have
+ *   executed griddepcontrol.launch_dependents or exited). Everything up to
+ *   griddepcontrol.wait reads only inputs of the call (kv_len), which were
+ *   complete before the split kernel started; the wait returns once the split
+ *   grid has completed and its writes are visible. Without the attribute the
+ *   wait returns at once, so the kernel is correct either way. The kernel
+ *   itself triggers its dependents at once, so a following kernel launched
+ *   with PDL (the next call's tensor-core split kernel, which waits for this
+ *   grid before reading anything) is staged early.
  */
 #include <math.h>
+#include <string.h>
 
 #include "flashdecode.h"
 #include "kernel_params.cuh"
@@ -21,11 +36,13 @@
 
 #define FD_COMBINE_THREADS 128
 #define FD_COMBINE_ROWS_PER_BLOCK (FD_COMBINE_THREADS / 32)
+#define FD_COMBINE_BATCH 16 /* partial O loads in flight per lane */
 
 template <typename T>
 __global__ void __launch_bounds__(FD_COMBINE_THREADS)
     fd_combine_kernel(const __grid_constant__ fd_kernel_params p) {
   __shared__ float s_w[FD_COMBINE_ROWS_PER_BLOCK][FD_MAX_SPLITS]; /* w_s per warp's row */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
@@ -42,6 +59,9 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
   const int active = fd_active_splits(kv, p.chunk_len, S);
 
+  /* The partials are the split kernel's: wait for its grid (no-op without PDL). */
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+
   const float *ml = p.partial_ml + row * S * 2;
   const float *po = p.partial_o + row * S * D;
   float *w = s_w[warp];
@@ -53,9 +73,10 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   float l = 0.0f;
   if (m != -INFINITY) {
     for (int s = lane; s < active; s += 32) {
-      const float ws = expf(ml[2 * s] - m); /* m_s = -inf gives 0 */
+      const float2 ms = *reinterpret_cast<const float2 *>(ml + 2 * s);
+      const float ws = expf(ms.x - m); /* m_s = -inf gives 0 */
       w[s] = ws;
-      l += ws * ml[2 * s + 1];
+      l += ws * ms.y;
     }
   }
   l = fd_warp_sum(l);
@@ -67,14 +88,22 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   for (int d = lane * 4; d < D; d += 128) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (l > 0.0f) {
-#pragma unroll 4
-      for (int s = 0; s < active; s++) {
-        const float ws = w[s];
-        const float4 x = *reinterpret_cast<const float4 *>(po + (int64_t)s * D + d);
-        acc.x = fmaf(ws, x.x, acc.x);
-        acc.y = fmaf(ws, x.y, acc.y);
-        acc.z = fmaf(ws, x.z, acc.z);
-        acc.w = fmaf(ws, x.w, acc.w);
+      for (int s0 = 0; s0 < active; s0 += FD_COMBINE_BATCH) {
+        float4 x[FD_COMBINE_BATCH];
+#pragma unroll
+        for (int i = 0; i < FD_COMBINE_BATCH; i++)
+          if (s0 + i < active)
+            x[i] = *reinterpret_cast<const float4 *>(po + (int64_t)(s0 + i) * D + d);
+#pragma unroll
+        for (int i = 0; i < FD_COMBINE_BATCH; i++) {
+          if (s0 + i < active) { /* splits in order: the same sums as one at a time */
+            const float ws = w[s0 + i];
+            acc.x = fmaf(ws, x[i].x, acc.x);
+            acc.y = fmaf(ws, x[i].y, acc.y);
+            acc.z = fmaf(ws, x[i].z, acc.z);
+            acc.w = fmaf(ws, x[i].w, acc.w);
+          }
+        }
       }
     }
     fd_store4(out + d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
@@ -89,7 +118,21 @@ static cudaError_t fd_combine_launch_instance(const fd_kernel_params *p, cudaStr
   const int64_t rows = (int64_t)p->batch * p->num_heads_q * p->q_len;
   const int64_t blocks = (rows + FD_COMBINE_ROWS_PER_BLOCK - 1) / FD_COMBINE_ROWS_PER_BLOCK;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  fd_combine_kernel<T><<<(unsigned)blocks, FD_COMBINE_THREADS, 0, stream>>>(*p);
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)blocks);
+  cfg.blockDim = dim3(FD_COMBINE_THREADS);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  memset(attr, 0, sizeof attr);
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const fd_kernel_params params = *p;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_combine_kernel<T>, params);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

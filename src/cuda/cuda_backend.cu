@@ -1,8 +1,9 @@
 /*
  * cuda_backend.cu — the CUDA backend's entry points (declared in internal.h):
  * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
- * which fills one fd_kernel_params and enqueues the split kernel and, when
- * the plan splits, the combine kernel. fd_cuda_run allocates nothing, never
+ * which fills one fd_kernel_params and enqueues the split kernel (tensor
+ * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
+ * combine kernel (programmatic dependent launch). fd_cuda_run allocates nothing, never
  * synchronises and never reads kv_len or block_table on the host, so it can
  * be captured in a CUDA graph.
  *
@@ -137,7 +138,8 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   const cudaStream_t s = (cudaStream_t)stream;
   const char *what = "split kernel launch failed";
-  e = fd_split_launch(&kp, s);
+  /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
+  e = pr->dtype == FD_DTYPE_F32 ? fd_split_launch(&kp, s) : fd_split_mma_launch(&kp, s);
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
     e = fd_combine_launch(&kp, s);

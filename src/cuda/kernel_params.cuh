@@ -1,6 +1,6 @@
 /*
  * kernel_params.cuh — what cuda_backend.cu hands the CUDA kernels: one
- * parameter struct (passed to the kernels by value) and the two launchers.
+ * parameter struct (passed to the kernels by value) and the launchers.
  * Internal to src/cuda; not installed.
  */
 #ifndef FD_CUDA_KERNEL_PARAMS_CUH
@@ -48,7 +48,18 @@ typedef struct fd_kernel_params {
  * head_dim without a kernel). */
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
 
-/* Launch the combine kernel (combine_kernel.cu); only for p->num_splits > 1. */
+/* Launch the tensor-core split kernel (split_mma_kernel.cu) for p->dtype
+ * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream`. */
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
+
+/* Blocks of the tensor-core split kernel resident per multiprocessor for
+ * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks). */
+cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
+
+/* Launch the combine kernel (combine_kernel.cu); only for p->num_splits > 1.
+ * It is launched with programmatic dependent launch: it may start while the
+ * split kernel before it on `stream` still runs, and waits for that kernel's
+ * completion (griddepcontrol.wait) before reading the partials. */
 cudaError_t fd_combine_launch(const fd_kernel_params *p, cudaStream_t stream);
 
 #endif /* FD_CUDA_KERNEL_PARAMS_CUH */

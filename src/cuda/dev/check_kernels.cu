@@ -7,10 +7,15 @@
  * checks that the outputs are bitwise identical. Prints one line per case and
  * exits 1 on any failure.
  *
+ * The split kernel is chosen as fd_cuda_run does: fp32 -> fd_split_launch
+ * (CUDA cores), fp16/bf16 -> fd_split_mma_launch (tensor cores); the combine
+ * is launched with programmatic dependent launch. Cases run on a created
+ * stream; a few run on the legacy default stream as well.
+ *
  * Build and run from the repository root on an sm_90 GPU:
  *   nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
  *     -Iinclude -Isrc src/cuda/dev/check_kernels.cu src/cuda/split_kernel.cu \
- *     src/cuda/combine_kernel.cu -o /tmp/fd_check && /tmp/fd_check
+ *     src/cuda/split_mma_kernel.cu src/cuda/combine_kernel.cu -o /tmp/fd_check && /tmp/fd_check
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,7 +72,14 @@ static float load_elem(const void *buf, int64_t i, fd_dtype dt) {
     }                                                                              \
   } while (0)
 
-static int run_case(const check_case *c) {
+/* The split kernel fd_cuda_run would launch for kp's dtype. */
+static cudaError_t launch_split(const fd_kernel_params *kp, cudaStream_t stream) {
+  return kp->dtype == FD_DTYPE_F32 ? fd_split_launch(kp, stream) : fd_split_mma_launch(kp, stream);
+}
+
+/* Runs one case on `stream`; prints its line (only on failure when quiet);
+ * raises worst[dtype] to the case's worst output error (x tolerance). */
+static int run_case(const check_case *c, cudaStream_t stream, int quiet, double worst_by_dtype[4]) {
   const fd_dtype dt = c->dtype;
   const size_t es = dt == FD_DTYPE_F32 ? 4 : 2;
   const int B = c->batch, Q = c->q_len, Hq = c->num_heads_q, Hk = c->num_heads_kv, D = c->head_dim;
@@ -211,9 +223,9 @@ static int run_case(const check_case *c) {
       CK(cudaMemset(dpo, 0xff, rows * S * D * sizeof(float)));
       CK(cudaMemset(dpml, 0xff, rows * S * 2 * sizeof(float)));
     }
-    CK(fd_split_launch(&kp, 0));
-    if (S > 1) CK(fd_combine_launch(&kp, 0));
-    CK(cudaDeviceSynchronize());
+    CK(launch_split(&kp, stream));
+    if (S > 1) CK(fd_combine_launch(&kp, stream));
+    CK(cudaStreamSynchronize(stream));
     h_out[rep] = malloc(q_elems * es);
     h_lse[rep] = (float *)malloc(rows * sizeof(float));
     CK(cudaMemcpy(h_out[rep], dout, q_elems * es, cudaMemcpyDeviceToHost));
@@ -239,12 +251,14 @@ static int run_case(const check_case *c) {
     if (!(err <= 1.0)) bad++;
     if (!(err <= worst_lse)) worst_lse = err;
   }
+  if (!(worst <= worst_by_dtype[dt])) worst_by_dtype[dt] = worst;
   const int same = memcmp(h_out[0], h_out[1], q_elems * es) == 0 &&
                    memcmp(h_lse[0], h_lse[1], rows * sizeof(float)) == 0;
-  printf("%-4s %-40s dtype=%d D=%3d B=%d q_len=%2d Hq=%2d Hkv=%d cap=%5d page=%3d splits=%3d  "
+  if (!quiet || bad || !same)
+    printf("%-4s %-34s dt=%d D=%3d B=%d q=%2d Hq=%2d Hkv=%d cap=%5d pg=%3d S=%4d%s "
          "out %.3f lse %.3f (x tol) %s\n",
-         bad || !same ? "FAIL" : "ok", c->name, (int)dt, D, B, Q, Hq, Hk, C, P, S, worst,
-         worst_lse, same ? "deterministic" : "NOT DETERMINISTIC");
+         bad || !same ? "FAIL" : "ok", c->name, (int)dt, D, B, Q, Hq, Hk, C, P, S,
+         stream ? "" : " legacy", worst, worst_lse, same ? "det" : "NOT DETERMINISTIC");
 
   for (int rep = 0; rep < 2; rep++) {
     free(h_out[rep]);
@@ -257,17 +271,31 @@ static int run_case(const check_case *c) {
   return bad == 0 && same;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* -q: print failures and the summary only; -s: also only the tensor-core
+   * cases of small size (for compute-sanitizer runs); -r: a handful of
+   * those (racecheck is slow). */
+  const int race = argc > 1 && strcmp(argv[1], "-r") == 0; /* a handful, for racecheck */
+  const int subset = race || (argc > 1 && strcmp(argv[1], "-s") == 0);
+  const int quiet = subset || (argc > 1 && strcmp(argv[1], "-q") == 0);
+  double worst[4] = {0, 0, 0, 0};
   static const fd_dtype dts[3] = {FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16};
   static const int dims[3] = {64, 128, 256};
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int fails = 0, total = 0;
-  for (int i = 0; i < 3; i++) {
+#define RUN(c, st)                                  \
+  do {                                              \
+    total++;                                        \
+    fails += !run_case(&(c), (st), quiet, worst);   \
+  } while (0)
+  for (int i = 0; i < 3 && !subset; i++) {
     for (int j = 0; j < 3; j++) {
       for (int s = 1; s <= 4; s += 3) {
         check_case c = {"base gqa4", dts[i], dims[j], 2, 1, 8, 2, 1000, 0, s, {1000, 517}, 0, 0};
-        total++, fails += !run_case(&c);
+        RUN(c, stream);
         check_case cp = {"paged16 q_len3", dts[i], dims[j], 2, 3, 8, 2, 700, 16, s, {700, 130}, 0, 0};
-        total++, fails += !run_case(&cp);
+        RUN(cp, stream);
       }
     }
   }
@@ -292,7 +320,53 @@ int main(void) {
       {"long, group 8", FD_DTYPE_BF16, 128, 1, 1, 32, 4, 9000, 0, 7, {8999}, 0, 0},
       {"f32 d256 long", FD_DTYPE_F32, 256, 1, 1, 16, 2, 5000, 0, 6, {4999}, 0, 0},
   };
-  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) total++, fails += !run_case(&edge[i]);
-  printf("%d of %d cases passed\n", total - fails, total);
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0] && !subset; i++) RUN(edge[i], stream);
+
+  /* Tensor-core kernel: every 16-bit dtype x head_dim over groups 1/4/8/12,
+   * q_len 1/3/16, pages 1/16/256, splits 1/4/>chunks/1024, kv_len 0/1/63/65. */
+  for (int i = 1; i < 3; i++) {
+    for (int j = 0; j < 3; j++) {
+      const fd_dtype dt = dts[i];
+      const int D = dims[j];
+      const check_case mc[] = {
+          {"mma g8 q1 no split", dt, D, 2, 1, 16, 2, 1000, 0, 1, {1000, 333}, 0, 0},
+          {"mma g8 q1 4 splits", dt, D, 2, 1, 16, 2, 1000, 0, 4, {1000, 333}, 0, 0},
+          {"mma MHA g1 q1", dt, D, 2, 1, 4, 4, 700, 0, 3, {700, 64}, 0, 0},
+          {"mma g12 q1 paged16", dt, D, 1, 1, 12, 1, 900, 16, 5, {900}, 0, 0},
+          {"mma g1 q16 paged256", dt, D, 2, 16, 2, 2, 1100, 256, 3, {1100, 20}, 0, 0},
+          {"mma g8 q3 (2 passes) page1", dt, D, 2, 3, 16, 2, 300, 1, 2, {300, 70}, 0, 0},
+          {"mma g4 q3 kv 0/1/63/65", dt, D, 4, 3, 8, 2, 200, 0, 4, {0, 1, 63, 65}, 0, 0},
+          {"mma g4 q1 kv 0/1/63/65 no split", dt, D, 4, 1, 8, 2, 200, 0, 1, {0, 1, 63, 65}, 0, 0},
+          {"mma bad pages q2", dt, D, 2, 2, 8, 2, 400, 16, 2, {400, 100}, 1, 0},
+          {"mma bad pages no split", dt, D, 1, 1, 8, 1, 100, 16, 1, {100}, 1, 0},
+          {"mma splits > chunks", dt, D, 2, 1, 8, 1, 200, 0, 64, {200, 10}, 0, 0},
+          {"mma head-major q2", dt, D, 2, 2, 8, 2, 500, 0, 3, {500, 333}, 0, 1},
+          {"mma long no split", dt, D, 1, 1, 8, 1, 5000, 0, 1, {4999}, 0, 0},
+          {"mma g8 q16 (8 passes) 3 splits", dt, D, 1, 16, 8, 1, 600, 0, 3, {600}, 0, 0},
+      };
+      for (size_t k = 0; k < sizeof mc / sizeof mc[0]; k++) {
+        /* racecheck: 4 splits, 2 passes + page 1, bad pages; bf16 and f16 d128 */
+        if (race && !(k == 1 || k == 5 || k == 8) && !(i == 1 && j == 1 && k == 4)) continue;
+        if (race && i == 1 && j != 1) continue;
+        RUN(mc[k], stream);
+      }
+    }
+  }
+  const check_case big[] = {
+      {"mma 1024 splits bf16", FD_DTYPE_BF16, 128, 1, 1, 8, 1, 70000, 0, 1024, {65537}, 0, 0},
+      {"mma 1024 splits f16 d256 q2", FD_DTYPE_F16, 256, 1, 2, 4, 1, 66000, 0, 1024, {65600}, 0, 0},
+      {"mma long g4 d64 paged64", FD_DTYPE_BF16, 64, 2, 1, 16, 4, 20000, 64, 9, {20000, 12345}, 0, 0},
+  };
+  if (!subset) {
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) RUN(big[i], stream);
+    /* The legacy default stream (PDL attribute there too). */
+    RUN(edge[1], (cudaStream_t)0);
+    check_case c = {"mma legacy stream", FD_DTYPE_F16, 128, 2, 2, 8, 2, 900, 16, 4, {900, 500}, 0, 0};
+    RUN(c, (cudaStream_t)0);
+  }
+#undef RUN
+  printf("%d of %d cases passed; worst out error (x tol): f32 %.3f f16 %.3f bf16 %.3f\n",
+         total - fails, total, worst[FD_DTYPE_F32], worst[FD_DTYPE_F16], worst[FD_DTYPE_BF16]);
+  CK(cudaStreamDestroy(stream));
   return fails ? 1 : 0;
 }

@@ -1,0 +1,689 @@
+/*
+ * split_mma_kernel.cu — the flash-decoding split kernel on tensor cores
+ * (mma.sync.m16n8k16, fp16 and bf16 K/V, sm_90a). fp32 keeps the CUDA-core
+ * kernel (split_kernel.cu); both write the same partials for the combine.
+ *
+ * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads (4 warps)
+ *   per (split s, kv head hk, sequence b), over keys [begin, end) =
+ *   fd_split_range(kv_len[b], chunk_len, num_splits, s), for EVERY query row
+ *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
+ *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
+ *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
+ *   phantom rows see no key); group * q_len > 16 takes more passes over the
+ *   split's K/V (the re-reads mostly hit L2).
+ *
+ * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
+ *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
+ *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
+ *   rows lane / 4 and lane / 4 + 8). head_dim 64, 128: KW = 4, DW = 1, 64-key
+ *   tiles. head_dim 256: KW = 2, DW = 2, 32-key tiles; the two warps of a key
+ *   slice both compute its scores (identical, so identical m and l) and each
+ *   accumulates half of O's columns (keeps O at 64 fp32 registers a lane).
+ *
+ * PER TILE (one barrier)  S = Q K^T by mma (Q in A fragments, loaded once per
+ *   pass by ldmatrix; K by ldmatrix as the "col" B operand), fp32
+ *   accumulators; S is scaled by softmax_scale * log2(e) in fp32 (q enters the
+ *   mma unrounded, exactly as given) and masked to -inf for keys a row does
+ *   not see (n_t = kv_len - q_len + t + 1, the split's end, a bad page). Online
+ *   softmax in base 2 over the warp's 16 keys: the row max over the lane's 4
+ *   scores and a quad shuffle; alpha = 2^(m_old - m_new); a row whose max is
+ *   still -inf uses 0 in its place (never (-inf) - (-inf)). P = 2^(S - m) is
+ *   rounded to the 16-bit type straight from the accumulators into A fragments
+ *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
+ *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
+ *
+ * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes a
+ *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
+ *   page; 64-bit offsets), STAGES stages (4 for head_dim 64, else 3); q is
+ *   commit group 0, tile i group i + 1. Thread tid copies chunk tid % CH of
+ *   keys tid / CH + n * (128 / CH). Contiguous caches: a running element
+ *   offset per thread, one add per key. Paged caches: block_table is read per
+ *   key, one tile ahead of the copies that use it (its latency hides behind a
+ *   tile of math; shift/mask when page_size is a power of two). The 16-byte
+ *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
+ *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
+ *   (64), so tiles never straddle splits; every key is still bounds-checked.
+ *   Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64) a
+ *   block, 128 KB an SM at 2 blocks. (Asking L2 for 3 tiles further ahead,
+ *   cp.async.bulk.prefetch.L2, was measured slower: B=64 8k 602 against
+ *   482 us on the H200, so it is not done.)
+ *
+ * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
+ *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: ~67 KB (64),
+ *   ~101 KB (128), ~105 KB (256), so two blocks fit per SM. After the last
+ *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
+ *   to the block max and summed in kw order (deterministic).
+ *
+ * OUTPUT  As split_kernel.cu: num_splits > 1: unnormalised O, m (natural
+ *   units) and l into the partials; empty splits exit at once; rows that see
+ *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
+ *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
+ *   keys).
+ *
+ * PDL  The kernel is launched with programmatic stream serialisation:
+ *   every block first waits in griddepcontrol.wait until the
+ *   previous kernel in the stream has completed (a no-op without PDL), so
+ *   only its launch overlaps that kernel. Then it executes
+ *   griddepcontrol.launch_dependents, so the combine (also launched with PDL)
+ *   is scheduled as soon as all split blocks are resident; it waits for this
+ *   grid to complete before it reads the partials.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "flashdecode.h"
+#include "kernel_params.cuh"
+#include "device_util.cuh"
+#include "split.h"
+
+#define FD_MMA_THREADS 128
+#define FD_MMA_WARPS 4
+#define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
+#define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
+
+
+/* Compile-time shape of the kernel for one head_dim. */
+template <int D>
+struct fd_mma_cfg {
+  static constexpr int KW = D == 256 ? 2 : 4;      /* warps along the keys of a tile */
+  static constexpr int DW = FD_MMA_WARPS / KW;     /* warps along head_dim in P V */
+  static constexpr int KT = 16 * KW;               /* keys per tile */
+  static constexpr int STAGES = D == 64 ? 4 : 3;   /* pipeline depth */
+  static constexpr int DPW = D / DW;               /* O columns per warp */
+  static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
+  static constexpr int KS = D / 16;                /* k-steps of Q K^T */
+  static constexpr int CH = D / 8;                 /* 16-byte chunks per row */
+  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * D * 2; /* K and V stages */
+  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
+  static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
+  static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
+  static constexpr size_t VALID_BYTES = (size_t)STAGES * KT;
+  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim");
+  static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
+  static_assert(64 % KT == 0, "tiles must align with 64-key chunks");
+  static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
+                "O merge buffer must fit in the K/V stages");
+};
+
+/* ---- mma.sync / ldmatrix wrappers ---- */
+
+/* c += a * b for one m16n8k16 tile: a = 4 registers of 16-bit pairs (A, row
+ * major), b = 2 (B, "col"), c = 4 fp32. */
+template <typename T>
+static __device__ __forceinline__ void fd_mma16816(float (&c)[4], const uint32_t (&a)[4],
+                                                   uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/* Four 8x8 16-bit matrices from shared memory; lane l gives row l % 8 of matrix l / 8. */
+static __device__ __forceinline__ void fd_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* The same, each matrix transposed. */
+static __device__ __forceinline__ void fd_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* Two floats -> one register of two 16-bit values (lo in the low half), RN. */
+template <typename T>
+static __device__ __forceinline__ uint32_t fd_pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, sizeof r);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, sizeof r);
+  }
+  return r;
+}
+
+/* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
+template <int D>
+static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
+  return (uint32_t)((row * (D / 8) + (chunk ^ (row & 7))) * 16);
+}
+
+/* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
+ * keys kr + n * RSTEP (n < LOADS), kr = tid / CH, of both K and V. */
+template <int D>
+struct fd_mma_copy {
+  static constexpr int RSTEP = FD_MMA_THREADS / fd_mma_cfg<D>::CH; /* keys per copy round */
+  static constexpr int LOADS = fd_mma_cfg<D>::KT / RSTEP;          /* keys per thread */
+};
+
+/* Contiguous cache: copies the tile whose key kr (this thread's first key)
+ * sits at element offsets k_off / v_off of k_head / v_head (chunk included);
+ * keys >= nkeys are zero-filled and not read. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const T *v_head,
+                                                          int64_t k_off, int64_t v_off,
+                                                          int64_t k_step, int64_t v_step, T *sK,
+                                                          T *sV, int nkeys) {
+  using M = fd_mma_copy<D>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) {
+    const int kl = kr + n * M::RSTEP;
+    const bool ok = kl < nkeys;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+    fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_step) : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_step) : v_head, ok);
+  }
+}
+
+/* Paged cache: the page ids of this thread's keys of the tile at key0 (-1 for
+ * keys >= nkeys). Loaded one tile ahead of their use, so the block_table
+ * latency hides behind a tile of math. pshift = log2(page_size) when it is a
+ * power of two, else -1. */
+template <int D>
+static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
+                                                       int pshift, int key0, int nkeys,
+                                                       int (&pg)[fd_mma_copy<D>::LOADS]) {
+  using M = fd_mma_copy<D>;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) {
+    const int kl = kr + n * M::RSTEP;
+    const int j = key0 + kl;
+    pg[n] = -1;
+    if (kl < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
+  }
+}
+
+/* Paged cache: copies the tile at key0 with the page ids from fd_mma_page_ids;
+ * a key past nkeys or on a page id outside [0, num_pages) (num_pages > 0) is
+ * zero-filled, reads nothing and is flagged invalid. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_mma_copy_paged(const fd_kernel_params &p,
+                                                         const T *k_head, const T *v_head,
+                                                         int pshift, int key0, int nkeys,
+                                                         const int (&pg)[fd_mma_copy<D>::LOADS],
+                                                         T *sK, T *sV, unsigned char *valid) {
+  using M = fd_mma_copy<D>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) {
+    const int kl = kr + n * M::RSTEP;
+    const int j = key0 + kl;
+    const int page = pg[n];
+    const bool ok = kl < nkeys && (p.num_pages <= 0 || (page >= 0 && page < p.num_pages));
+    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
+    if (c == 0) valid[kl] = ok ? 1 : 0;
+  }
+}
+
+/* Keys row r (0..15) of the pass sees within the split: [begin, limit). */
+static __device__ __forceinline__ int fd_row_limit(int r, int row0, int pass_rows, int q_len,
+                                                   int kv, int begin, int end) {
+  if (r >= pass_rows) return begin; /* phantom row: sees nothing */
+  const int t = (row0 + r) % q_len;
+  return max(begin, min(end, kv - q_len + t + 1));
+}
+
+/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
+ * split's keys, then the pass's outputs. Ends with a block barrier. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
+                                                         int split, int kv, int begin, int end,
+                                                         int row0, int pass_rows,
+                                                         unsigned char *smem) {
+  using C = fd_mma_cfg<D>;
+  constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT, KS = C::KS;
+  constexpr int ROWS = FD_MMA_ROWS;
+  constexpr int OSTRIDE = D + FD_MMA_OPAD;
+
+  /* Carve-up; fd_mma_cfg<D>::SMEM sizes it. */
+  T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
+  T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
+  T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
+  float2 *sML = reinterpret_cast<float2 *>(sQ + ROWS * D);               /* [KW][16] (m, l) */
+  float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
+  unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
+  float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int kw = warp % KW;
+  const int dw = warp / KW;
+  const int g = lane >> 2; /* accumulator rows g and g + 8 */
+  const int qd = lane & 3; /* accumulator columns 2 qd, 2 qd + 1 */
+  const int q_len = p.q_len;
+  const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+
+  /* pass_end: no row of the pass sees a key at or past it (those are not loaded). */
+  int t_max = 0;
+  {
+    int t = row0 % q_len;
+    for (int r = 0; r < pass_rows; r++) {
+      t_max = max(t_max, t);
+      t = t + 1 == q_len ? 0 : t + 1;
+    }
+  }
+  const int pass_end = max(begin, min(end, kv - q_len + t_max + 1));
+  const int lim0 = fd_row_limit(g, row0, pass_rows, q_len, kv, begin, end);
+  const int lim1 = fd_row_limit(g + 8, row0, pass_rows, q_len, kv, begin, end);
+  const int span = pass_end - begin;
+  const int num_tiles = (span + KT - 1) / KT;
+  const bool check_pages = p.page_size > 0 && p.num_pages > 0;
+  const float scale = p.scale_log2;
+
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY; /* running max of rows g, g + 8 (base 2, quad-uniform) */
+  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
+
+  if (num_tiles > 0) { /* block-uniform */
+    using M = fd_mma_copy<D>;
+    const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
+    const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
+    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
+
+    /* q rows of the pass (zeros for phantom rows): commit group 0. */
+#pragma unroll
+    for (int i = 0; i < ROWS * C::CH / FD_MMA_THREADS; i++) {
+      const int idx = tid + i * FD_MMA_THREADS;
+      const int r = idx / C::CH;
+      const int c = idx % C::CH;
+      const T *src = static_cast<const T *>(p.q);
+      const bool ok = r < pass_rows;
+      if (ok) {
+        const int gi = (row0 + r) / q_len;
+        const int t = (row0 + r) - gi * q_len;
+        const int64_t h = (int64_t)hk * p.group + gi;
+        src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
+               c * 8;
+      }
+      fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
+    }
+    fd_cp_async_commit();
+
+    /* Copy state. Contiguous: element offsets of this thread's first key of
+     * the next tile to issue, advanced a tile at a time. Paged: the page ids
+     * of the next tile to issue, fetched one iteration ahead. */
+    const bool paged = p.page_size > 0;
+    const int pshift =
+        paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+    const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
+    const int kr = tid / C::CH;
+    const int cc = tid % C::CH;
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + kr) * p.k_strides[1] + cc * 8;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + kr) * p.v_strides[1] + cc * 8;
+    const int64_t k_step = (int64_t)M::RSTEP * p.k_strides[1];
+    const int64_t v_step = (int64_t)M::RSTEP * p.v_strides[1];
+    const int64_t k_tile = (int64_t)KT * p.k_strides[1];
+    const int64_t v_tile = (int64_t)KT * p.v_strides[1];
+    int pg[M::LOADS];
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+
+    /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not). */
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+      if (s < num_tiles) {
+        const int key0 = begin + s * KT;
+        const int nk = min(KT, pass_end - key0);
+        if (paged) {
+          fd_mma_page_ids<D>(bt_row, p.page_size, pshift, key0, nk, pg);
+          fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, key0, nk, pg, sK + s * KT * D,
+                                  sV + s * KT * D, sValid + s * KT);
+        } else {
+          fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step, sK + s * KT * D,
+                                   sV + s * KT * D, nk);
+          k_off += k_tile;
+          v_off += v_tile;
+        }
+      }
+      fd_cp_async_commit();
+    }
+    if (paged && STAGES - 1 < num_tiles) {
+      const int key0 = begin + (STAGES - 1) * KT;
+      fd_mma_page_ids<D>(bt_row, p.page_size, pshift, key0, min(KT, pass_end - key0), pg);
+    }
+
+    /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
+    fd_cp_async_wait<STAGES - 1>();
+    __syncthreads();
+    uint32_t qa[KS][4];
+    {
+      const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
+      const int sub = lane >> 4;
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) fd_ldmatrix_x4(qa[ks], sQ_u + fd_swz<D>(r, 2 * ks + sub));
+    }
+
+    /* ldmatrix rows of this lane: K (non-transposed, two n-tiles x two k-halves)
+     * and V (transposed, two key halves x two n-tiles). */
+    const int k_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
+    const int k_sub = (lane >> 3) & 1;
+    const int v_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int v_sub = lane >> 4;
+
+    int stage = 0;
+    int load_stage = STAGES - 1;
+    for (int it = 0; it < num_tiles; it++) {
+      const int key0 = begin + it * KT;
+      fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
+      __syncthreads();                 /* everyone's did; tile it-1 fully consumed */
+      {
+        const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
+        if (nt < num_tiles) {
+          const int nkey0 = begin + nt * KT;
+          const int nk = min(KT, pass_end - nkey0);
+          if (paged) {
+            fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, nkey0, nk, pg,
+                                    sK + load_stage * KT * D, sV + load_stage * KT * D,
+                                    sValid + load_stage * KT);
+            if (nt + 1 < num_tiles)
+              fd_mma_page_ids<D>(bt_row, p.page_size, pshift, nkey0 + KT,
+                                 min(KT, pass_end - (nkey0 + KT)), pg);
+          } else {
+            fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step,
+                                     sK + load_stage * KT * D, sV + load_stage * KT * D, nk);
+            k_off += k_tile;
+            v_off += v_tile;
+          }
+        }
+        fd_cp_async_commit();
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+      }
+
+      /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
+      const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
+      float s[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) {
+        uint32_t kb[4];
+        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
+        fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
+        fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+      }
+
+      /* Scale to base-2 units and mask. */
+      const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
+      const unsigned char *tValid = sValid + stage * KT;
+#pragma unroll
+      for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int kl = kl0 + n * 8 + (e & 1);
+          bool vis = key0 + kl < (e < 2 ? lim0 : lim1);
+          if (check_pages) vis = vis && tValid[kl] != 0;
+          s[n][e] = vis ? s[n][e] * scale : -INFINITY;
+        }
+      }
+
+      /* Online softmax over the warp's 16 keys, rows g and g + 8. */
+      float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+      float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
+      const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+      const float a0 = exp2f(m0 - mu0), a1 = exp2f(m1 - mu1);
+      m0 = mn0;
+      m1 = mn1;
+#pragma unroll
+      for (int n = 0; n < 2; n++) {
+        s[n][0] = exp2f(s[n][0] - mu0);
+        s[n][1] = exp2f(s[n][1] - mu0);
+        s[n][2] = exp2f(s[n][2] - mu1);
+        s[n][3] = exp2f(s[n][3] - mu1);
+      }
+      l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+      l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+#pragma unroll
+      for (int n = 0; n < NT; n++) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+
+      /* O += P V: P from the accumulators as the A operand. */
+      uint32_t pa[4];
+      pa[0] = fd_pack2<T>(s[0][0], s[0][1]);
+      pa[1] = fd_pack2<T>(s[0][2], s[0][3]);
+      pa[2] = fd_pack2<T>(s[1][0], s[1][1]);
+      pa[3] = fd_pack2<T>(s[1][2], s[1][3]);
+      const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t vb[4];
+        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
+        fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+      }
+      stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  __syncthreads(); /* K/V area free for the merge */
+
+  /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
+  if (dw == 0 && qd == 0) {
+    sML[kw * ROWS + g] = make_float2(m0, l0);
+    sML[kw * ROWS + g + 8] = make_float2(m1, l1);
+  }
+  __syncthreads();
+  float bm0 = -INFINITY, bm1 = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < KW; k++) {
+    bm0 = fmaxf(bm0, sML[k * ROWS + g].x);
+    bm1 = fmaxf(bm1, sML[k * ROWS + g + 8].x);
+  }
+  const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)); /* 0 when m0 = -inf */
+  const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1));
+  {
+    float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
+    float *dst1 = dst0 + 8 * OSTRIDE;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+      *reinterpret_cast<float2 *>(dst0 + n * 8) = make_float2(o[n][0] * f0, o[n][1] * f0);
+      *reinterpret_cast<float2 *>(dst1 + n * 8) = make_float2(o[n][2] * f1, o[n][3] * f1);
+    }
+  }
+  if (tid < ROWS) {
+    float bm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < KW; k++) bm = fmaxf(bm, sML[k * ROWS + tid].x);
+    const float mu = bm == -INFINITY ? 0.0f : bm;
+    float bl = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KW; k++) {
+      const float2 ml = sML[k * ROWS + tid];
+      bl += ml.y * exp2f(ml.x - mu);
+    }
+    sFin[tid] = make_float2(bm, bl);
+  }
+  __syncthreads();
+
+  const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
+  for (int item = tid; item < pass_rows * (D / 4); item += FD_MMA_THREADS) {
+    const int r = item / (D / 4);
+    const int d = (item % (D / 4)) * 4;
+    float4 acc = *reinterpret_cast<const float4 *>(sO + r * OSTRIDE + d);
+#pragma unroll
+    for (int k = 1; k < KW; k++) {
+      const float4 x = *reinterpret_cast<const float4 *>(sO + (k * ROWS + r) * OSTRIDE + d);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    if (p.num_splits > 1) {
+      float *dst = p.partial_o + ((prow_base + r) * p.num_splits + split) * D + d;
+      *reinterpret_cast<float4 *>(dst) = acc;
+    } else {
+      const int row = row0 + r;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      const float l = sFin[r].y;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
+               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
+      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    }
+  }
+  if (tid < pass_rows) {
+    const float2 fin = sFin[tid];
+    const float ln2 = 0.69314718055994531f;
+    if (p.num_splits > 1) {
+      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;
+      *reinterpret_cast<float2 *>(ml) = make_float2(fin.x * ln2, fin.y); /* -inf stays -inf */
+    } else if (p.lse) {
+      const int row = row0 + tid;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
+          fin.y > 0.0f ? fin.x * ln2 + logf(fin.y) : -INFINITY;
+    }
+  }
+  __syncthreads(); /* smem is reused by the next pass */
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(FD_MMA_THREADS, 2)
+    fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
+  extern __shared__ __align__(128) unsigned char fd_mma_smem[];
+  /* Launched with PDL: wait until the previous kernel in the stream has
+   * completed and its writes are visible (returns at once otherwise). */
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  /* Let the combine grid be scheduled once every block of this grid runs; it
+   * waits for this grid's completion (griddepcontrol.wait) before reading. */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
+  int kv = __ldg(p.kv_len + b);
+  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int begin, end;
+  fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
+  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+
+  const int rows_total = p.group * p.q_len;
+  for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+    fd_split_mma_pass<T, D>(p, b, hk, split, kv, begin, end, row0,
+                            min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_mma_prepare(void) {
+  constexpr size_t smem = fd_mma_cfg<D>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  /* All of the unified L1/shared array as shared memory: two blocks per SM. */
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              (int)cudaSharedmemCarveoutMaxShared);
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  const cudaError_t e = fd_split_mma_prepare<T, D>();
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
+  cfg.blockDim = dim3(FD_MMA_THREADS);
+  cfg.dynamicSmemBytes = fd_mma_cfg<D>::SMEM;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  memset(attr, 0, sizeof attr);
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const fd_kernel_params params = *p;
+  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D>, params);
+  if (le != cudaSuccess) return le;
+  return cudaGetLastError();
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
+  const cudaError_t e = fd_split_mma_prepare<T, D>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D>,
+                                                       FD_MMA_THREADS, fd_mma_cfg<D>::SMEM);
+}
+
+template <typename T>
+static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, cudaStream_t stream) {
+  switch (p->head_dim) {
+    case 64: return fd_split_mma_launch_instance<T, 64>(p, stream);
+    case 128: return fd_split_mma_launch_instance<T, 128>(p, stream);
+    case 256: return fd_split_mma_launch_instance<T, 256>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
+  switch (p->dtype) {
+    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, stream);
+    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+static cudaError_t fd_split_mma_occupancy_dim(int head_dim, int *blocks_per_sm) {
+  switch (head_dim) {
+    case 64: return fd_split_mma_occupancy_instance<T, 64>(blocks_per_sm);
+    case 128: return fd_split_mma_occupancy_instance<T, 128>(blocks_per_sm);
+    case 256: return fd_split_mma_occupancy_instance<T, 256>(blocks_per_sm);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm) {
+  *blocks_per_sm = 0;
+  switch (dtype) {
+    case FD_DTYPE_F16: return fd_split_mma_occupancy_dim<__half>(head_dim, blocks_per_sm);
+    case FD_DTYPE_BF16: return fd_split_mma_occupancy_dim<__nv_bfloat16>(head_dim, blocks_per_sm);
+  }
+  return cudaErrorInvalidValue;
+}
