@@ -12,6 +12,11 @@ fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
 
+int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
+  (void)device, (void)dtype, (void)head_dim;
+  return 2;
+}
+
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err) {
   (void)plan, (void)t, (void)workspace, (void)stream;

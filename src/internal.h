@@ -68,6 +68,9 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t, double *out
 int fd_cuda_available(int device);
 /* Multiprocessor count of `device`. */
 fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
+/* Split-kernel blocks resident per multiprocessor for this dtype and head_dim
+ * (the occupancy calculator; 2 where it cannot be asked). */
+int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim);
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);
 /* Stream-ordered allocation for fd_decode. */

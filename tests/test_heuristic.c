@@ -10,9 +10,9 @@
  * or when work_items >= 0.8 * slots (a full machine); else, over split counts
  * s = 1 .. min(max_chunks, 128), efficiency(s) = waves / ceil(waves) with
  * waves = work_items * active(s) / slots, where active(s) =
- * ceil(chunks / ceil(chunks / s)) splits hold keys; counts whose cut equals a
- * smaller count's (active(s) != s) are never chosen; the answer is the
- * smallest s whose efficiency is >= 0.85 * the best.
+ * ceil(chunks / ceil(chunks / s)) splits hold keys; the answer is the
+ * smallest s whose efficiency is >= 0.95 * the best (a count whose cut
+ * equals a smaller count's is never the first to reach it).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,26 +32,26 @@ static const int32_t SMS[] = {8, 78, 108, 132};
 static void test_worked_values(void **state) {
   (void)state;
   /* w=1, 8 SMs x 2 = 16 slots: eff(s) = s/16 below one wave; best 1.0 at
-   * s=16; 14/16 = 0.875 >= 0.85 > 13/16 = 0.8125 -> 14. */
-  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 8, 2), 14);
-  /* w=1, 264 slots: at most 128 splits, best 128/264 = 0.4848; 0.85 of it
-   * is 108.8/264 -> 109. */
-  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 132, 2), 109);
-  /* w=4, 216 slots: waves = s/54, best 1.0 at s=54; 46/54 = 0.852 -> 46
-   * (45/54 = 0.833). */
-  assert_int_equal(fd_num_splits_heuristic(4, MANY_CHUNKS, 108, 2), 46);
+   * s=16; 15/16 = 0.9375 < 0.95 -> 16. */
+  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 8, 2), 16);
+  /* w=1, 264 slots: at most 128 splits, best 128/264; 0.95 of it is
+   * 121.6/264 -> 122. */
+  assert_int_equal(fd_num_splits_heuristic(1, MANY_CHUNKS, 132, 2), 122);
+  /* w=4, 216 slots: waves = s/54, best 1.0 at s=54; 52/54 = 0.963 -> 52
+   * (51/54 = 0.944). */
+  assert_int_equal(fd_num_splits_heuristic(4, MANY_CHUNKS, 108, 2), 52);
   /* w=32, 264 slots: waves = 32s/264; best 1.0 at s=33 (4 full waves);
-   * s=7 gives 224/264 = 0.8485 < 0.85, s=8 gives 0.970 -> 8. */
+   * s=7 gives 224/264 = 0.848, s=8 gives 256/264 = 0.970 -> 8. */
   assert_int_equal(fd_num_splits_heuristic(32, MANY_CHUNKS, 132, 2), 8);
-  /* w=16, 156 slots: best 1.0 at s=39; 144/156 = 0.923 at s=9, 128/156 =
-   * 0.821 at s=8 -> 9. */
-  assert_int_equal(fd_num_splits_heuristic(16, MANY_CHUNKS, 78, 2), 9);
+  /* w=16, 156 slots: best 1.0 at s=39; s=9 gives 144/156 = 0.923, s=10..18
+   * spill into a second wave (<= 0.923), s=19 gives 304/312 = 0.974 -> 19. */
+  assert_int_equal(fd_num_splits_heuristic(16, MANY_CHUNKS, 78, 2), 19);
   /* Full machine: 212 * 10 >= 264 * 8 -> 1. One less is not full: s=1..4
    * all give 0.799, s=5 gives 1055/1056 = 0.999 -> 5. */
   assert_int_equal(fd_num_splits_heuristic(212, MANY_CHUNKS, 132, 2), 1);
   assert_int_equal(fd_num_splits_heuristic(211, MANY_CHUNKS, 132, 2), 5);
   /* 10 chunks, w=1, 16 slots: exact cuts are s = 1..5 and 10 (6..9 cut
-   * like 5); best 10/16; 0.85 of it needs >= 8.5 active splits -> 10. */
+   * like 5); best 10/16; 0.95 of it needs >= 9.5 active splits -> 10. */
   assert_int_equal(fd_num_splits_heuristic(1, 10, 8, 2), 10);
   /* One chunk or none: nothing to split. */
   assert_int_equal(fd_num_splits_heuristic(1, 1, 132, 2), 1);
