@@ -17,7 +17,7 @@ LOG="$OUT/log.txt"
 exec > >(tee -a "$LOG") 2>&1
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=${FD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "== flashdecode device run: mode=$MODE commit=$COMMIT date=$(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv
 nvcc --version | tail -2
@@ -30,7 +30,7 @@ step build
 t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
-  -DCMAKE_INCLUDE_PATH="$DEPS/include" >"$OUT/build.txt" 2>&1 &&
+  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >"$OUT/build.txt" 2>&1 &&
   cmake --build build -j "$(nproc)" >>"$OUT/build.txt" 2>&1 || { echo "BUILD FAILED"; tail -40 "$OUT/build.txt"; exit 1; }
 echo "build ok in $(( $(date +%s) - t0 )) s"
 grep -E "registers|spill" "$OUT/build.txt" | grep -E "Used|spill" | sort | uniq -c | sort -rn | head -20
@@ -38,7 +38,8 @@ export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 
 if [ "$MODE" = all ] || [ "$MODE" = test ]; then
   step "ctest (all tests, GPU included)"
-  (cd build && ctest --output-on-failure -j 4 --timeout 600) 2>&1 | tail -60 || status=1
+  (cd build && ctest --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.txt" 2>&1 || status=1
+  grep -E "FAIL|ERROR|Test +#|tests passed" "$OUT/ctest.txt" | tail -60
 
   step "compute-sanitizer on the GPU tests"
   # memcheck runs every GPU case; the slower racecheck/initcheck/synccheck run

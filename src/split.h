@@ -16,16 +16,18 @@
 
 /* Keys per split for a sequence of kv_len keys: a whole number of chunks. */
 FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
-  int32_t chunks = (kv_len + chunk_len - 1) / chunk_len;
-  int32_t per_split = (chunks + num_splits - 1) / num_splits;
-  return per_split * chunk_len;
+  /* 64-bit: kv_len + chunk_len - 1 overflows int32 near 2^31. */
+  int64_t chunks = ((int64_t)kv_len + chunk_len - 1) / chunk_len;
+  int64_t per_split = (chunks + num_splits - 1) / num_splits;
+  int64_t len = per_split * chunk_len;
+  return len > INT32_MAX ? INT32_MAX : (int32_t)len;
 }
 
 /* Splits that hold at least one key (0 when kv_len == 0). */
 FD_HD int32_t fd_active_splits(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
   if (kv_len <= 0) return 0;
-  int32_t len = fd_split_len(kv_len, chunk_len, num_splits);
-  return (kv_len + len - 1) / len;
+  int64_t len = fd_split_len(kv_len, chunk_len, num_splits);
+  return (int32_t)(((int64_t)kv_len + len - 1) / len);
 }
 
 /* Keys [*begin, *end) of split `split`; empty (begin == end) past the last key. */

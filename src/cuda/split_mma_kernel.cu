@@ -137,6 +137,28 @@ static __device__ __forceinline__ void fd_ldmatrix_x4(uint32_t (&r)[4], uint32_t
                : "r"(addr));
 }
 
+/* Two floats -> hi + lo registers of two 16-bit values each, hi = RN(x) and
+ * lo = RN(x - hi): P = hi + lo carries ~16 significant bits, so P·V done as
+ * two mma keeps the weights as exact as the fp32 sum l they are divided by
+ * (one 16-bit P alone costs 2^-9 relative per weight in bf16). */
+template <typename T>
+static __device__ __forceinline__ void fd_pack2_split(float lo_val, float hi_val, uint32_t &hi,
+                                                      uint32_t &lo) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo_val, hi_val);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(lo_val - hf.x, hi_val - hf.y);
+    memcpy(&hi, &h, sizeof hi);
+    memcpy(&lo, &l, sizeof lo);
+  } else {
+    const __half2 h = __floats2half2_rn(lo_val, hi_val);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(lo_val - hf.x, hi_val - hf.y);
+    memcpy(&hi, &h, sizeof hi);
+    memcpy(&lo, &l, sizeof lo);
+  }
+}
+
 /* The same, each matrix transposed. */
 static __device__ __forceinline__ void fd_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -475,12 +497,13 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         o[n][3] *= a1;
       }
 
-      /* O += P V: P from the accumulators as the A operand. */
-      uint32_t pa[4];
-      pa[0] = fd_pack2<T>(s[0][0], s[0][1]);
-      pa[1] = fd_pack2<T>(s[0][2], s[0][3]);
-      pa[2] = fd_pack2<T>(s[1][0], s[1][1]);
-      pa[3] = fd_pack2<T>(s[1][2], s[1][3]);
+      /* O += P V: P from the accumulators as the A operand, split into a
+       * 16-bit hi and lo part (fd_pack2_split), two mma each. */
+      uint32_t pa[4], pl[4];
+      fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
+      fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
+      fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
+      fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
       const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
 #pragma unroll
       for (int np = 0; np < NT / 2; np++) {
@@ -488,6 +511,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
         fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
         fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+        fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
       }
       stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
