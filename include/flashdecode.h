@@ -183,8 +183,11 @@ typedef struct fd_problem {
   const int32_t *kv_len_hint; /* optional host array [batch]: the kv_len the
                             next runs will see. The automatic split count is
                             then sized from these lengths instead of
-                            kv_capacity; runs stay correct for any kv_len up
-                            to kv_capacity. Read only inside fd_plan_init. */
+                            kv_capacity, and a ragged batch (longest > 1.5x
+                            the mean) gets enough splits that each split of
+                            the longest sequence holds at most half an even
+                            share of the keys; runs stay correct for any kv_len
+                            up to kv_capacity. Read only inside fd_plan_init. */
 } fd_problem;
 
 /* Most splits a plan will use. */

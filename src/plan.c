@@ -123,14 +123,17 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
 
   /* kv_len hints: sized from the longest. */
   int64_t longest = p.kv_capacity;
+  int64_t total = (int64_t)p.kv_capacity * p.batch;
   if (p.kv_len_hint) {
     longest = 0;
+    total = 0;
     for (int32_t b = 0; b < p.batch; b++) {
       int32_t n = p.kv_len_hint[b];
       if (n < 0 || n > p.kv_capacity)
         return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                        "kv_len_hint[%d]: %d is outside [0, kv_capacity = %d]", b, n, p.kv_capacity);
       if (n > longest) longest = n;
+      total += n;
     }
     p.kv_len_hint = NULL;
   }
@@ -180,6 +183,18 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     int64_t hint_chunks = ceil_div(longest, FD_CHUNK_LEN);
     splits = fd_num_splits_heuristic((int64_t)p.batch * p.num_heads_kv, hint_chunks, slots,
                                      blocks_per_sm);
+    /* Ragged batches (the longest hint above 1.5x the mean): the longest
+     * sequence's splits are the critical path. Cut it so that each of its
+     * splits holds at most half the keys an even share of the machine
+     * would: splits = ceil(2 * longest * slots / (num_heads_kv * total)).
+     * Measured on Mooncake and Azure batches (bench/NOTES.md). */
+    if (total > 0 && longest * 2 * p.batch > 3 * total) {
+      double even = (double)p.num_heads_kv * (double)total / ((double)slots * blocks_per_sm);
+      double want = ceil(2.0 * (double)longest / even);
+      if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
+      if (want > hint_chunks) want = (double)hint_chunks;
+      if (want > splits) splits = (int32_t)want;
+    }
   } else {
     splits = p.num_splits;
   }
