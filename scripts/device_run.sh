@@ -1,85 +1,107 @@
 #!/usr/bin/env bash
-# device_run.sh — everything the GPU machine does, in one call:
-#   build (CUDA sm_90a), every test incl. GPU ones (ctest), compute-sanitizer
-#   (memcheck, racecheck, initcheck, synccheck) on the GPU tests, the Python
-#   tests, `generate --backend cuda --check`, a CLI bench table, and the peer
-#   benchmark (bench/bench_gpu.py).
-# Usage: scripts/device_run.sh [all|test|bench] [extra bench_gpu.py args...]
-# Writes logs and results under $OUT (default /tmp/fd-out). Needs .deps/ (cmocka
-# unpacked from Debian's packages, see scripts/fetch_device_deps.sh) and
-# shared_data/traces carried with the call.
+# device_run.sh — everything the GPU machine does, in one call, most important
+# first, each step skipped once the time budget (FD_DEADLINE_S, seconds since
+# start; default 1e9) would be overrun:
+#   1 build (CUDA sm_90a)            2 ctest: every test, GPU ones included
+#   3 generate --backend cuda --check
+#   4 bench/bench_gpu.py (peers)     5 Python tests + the SDPA-swap example
+#   6 compute-sanitizer memcheck/racecheck/initcheck/synccheck, GPU grid
+#   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
+#   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench]
+# Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
+# Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
+# carried with the call.
 set -u
 MODE=${1:-all}
-shift || true
 OUT=${OUT:-/tmp/fd-out}
+DEADLINE=${FD_DEADLINE_S:-1000000000}
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 exec > >(tee -a "$LOG") 2>&1
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+START=$(date +%s)
 COMMIT=${FD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "== flashdecode device run: mode=$MODE commit=$COMMIT date=$(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv
-nvcc --version | tail -2
+nvcc --version | tail -1
+lscpu | grep -E "Model name|^CPU\(s\)" | tr -s ' '
 
 DEPS="$PWD/.deps/root/usr"
 status=0
-step() { echo; echo "== $*"; }
+# step NAME SECONDS_NEEDED: 0 when the step fits in the remaining budget.
+step() {
+  local left=$(( DEADLINE - ($(date +%s) - START) ))
+  echo; echo "== $1 (t=$(( $(date +%s) - START ))s)"
+  if [ "$left" -lt "$2" ]; then echo "   SKIPPED: ${left}s left, needs ~$2s"; return 1; fi
+  return 0
+}
+want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ]; }
 
-step build
-t0=$(date +%s)
+step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
-  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >"$OUT/build.txt" 2>&1 &&
-  cmake --build build -j "$(nproc)" >>"$OUT/build.txt" 2>&1 || { echo "BUILD FAILED"; tail -40 "$OUT/build.txt"; exit 1; }
-echo "build ok in $(( $(date +%s) - t0 )) s"
-grep -E "registers|spill" "$OUT/build.txt" | grep -E "Used|spill" | sort | uniq -c | sort -rn | head -20
+  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >/tmp/fd-build.txt 2>&1 &&
+  cmake --build build -j "$(nproc)" >>/tmp/fd-build.txt 2>&1 || { echo "BUILD FAILED"; tail -60 /tmp/fd-build.txt; exit 1; }
+grep -E "Used [0-9]+ registers|spill" /tmp/fd-build.txt | sort | uniq -c | sort -rn | head -12
 export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
 
-if [ "$MODE" = all ] || [ "$MODE" = test ]; then
-  step "ctest (all tests, GPU included)"
-  (cd build && ctest --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.txt" 2>&1 || status=1
-  grep -E "FAIL|ERROR|Test +#|tests passed" "$OUT/ctest.txt" | tail -60
+if want test && step "ctest (all tests, GPU included)" 120; then
+  (cd build && ctest --output-on-failure -j 4 --timeout 600) >/tmp/fd-ctest.txt 2>&1 || status=1
+  grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | tail -40
+fi
 
-  step "compute-sanitizer on the GPU tests"
-  # memcheck runs every GPU case; the slower racecheck/initcheck/synccheck run
-  # the head_dim 128 cases (every kernel and dtype) and the quick reliability set.
-  SAN="$OUT/sanitizer.txt"; : >"$SAN"
-  for bin in $(find build/tests -type f -executable -name '*gpu*' | sort); do
-    for tool in memcheck racecheck initcheck synccheck; do
-      filter=""; [ "$tool" = memcheck ] || filter='cuda/*d128*'
-      case "$bin" in *reliability*|*rel_*) filter="" ;; esac
-      echo "-- $tool $bin ${filter:+(filter $filter)}" | tee -a "$SAN"
-      FD_TEST_QUICK=1 FD_TEST_FILTER="$filter" timeout 240 compute-sanitizer --tool "$tool" \
-        --error-exitcode 99 "$bin" >>"$SAN" 2>&1
-      rc=$?; echo "   exit $rc" | tee -a "$SAN"
-      [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$SAN" | tail -1
-    done
-  done
+if want test && step "generate --backend cuda --check" 20; then
+  ./build/flashdecode generate --backend cuda --check --ids 2>&1 | tail -9
+  ./build/flashdecode generate --backend cuda --num-splits 1 2>&1 | tail -1
+  ./build/flashdecode generate --backend cpu 2>&1 | tail -1
+fi
 
-  step "generate --backend cuda --check"
-  ./build/flashdecode generate --backend cuda --check --ids 2>&1 | tee "$OUT/generate.txt" | tail -12
-  step "generate --backend cpu (reference story)"
-  ./build/flashdecode generate --backend cpu 2>&1 | tail -4
+if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
+  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" \
+    >/tmp/fd-bench.txt 2>&1
+  [ $? -eq 0 ] || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
 
-  step "python tests"
-  export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
-  python3 -m pytest -q tests/python 2>&1 | tail -25; rc=${PIPESTATUS[0]}
-  [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
+if want test && step "python tests and the SDPA-swap example" 70; then
+  python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -6; rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || status=1
+  timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
+fi
 
-  step "CLI bench (B=1, 32/8, d128, bf16)"
-  for n in 1024 4096 16384 131072; do
-    ./build/flashdecode bench --backend cuda --batch 1 --num-heads-q 32 --num-heads-kv 8 \
-      --head-dim 128 --kv-len $n --dtype bf16 2>&1 | tail -1
+san() { # san BINARY TOOL FILTER
+  echo "-- $2 $1 ${3:+(filter $3)}"
+  FD_TEST_QUICK=1 FD_TEST_FILTER="$3" timeout 200 compute-sanitizer --tool "$2" \
+    --error-exitcode 99 "$1" >/tmp/fd-san.txt 2>&1
+  local rc=$?
+  { echo "---- compute-sanitizer $2 $1 $3 (exit $rc)"; cat /tmp/fd-san.txt; } >>"$OUT/full-logs.txt"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK|PASSED|FAILED" /tmp/fd-san.txt | tail -3
+  echo "   exit $rc"
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
+}
+if want test && step "compute-sanitizer: GPU grid" 90; then
+  san build/tests/test_gpu_grid memcheck ""
+  for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/*d128*'; done
+fi
+
+if want bench && [ -f bench/bench_cpu.py ] && step "CPU benchmark (bench/bench_cpu.py)" 90; then
+  timeout 150 python3 bench/bench_cpu.py --out-dir "$OUT" --commit "$COMMIT" >/tmp/fd-cpu.txt 2>&1
+  [ $? -eq 0 ] || status=1
+  tail -25 /tmp/fd-cpu.txt
+fi
+
+if want test && step "compute-sanitizer: GPU reliability suite" 60; then
+  for bin in $(find build/tests -type f -executable -name '*reliability*gpu*' | sort); do
+    for tool in memcheck racecheck initcheck synccheck; do san "$bin" $tool ""; done
   done
 fi
 
-if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
-  step "peer benchmark"
-  export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
-  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" "$@" 2>&1 | tail -80
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-fi
-echo; echo "== done, status $status"
+echo; echo "== full logs"
+for f in /tmp/fd-ctest.txt /tmp/fd-bench.txt /tmp/fd-cpu.txt; do
+  [ -f "$f" ] && { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"
+done
+echo "== done at t=$(( $(date +%s) - START ))s, status $status"
 exit $status
