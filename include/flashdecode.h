@@ -176,7 +176,8 @@ typedef struct fd_problem {
                             (sequence, kv head)); N = N splits, clamped to the
                             chunks of kv_capacity and to FD_MAX_SPLITS */
   float softmax_scale;   /* default (0) 1/sqrt(head_dim); must be finite */
-  int32_t num_threads;   /* CPU: worker threads, default all cores */
+  int32_t num_threads;   /* CPU: worker threads, default all cores, at most
+                            FD_MAX_THREADS */
   int32_t device;        /* CUDA: device ordinal, default 0 */
   int32_t sm_count;      /* CUDA: multiprocessors to plan for; 0 = ask the
                             device (tests set it to simulate other GPUs) */
@@ -192,6 +193,8 @@ typedef struct fd_problem {
 
 /* Most splits a plan will use. */
 #define FD_MAX_SPLITS 1024
+/* Most CPU worker threads a plan accepts. */
+#define FD_MAX_THREADS 1024
 
 /* A plan: everything fd_run needs besides the tensors. Plain data: copy it,
  * keep it on the stack; no destroy function. Fields are read-only for the
@@ -224,8 +227,10 @@ typedef struct fd_plan {
  *       q_len outside 1..16; heads < 1 or num_heads_q not a multiple of
  *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0 or above the
  *       paged capacity; page_size outside 0..256; max_pages_per_seq < 1 when
- *       paged; num_splits < 0; softmax_scale not finite; a kv_len_hint value
- *       < 0 or > kv_capacity.
+ *       paged; num_pages < 0; num_splits < 0; softmax_scale not finite;
+ *       num_threads outside 0..FD_MAX_THREADS; device or sm_count < 0; backend
+ *       not an fd_backend; a kv_len_hint value < 0 or > kv_capacity; a shape
+ *       whose workspace would exceed 2^52 bytes.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 128 or 256, or a device that is not sm_90.
  *   FD_STATUS_BACKEND_ERROR  a CUDA query failed.
@@ -296,7 +301,17 @@ typedef struct fd_tensors {
  *       workspace NULL while plan->workspace_size > 0.
  *   FD_STATUS_UNSUPPORTED  CUDA: a pointer not aligned to 16 bytes or a
  *       stride that is not a multiple of 16 bytes (q, k, v, out).
+ *   FD_STATUS_OUT_OF_MEMORY  reference backend only: its float64 scratch
+ *       (head_dim and the longest kv_len doubles) could not be allocated.
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
+ *
+ * Inputs the math does not cover: every scaled score softmax_scale * q.k
+ * must be finite in float32 (an overflow to +inf gives NaN); keys at or
+ * beyond kv_len and pages no sequence uses are never read, so NaN or Inf
+ * there does not matter. Strides of unused tensors (lse when NULL,
+ * block_table for a contiguous cache) are still checked for sign. out and lse
+ * must not overlap each other or themselves (strides that alias elements
+ * make the result unspecified).
  */
 FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace,
                  size_t workspace_size, void *stream, fd_error *err);

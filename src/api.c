@@ -83,12 +83,12 @@ fd_status fd_check_host_lengths(const fd_plan *plan, const fd_tensors *t, fd_err
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_len[%d]: %d is outside [0, kv_capacity = %d]",
                      b, n, plan->kv_capacity);
     if (p->page_size > 0 && p->num_pages > 0) {
-      int32_t pages = (n + p->page_size - 1) / p->page_size;
+      int64_t pages = ((int64_t)n + p->page_size - 1) / p->page_size;
       const int32_t *row = t->block_table + (int64_t)b * t->block_table_stride;
-      for (int32_t i = 0; i < pages; i++)
+      for (int64_t i = 0; i < pages; i++)
         if (row[i] < 0 || row[i] >= p->num_pages)
           return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                         "block_table[%d][%d]: page id %d is outside [0, num_pages = %d)", b, i, row[i],
+                         "block_table[%d][%lld]: page id %d is outside [0, num_pages = %d)", b, (long long)i, row[i],
                          p->num_pages);
     }
   }

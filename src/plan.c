@@ -20,6 +20,11 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
                                 int32_t blocks_per_sm) {
   if (max_chunks <= 1 || work_items <= 0 || sm_count <= 0) return 1;
   if (blocks_per_sm < 1) blocks_per_sm = 1;
+  /* Keep every product below in range (the function is public). */
+  if (blocks_per_sm > 1024) blocks_per_sm = 1024;
+  if (sm_count > (1 << 20)) sm_count = 1 << 20;
+  if (work_items > ((int64_t)1 << 40)) work_items = (int64_t)1 << 40;
+  if (max_chunks > ((int64_t)1 << 40)) max_chunks = (int64_t)1 << 40;
   int64_t slots = (int64_t)sm_count * blocks_per_sm;
   /* Enough blocks already fill most of the machine: splitting only adds the
    * combine's cost. */
@@ -96,9 +101,9 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    p->num_splits);
   if (!isfinite(p->softmax_scale))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "softmax_scale: not finite");
-  if (p->num_threads < 0)
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_threads: %d, must be >= 0 (0 = all cores)",
-                   p->num_threads);
+  if (p->num_threads < 0 || p->num_threads > FD_MAX_THREADS)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "num_threads: %d, must be 0 (all cores) .. %d", p->num_threads, FD_MAX_THREADS);
   if (p->device < 0)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "device: %d, must be >= 0", p->device);
   if (p->sm_count < 0)

@@ -165,6 +165,8 @@ def as_index_array(x, name, batch):
     if arr.dtype != np.int32:
         if arr.dtype.kind not in "iu":
             raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))
+        if arr.size and (arr.min() < -2**31 or arr.max() > 2**31 - 1):
+            raise ValueError("%s: values outside the int32 range" % name)
         arr = arr.astype(np.int32)
     return np.ascontiguousarray(arr)
 

@@ -148,6 +148,8 @@ class DecodePlan:
     def _make_workspace(self, workspace):
         size = self._plan.workspace_size
         if workspace is not None:
+            if isinstance(workspace, np.ndarray) and not workspace.flags.writeable:
+                raise ValueError("workspace: the array is read-only")
             info = describe(workspace, "workspace")
             if info.dtype != "uint8" or len(info.shape) != 1 or (
                     info.shape[0] > 1 and info.strides[0] != 1):
@@ -329,8 +331,9 @@ class DecodePlan:
         bi = None if block_table is None else describe(block_table, "block_table")
         oi = describe(out, "out")
         ei = None if lse is None else describe(lse, "lse")
-        if oi.kind == "numpy" and not out.flags.writeable:
-            raise ValueError("out: the array is read-only")
+        for arr, name in ((out, "out"), (lse, "lse")):
+            if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+                raise ValueError("%s: the array is read-only" % name)
         g = check_call(qi, ki, vi, li, bi, oi, ei)
         self._check_geometry(g, ki, bi, li)
         tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei)

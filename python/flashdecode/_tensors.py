@@ -228,6 +228,8 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
                              % block_table.strides[1])
         if block_table.strides[0] < 0:
             raise ValueError("block_table: negative row stride")
+        if g.batch > 1 and block_table.strides[0] == 0:
+            raise ValueError("block_table: row stride 0 (a broadcast table); pass a copy")
         _check_device(block_table, "block_table", g.device)
         g.num_pages, g.page_size = int(k.shape[0]), int(k.shape[1])
         g.max_pages_per_seq = int(block_table.shape[1])
