@@ -1,11 +1,14 @@
 # flashdecode — the two commands the README gives:
 #   make run    build, then generate a story with the bundled model
 #   make test   build, then run every test (GPU tests skip without a GPU)
+# and two for CI:
+#   make asan   the CPU suite built with AddressSanitizer + UBSan, in build-asan
+#   make fuzz   the libFuzzer target over the public API, FUZZ_TIME seconds
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build configure run test deps install clean
+.PHONY: all build configure run test deps install clean asan fuzz fuzz-deps
 
 all: build
 
@@ -38,4 +41,41 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+
+# ---- Sanitizers ---------------------------------------------------------------
+# The whole CPU suite (GPU tests excluded) under ASan + UBSan, CUDA off.
+# OMP_WAIT_POLICY=passive: idle OpenMP workers sleep instead of spinning,
+# which keeps thousands of short calls fast on a loaded machine.
+ASAN_BUILD ?= build-asan
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
+asan: | deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFD_SANITIZE=ON -DFD_CUDA=OFF \
+	  -DFD_BUILD_CLI=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -LE gpu
+
+# libFuzzer (clang) over the public API's argument checks and the CPU backend,
+# with ASan + UBSan, for FUZZ_TIME seconds, starting from the committed seed
+# corpus tests/fuzz/corpus (new inputs go to $(FUZZ_BUILD)/corpus, a crashing
+# one to $(FUZZ_BUILD)/artifacts/; replay it with
+# $(FUZZ_BUILD)/tests/fuzz/fuzz_api <file>, or fuzz_replay in any build).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME ?= 60
+FUZZ_DEB_PACKAGES := clang libclang-rt-14-dev libomp-dev
+fuzz-deps:
+	@missing=""; command -v clang >/dev/null 2>&1 || missing="$(FUZZ_DEB_PACKAGES)"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+fuzz: | deps fuzz-deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFD_CUDA=OFF \
+	  -DFD_FUZZ=ON -DFD_BUILD_CLI=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_api
+	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	OMP_WAIT_POLICY=passive $(FUZZ_BUILD)/tests/fuzz/fuzz_api -max_total_time=$(FUZZ_TIME) -timeout=30 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
+	  $(FUZZ_BUILD)/corpus tests/fuzz/corpus

@@ -61,6 +61,7 @@
 
 #include <cmocka.h>
 
+#include "cpu/cpu_kernels.h"
 #include "dtype.h"
 #include "gpu_mem.h"
 #include "harness.h"
@@ -69,6 +70,7 @@
 #define GUARD_BYTES 64
 #define K_PLAIN 2.0
 #define MAX_MESSAGES 12
+#define NAME_MAX_CHARS 1024
 #define PI_D 3.14159265358979323846
 
 #ifndef FD_TEST_HAVE_CUDA
@@ -151,8 +153,18 @@ static const char *dtype_tag(fd_dtype dtype) {
   return "dtype?";
 }
 
+static const char *layout_tag(fd_layout layout) {
+  switch (layout) {
+    case FD_LAYOUT_CONTIG: return "contig";
+    case FD_LAYOUT_NONCONTIG: return "noncontig";
+    case FD_LAYOUT_HEAD_MAJOR: return "headmajor";
+    case FD_LAYOUT_INTERLEAVED: return "interleaved";
+  }
+  return "layout?";
+}
+
 void fd_case_name(const fd_case *c, char *buf, size_t size) {
-  char kv[160] = "";
+  char kv[800] = "";
   size_t used = 0;
   for (int32_t b = 0; b < c->batch && b < FD_CASE_MAX_BATCH && used < sizeof kv; b++)
     used += (size_t)snprintf(kv + used, sizeof kv - used, b ? ",%d" : "%d", c->kv_len[b]);
@@ -164,7 +176,7 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   int n = snprintf(buf, size, "%s/%s/d%d/h%d:%d/b%d/kv[%s]/q%d/%s/splits%d/%s/%s",
                    fd_backend_name(c->backend), dtype_tag(c->dtype), c->head_dim, c->num_heads_q,
                    c->num_heads_kv, c->batch, kv, c->q_len, cache, c->num_splits,
-                   c->layout == FD_LAYOUT_NONCONTIG ? "noncontig" : "contig",
+                   layout_tag(c->layout),
                    c->with_lse ? "lse" : "nolse");
   if (n < 0 || (size_t)n >= size) return;
   if (c->softmax_scale != 0.0f)
@@ -172,7 +184,20 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->num_threads > 0) n += snprintf(buf + n, size - (size_t)n, "/t%d", c->num_threads);
   if (n < 0 || (size_t)n >= size) return;
-  if (c->kv_capacity_pad > 0) snprintf(buf + n, size - (size_t)n, "/cap+%d", c->kv_capacity_pad);
+  if (c->kv_capacity_pad > 0) n += snprintf(buf + n, size - (size_t)n, "/cap+%d", c->kv_capacity_pad);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->misalign > 0) n += snprintf(buf + n, size - (size_t)n, "/mis%d", c->misalign);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->input_scale != 0.0f) n += snprintf(buf + n, size - (size_t)n, "/x%g", (double)c->input_scale);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->cpu_isa > 0) {
+    static const char *isa[] = {"scalar", "avx2", "avx512"};
+    n += snprintf(buf + n, size - (size_t)n, "/%s", c->cpu_isa <= 3 ? isa[c->cpu_isa - 1] : "isa?");
+  }
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->strict) n += snprintf(buf + n, size - (size_t)n, "/strict");
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->abs_floor != 0.0f) snprintf(buf + n, size - (size_t)n, "/abs%g", (double)c->abs_floor);
 }
 
 /* ---- Failure reporting --------------------------------------------------------- */
@@ -250,7 +275,23 @@ static int buf_upload(buf *b) {
 
 static int buf_download(buf *b) { return b->dev ? fd_gpu_download(b->alloc, b->dev, buf_total(b)) : 0; }
 
-static uint64_t buf_hash(const buf *b) { return fnv1a(b->alloc, buf_total(b), 0xcbf29ce484222325ull); }
+/* A hash of the whole buffer, guards included: four independent multiply-xor
+ * lanes over 8-byte words (several GB/s; the caches are hashed around every run). */
+static uint64_t buf_hash(const buf *b) {
+  const unsigned char *p = b->alloc;
+  const size_t n = buf_total(b), words = n / 8;
+  uint64_t lane[4] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull, 0x7f4a7c159e3779b9ull};
+  size_t i = 0;
+  for (; i + 4 <= words; i += 4)
+    for (int l = 0; l < 4; l++) {
+      uint64_t w;
+      memcpy(&w, p + 8 * (i + l), 8);
+      lane[l] = (lane[l] ^ w) * 0x100000001b3ull;
+    }
+  uint64_t h = fnv1a(p + 8 * i, n - 8 * i, 0xcbf29ce484222325ull);
+  for (int l = 0; l < 4; l++) h = mix64(h ^ lane[l]);
+  return h;
+}
 
 /* ---- Elements ------------------------------------------------------------------ */
 
@@ -311,6 +352,7 @@ typedef struct setup {
   int64_t q_strides[3], k_strides[3], v_strides[3], out_strides[3], lse_strides[3];
   int64_t bt_stride;
   int64_t out_elems, lse_elems;
+  int64_t mis; /* elements from each buffer's (64-byte aligned) start to the tensor's base */
   size_t esize;
   buf q, k, v, kv_len, bt, out, lse;
 } setup;
@@ -319,22 +361,24 @@ static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int64_t kv_offset(const setup *s, const int64_t strides[3], int32_t b, int32_t j, int32_t hk) {
   const int32_t page_size = s->c->page_size;
-  if (page_size == 0) return b * strides[0] + (int64_t)j * strides[1] + hk * strides[2];
+  if (page_size == 0) return s->mis + b * strides[0] + (int64_t)j * strides[1] + hk * strides[2];
   const int32_t *bt = (const int32_t *)s->bt.data;
   int32_t page = bt[b * s->bt_stride + j / page_size];
-  return (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] + hk * strides[2];
+  return s->mis + (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] + hk * strides[2];
 }
 
+/* Offsets in elements from the buffer's data start (the tensor's base is mis
+ * elements in). */
 static int64_t q_offset(const setup *s, int32_t b, int32_t t, int32_t h) {
-  return b * s->q_strides[0] + t * s->q_strides[1] + h * s->q_strides[2];
+  return s->mis + b * s->q_strides[0] + t * s->q_strides[1] + h * s->q_strides[2];
 }
 
 static int64_t out_offset(const setup *s, int32_t b, int32_t t, int32_t h) {
-  return b * s->out_strides[0] + t * s->out_strides[1] + h * s->out_strides[2];
+  return s->mis + b * s->out_strides[0] + t * s->out_strides[1] + h * s->out_strides[2];
 }
 
 static int64_t lse_offset(const setup *s, int32_t b, int32_t h, int32_t t) {
-  return b * s->lse_strides[0] + h * s->lse_strides[1] + t * s->lse_strides[2];
+  return s->mis + b * s->lse_strides[0] + h * s->lse_strides[1] + t * s->lse_strides[2];
 }
 
 /* Strides of every tensor for the case's layout. */
@@ -345,6 +389,24 @@ static void make_layout(setup *s) {
   if (c->layout == FD_LAYOUT_CONTIG) {
     int64_t q3[3] = {T * Hq * D, Hq * D, D}, kv3[3] = {rows * Hkv * D, Hkv * D, D};
     int64_t l3[3] = {Hq * T, T, 1};
+    memcpy(s->q_strides, q3, sizeof q3);
+    memcpy(s->out_strides, q3, sizeof q3);
+    memcpy(s->k_strides, kv3, sizeof kv3);
+    memcpy(s->v_strides, kv3, sizeof kv3);
+    memcpy(s->lse_strides, l3, sizeof l3);
+    s->bt_stride = s->max_pages;
+  } else if (c->layout == FD_LAYOUT_HEAD_MAJOR) {
+    int64_t q3[3] = {Hq * T * D, D, T * D}, kv3[3] = {Hkv * rows * D, D, rows * D};
+    int64_t l3[3] = {T * Hq, 1, Hq};
+    memcpy(s->q_strides, q3, sizeof q3);
+    memcpy(s->out_strides, q3, sizeof q3);
+    memcpy(s->k_strides, kv3, sizeof kv3);
+    memcpy(s->v_strides, kv3, sizeof kv3);
+    memcpy(s->lse_strides, l3, sizeof l3);
+    s->bt_stride = s->max_pages;
+  } else if (c->layout == FD_LAYOUT_INTERLEAVED) {
+    int64_t q3[3] = {T * 2 * Hq * D, 2 * Hq * D, 2 * D}, kv3[3] = {rows * 2 * Hkv * D, 2 * Hkv * D, 2 * D};
+    int64_t l3[3] = {Hq * T * 2, T * 2, 2};
     memcpy(s->q_strides, q3, sizeof q3);
     memcpy(s->out_strides, q3, sizeof q3);
     memcpy(s->k_strides, kv3, sizeof kv3);
@@ -397,6 +459,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
     s->num_pages = (int32_t)used_pages + 3; /* spare pages: NaN, pointed at by unused columns */
   }
   make_layout(s);
+  s->mis = c->misalign > 0 ? c->misalign : 0;
 
   fd_problem *p = &s->problem;
   p->backend = c->backend;
@@ -415,11 +478,11 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->num_threads = c->num_threads;
 
   const int64_t blocks = P > 0 ? s->num_pages : B;
-  s->out_elems = B * s->out_strides[0];
-  s->lse_elems = B * s->lse_strides[0];
-  if (buf_init(&s->q, (size_t)(B * s->q_strides[0]) * s->esize) ||
-      buf_init(&s->k, (size_t)(blocks * s->k_strides[0]) * s->esize) ||
-      buf_init(&s->v, (size_t)(blocks * s->v_strides[0]) * s->esize) ||
+  s->out_elems = s->mis + B * s->out_strides[0];
+  s->lse_elems = s->mis + B * s->lse_strides[0];
+  if (buf_init(&s->q, (size_t)(s->mis + B * s->q_strides[0]) * s->esize) ||
+      buf_init(&s->k, (size_t)(s->mis + blocks * s->k_strides[0]) * s->esize) ||
+      buf_init(&s->v, (size_t)(s->mis + blocks * s->v_strides[0]) * s->esize) ||
       buf_init(&s->kv_len, (size_t)B * sizeof(int32_t)) ||
       buf_init(&s->bt, (size_t)(P > 0 ? B * s->bt_stride : 1) * sizeof(int32_t)) ||
       buf_init(&s->out, (size_t)s->out_elems * s->esize) ||
@@ -458,7 +521,9 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
     free(perm);
   }
 
-  /* Every cache element NaN first; then the keys each sequence has. */
+  /* Every cache element NaN first; then the keys each sequence has. q and k
+   * are drawn times input_scale (scores grow with its square). */
+  const double x = c->input_scale != 0.0f ? (double)c->input_scale : 1.0;
   poison(s->k.data, c->dtype, s->k.bytes / s->esize);
   poison(s->v.data, c->dtype, s->v.bytes / s->esize);
   poison(s->q.data, c->dtype, s->q.bytes / s->esize);
@@ -466,7 +531,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
     for (int32_t j = 0; j < c->kv_len[b]; j++)
       for (int32_t hk = 0; hk < Hkv; hk++) {
         int64_t ko = kv_offset(s, s->k_strides, b, j, hk), vo = kv_offset(s, s->v_strides, b, j, hk);
-        for (int32_t i = 0; i < D; i++) store(s->k.data, c->dtype, ko + i, (float)rng_normal(&r));
+        for (int32_t i = 0; i < D; i++) store(s->k.data, c->dtype, ko + i, (float)(x * rng_normal(&r)));
         for (int32_t i = 0; i < D; i++) store(s->v.data, c->dtype, vo + i, (float)rng_normal(&r));
       }
   /* q with standard deviation 2: scores of std ~2, a peaked softmax. */
@@ -475,7 +540,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
       for (int32_t h = 0; h < Hq; h++) {
         int64_t qo = q_offset(s, b, t, h);
         for (int32_t i = 0; i < D; i++)
-          store(s->q.data, c->dtype, qo + i, (float)(2.0 * rng_normal(&r)));
+          store(s->q.data, c->dtype, qo + i, (float)(2.0 * x * rng_normal(&r)));
       }
   return 0;
 }
@@ -485,13 +550,14 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
 static fd_tensors make_tensors(const setup *s, int defaults) {
   fd_tensors t;
   memset(&t, 0, sizeof t);
-  t.q = buf_ptr(&s->q);
-  t.k_cache = buf_ptr(&s->k);
-  t.v_cache = buf_ptr(&s->v);
+  const size_t shift = (size_t)s->mis * s->esize;
+  t.q = (char *)buf_ptr(&s->q) + shift;
+  t.k_cache = (char *)buf_ptr(&s->k) + shift;
+  t.v_cache = (char *)buf_ptr(&s->v) + shift;
   t.kv_len = buf_ptr(&s->kv_len);
   t.block_table = s->c->page_size > 0 ? buf_ptr(&s->bt) : NULL;
-  t.out = buf_ptr(&s->out);
-  t.lse = s->c->with_lse ? buf_ptr(&s->lse) : NULL;
+  t.out = (char *)buf_ptr(&s->out) + shift;
+  t.lse = s->c->with_lse ? (float *)buf_ptr(&s->lse) + s->mis : NULL;
   if (!defaults) {
     memcpy(t.q_strides, s->q_strides, sizeof t.q_strides);
     memcpy(t.k_strides, s->k_strides, sizeof t.k_strides);
@@ -506,13 +572,14 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
 /* Host tensors with explicit strides, for the oracle. */
 static fd_tensors host_tensors(const setup *s) {
   fd_tensors t = make_tensors(s, 0);
-  t.q = s->q.data;
-  t.k_cache = s->k.data;
-  t.v_cache = s->v.data;
+  const size_t shift = (size_t)s->mis * s->esize;
+  t.q = s->q.data + shift;
+  t.k_cache = s->k.data + shift;
+  t.v_cache = s->v.data + shift;
   t.kv_len = (const int32_t *)s->kv_len.data;
   t.block_table = s->c->page_size > 0 ? (const int32_t *)s->bt.data : NULL;
-  t.out = s->out.data;
-  t.lse = (float *)s->lse.data;
+  t.out = s->out.data + shift;
+  t.lse = (float *)s->lse.data + s->mis;
   return t;
 }
 
@@ -654,7 +721,7 @@ static void check_out(report *rep, const fd_case *c, const double *ours, const d
           if (fabs(pl[i] - r[i]) > err_plain) err_plain = fabs(pl[i] - r[i]);
           if (fabs(r[i]) > ref_max) ref_max = fabs(r[i]);
         }
-        const double tol = K_PLAIN * err_plain + floor_rel * ref_max;
+        const double tol = (c->strict ? 0.0 : K_PLAIN * err_plain) + floor_rel * ref_max + (double)c->abs_floor;
         if (!finite) {
           for (int32_t i = 0; i < c->head_dim; i++)
             if (!isfinite(o[i])) {
@@ -758,11 +825,17 @@ static int run_once(report *rep, setup *s, const fd_plan *plan, unsigned char ws
     fail_at(rep, "%s: device copy failed", run);
     goto done;
   }
-  fd_tensors t = make_tensors(s, c->layout == FD_LAYOUT_CONTIG);
+  fd_tensors t = make_tensors(s, c->layout == FD_LAYOUT_CONTIG && c->cpu_isa == 0);
   void *wsp = plan->workspace_size ? buf_ptr(&ws) : NULL;
   fd_error err;
   memset(&err, 0, sizeof err);
-  fd_status st = fd_run(plan, &t, wsp, plan->workspace_size, NULL, &err);
+  fd_status st;
+  if (c->cpu_isa > 0 && plan->backend == FD_BACKEND_CPU) {
+    /* the backend directly: explicit strides, valid lengths (the case's) */
+    st = fd_cpu_run_isa(plan, &t, wsp, (fd_cpu_isa)(c->cpu_isa - 1), &err);
+  } else {
+    st = fd_run(plan, &t, wsp, plan->workspace_size, NULL, &err);
+  }
   if (st != FD_STATUS_OK) {
     fail_at(rep, "%s: fd_run returned %s: %s", run, fd_status_name(st), err.message);
     goto done;
@@ -779,6 +852,42 @@ static int run_once(report *rep, setup *s, const fd_plan *plan, unsigned char ws
 done:
   buf_free(&ws);
   return rc;
+}
+
+/* One fd_run that must return `want` and write nothing (out, lse, guards). */
+static void check_rejected(report *rep, setup *s, const fd_plan *plan, fd_status want, const char *run) {
+  const fd_case *c = s->c;
+  buf ws;
+  if (buf_init(&ws, plan->workspace_size)) {
+    fail_at(rep, "%s: out of memory", run);
+    return;
+  }
+  poison(s->out.data, c->dtype, s->out.bytes / s->esize);
+  poison(s->lse.data, FD_DTYPE_F32, s->lse.bytes / sizeof(float));
+  const int cuda = c->backend == FD_BACKEND_CUDA;
+  if (cuda && (buf_upload(&s->out) || buf_upload(&s->lse) || buf_upload(&ws))) {
+    fail_at(rep, "%s: device copy failed", run);
+    buf_free(&ws);
+    return;
+  }
+  fd_tensors t = make_tensors(s, c->layout == FD_LAYOUT_CONTIG);
+  fd_error err;
+  memset(&err, 0, sizeof err);
+  fd_status st = fd_run(plan, &t, plan->workspace_size ? buf_ptr(&ws) : NULL, plan->workspace_size, NULL, &err);
+  if (st != want)
+    fail_at(rep, "%s: fd_run returned %s (%s), want %s", run, fd_status_name(st), err.message, fd_status_name(want));
+  else if (err.message[0] == '\0')
+    fail_at(rep, "%s: %s without a message", run, fd_status_name(st));
+  if (cuda && (fd_gpu_synchronize() || buf_download(&s->out) || buf_download(&s->lse))) {
+    fail_at(rep, "%s: device synchronize or copy back failed", run);
+  } else {
+    int64_t written = 0;
+    for (int64_t i = 0; i < s->out_elems; i++) written += !is_poison(s->out.data, c->dtype, i);
+    for (int64_t i = 0; i < s->lse_elems; i++) written += ((const uint32_t *)s->lse.data)[i] != POISON_F32;
+    if (written) fail_at(rep, "%s: a rejected run wrote %lld elements of out/lse", run, (long long)written);
+    if (!buf_guards_ok(&s->out) || !buf_guards_ok(&s->lse)) fail_at(rep, "%s: guard bytes overwritten", run);
+  }
+  buf_free(&ws);
 }
 
 static uint64_t inputs_hash(setup *s) {
@@ -810,7 +919,7 @@ static int plan_for(report *rep, const setup *s, fd_backend backend, int32_t num
 }
 
 int fd_case_run(const fd_case *c, uint64_t seed) {
-  char name[320];
+  char name[NAME_MAX_CHARS];
   fd_case_name(c, name, sizeof name);
   report rep = {name, seed, 0};
   const uint64_t case_seed = mix64(seed ^ fnv1a(name, strlen(name), 0xcbf29ce484222325ull));
@@ -867,6 +976,12 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   }
   const uint64_t hash_before = inputs_hash(&s);
 
+  if (c->backend == FD_BACKEND_CUDA && ((size_t)s.mis * s.esize) % 16 != 0) {
+    /* Misaligned base pointers: a clean "unsupported", nothing written. */
+    check_rejected(&rep, &s, &plan, FD_STATUS_UNSUPPORTED, "misaligned run");
+    goto done;
+  }
+
   char run[64];
   snprintf(run, sizeof run, "run (plan: %d splits)", plan.num_splits);
   if (run_once(&rep, &s, &plan, 0xff, run, &main_run)) goto done;
@@ -921,7 +1036,7 @@ done:
 typedef struct case_state {
   const fd_case *c;
   uint64_t seed;
-  char name[320];
+  char name[NAME_MAX_CHARS];
 } case_state;
 
 static void run_case_test(void **state) {
@@ -960,3 +1075,169 @@ int fd_run_case_group(const char *group, const fd_case *cases, int count) {
   free(states);
   return failed ? 1 : 0;
 }
+
+/* ---- Lower level: one case's tensors, run several ways ----------------------------------- */
+
+struct fd_case_data {
+  fd_case c; /* a copy: setup points here */
+  setup s;
+  report rep;
+  char name[NAME_MAX_CHARS];
+  fd_plan ref_plan;
+  double *ref, *ref_lse, *plain;
+};
+
+void fd_case_data_free(fd_case_data *d) {
+  if (!d) return;
+  free(d->ref);
+  free(d->ref_lse);
+  free(d->plain);
+  setup_free(&d->s);
+  free(d);
+}
+
+fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
+  fd_case_data *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  d->c = *c;
+  fd_case_name(&d->c, d->name, sizeof d->name);
+  d->rep.name = d->name;
+  d->rep.seed = seed;
+  const uint64_t case_seed = mix64(seed ^ fnv1a(d->name, strlen(d->name), 0xcbf29ce484222325ull));
+  if (c->batch < 1 || c->batch > FD_CASE_MAX_BATCH || c->head_dim < 1 || c->head_dim > 256) {
+    fail_at(&d->rep, "bad case (batch 1..%d, head_dim 1..256)", FD_CASE_MAX_BATCH);
+    free(d);
+    return NULL;
+  }
+  if (setup_init(&d->s, &d->c, case_seed) || plan_for(&d->rep, &d->s, FD_BACKEND_REFERENCE, 1, &d->ref_plan)) {
+    fail_at(&d->rep, "out of memory building the tensors (or no reference plan)");
+    fd_case_data_free(d);
+    return NULL;
+  }
+  const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
+  d->ref = malloc((out_n ? out_n : 1) * sizeof *d->ref);
+  d->ref_lse = malloc((lse_n ? lse_n : 1) * sizeof *d->ref_lse);
+  d->plain = malloc((out_n ? out_n : 1) * sizeof *d->plain);
+  if (!d->ref || !d->ref_lse || !d->plain || plain_attention(&d->s, d->ref_plan.softmax_scale, d->plain)) {
+    fail_at(&d->rep, "out of memory for the oracle");
+    fd_case_data_free(d);
+    return NULL;
+  }
+  fd_tensors host = host_tensors(&d->s);
+  fd_error err;
+  fd_status st = fd_reference_f64(&d->ref_plan, &host, d->ref, d->ref_lse, &err);
+  if (st != FD_STATUS_OK) {
+    fail_at(&d->rep, "fd_reference_f64 returned %s: %s", fd_status_name(st), err.message);
+    fd_case_data_free(d);
+    return NULL;
+  }
+  if (c->backend == FD_BACKEND_CUDA &&
+      (buf_upload(&d->s.q) || buf_upload(&d->s.k) || buf_upload(&d->s.v) || buf_upload(&d->s.kv_len) ||
+       buf_upload(&d->s.bt) || buf_upload(&d->s.out) || buf_upload(&d->s.lse))) {
+    fail_at(&d->rep, "device copy of the inputs failed");
+    fd_case_data_free(d);
+    return NULL;
+  }
+  return d;
+}
+
+int fd_case_data_plan(const fd_case_data *d, int32_t num_splits, fd_plan *plan) {
+  report rep = d->rep;
+  return plan_for(&rep, &d->s, d->c.backend, num_splits, plan);
+}
+
+fd_tensors fd_case_data_tensors(const fd_case_data *d) { return make_tensors(&d->s, 0); }
+
+fd_tensors fd_case_data_host_tensors(const fd_case_data *d) { return host_tensors(&d->s); }
+
+const double *fd_case_data_ref_out(const fd_case_data *d) { return d->ref; }
+
+const double *fd_case_data_ref_lse(const fd_case_data *d) { return d->ref_lse; }
+
+const char *fd_case_data_name(const fd_case_data *d) { return d->name; }
+
+static void fill_elem(void *base, fd_dtype dtype, int64_t i, fd_pad_fill fill) {
+  if (fill == FD_PAD_NAN) {
+    poison((char *)base + (size_t)i * fd_dtype_size(dtype), dtype, 1);
+    return;
+  }
+  float x = 0.0f;
+  if (fill == FD_PAD_NONFINITE) x = i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : -INFINITY);
+  store(base, dtype, i, x);
+}
+
+int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {
+  setup *s = &d->s;
+  const fd_case *c = &d->c;
+  buf *bufs[2] = {&s->k, &s->v};
+  const int64_t *strides[2] = {s->k_strides, s->v_strides};
+  for (int which = 0; which < 2; which++) {
+    const int64_t n = (int64_t)(bufs[which]->bytes / s->esize);
+    unsigned char *live = calloc((size_t)(n ? n : 1), 1);
+    if (!live) return -1;
+    for (int32_t b = 0; b < c->batch; b++)
+      for (int32_t j = 0; j < c->kv_len[b]; j++)
+        for (int32_t hk = 0; hk < c->num_heads_kv; hk++)
+          memset(live + kv_offset(s, strides[which], b, j, hk), 1, (size_t)c->head_dim);
+    for (int64_t i = 0; i < n; i++)
+      if (!live[i]) fill_elem(bufs[which]->data, c->dtype, i, fill);
+    free(live);
+    if (c->backend == FD_BACKEND_CUDA && buf_upload(bufs[which])) return -1;
+  }
+  return 0;
+}
+
+void fd_case_output_free(fd_case_output *o) {
+  if (!o) return;
+  free(o->out);
+  free(o->lse);
+  free(o->out_bytes);
+  free(o->lse_bytes);
+  memset(o, 0, sizeof *o);
+}
+
+int fd_case_data_run(fd_case_data *d, const fd_plan *plan, unsigned char ws_fill, const char *what,
+                     fd_case_output *o) {
+  if (o) memset(o, 0, sizeof *o);
+  const int before = d->rep.fails;
+  setup *s = &d->s;
+  const fd_case *c = &d->c;
+  const uint64_t hash_before = inputs_hash(s);
+  if (c->backend == FD_BACKEND_CUDA && ((size_t)s->mis * s->esize) % 16 != 0) {
+    check_rejected(&d->rep, s, plan, FD_STATUS_UNSUPPORTED, what);
+    return d->rep.fails - before;
+  }
+  result res = {0};
+  if (run_once(&d->rep, s, plan, ws_fill, what, &res) == 0) {
+    check_out(&d->rep, c, res.out, d->ref, d->plain, what);
+    if (c->with_lse) check_lse(&d->rep, c, res.lse, d->ref_lse, what);
+    if (inputs_hash(s) != hash_before)
+      fail_at(&d->rep, "%s: the inputs (q, k, v, kv_len, block_table) changed", what);
+    if (o) {
+      o->out = res.out;
+      o->lse = res.lse;
+      o->out_bytes = res.out_bytes;
+      o->lse_bytes = res.lse_bytes;
+      o->out_size = s->out.bytes;
+      o->lse_size = s->lse.bytes;
+      memset(&res, 0, sizeof res);
+    }
+  }
+  result_free(&res);
+  return d->rep.fails - before;
+}
+
+double fd_dtype_ulp(fd_dtype dtype, double x) {
+  int mant = 23, min_exp = -126;
+  if (dtype == FD_DTYPE_F16) mant = 10, min_exp = -14;
+  else if (dtype == FD_DTYPE_BF16) mant = 7;
+  int e = 0;
+  if (x != 0.0 && isfinite(x)) (void)frexp(x, &e); /* |x| = m 2^e, m in [0.5, 1) */
+  int exp2 = e - 1;
+  if (x == 0.0 || exp2 < min_exp) exp2 = min_exp;
+  return ldexp(1.0, exp2 - mant);
+}
+
+double fd_tol_out_floor(fd_dtype dtype) { return out_floor(dtype); }
+
+double fd_tol_lse(fd_dtype dtype) { return lse_tol(dtype); }

@@ -2,8 +2,9 @@
  * harness.h — one attention test case: every parameter it has, the name that
  * reproduces it, and the run that builds seeded random inputs, calls fd_run
  * and checks the result against the float64 oracle (fd_reference_f64).
- * Shared by test_grid (CPU) and test_gpu_grid (CUDA); the tolerance policy is
- * documented at the top of harness.c.
+ * Shared by test_grid (CPU), test_gpu_grid (CUDA) and tests/reliability,
+ * which also use the lower-level fd_case_data (one case's tensors, run
+ * several ways); the tolerance policy is documented at the top of harness.c.
  */
 #ifndef FD_TEST_HARNESS_H
 #define FD_TEST_HARNESS_H
@@ -13,14 +14,21 @@
 
 #include "flashdecode.h"
 
-#define FD_CASE_MAX_BATCH 16
+#define FD_CASE_MAX_BATCH 64
 
 /* How q, k_cache, v_cache, out and lse are laid out in memory. */
 typedef enum fd_layout {
-  FD_LAYOUT_CONTIG = 0,   /* documented shapes, all-zero strides passed */
-  FD_LAYOUT_NONCONTIG = 1 /* q [batch, heads, q_len, dim] with padding; k [batch, heads, kv,
-                             dim] (paged: [page, heads, position, dim]); v and out padded;
-                             lse [batch, q_len, heads]; block_table rows padded */
+  FD_LAYOUT_CONTIG = 0,     /* documented shapes, all-zero strides passed */
+  FD_LAYOUT_NONCONTIG = 1,  /* q [batch, heads, q_len, dim] with padding; k [batch, heads, kv,
+                               dim] (paged: [page, heads, position, dim]); v and out padded;
+                               lse [batch, q_len, heads]; block_table rows padded */
+  FD_LAYOUT_HEAD_MAJOR = 2, /* dense, heads before tokens: q and out [batch, heads, q_len, dim],
+                               k and v [batch, heads, kv, dim] (paged: [page, heads, position,
+                               dim]), lse [batch, q_len, heads] */
+  FD_LAYOUT_INTERLEAVED = 3 /* every tensor in the even slots of one twice as wide: q and out
+                               heads 2h of [batch, q_len, 2 * heads, dim]; k and v heads 2hk of
+                               [batch, kv, 2 * heads_kv, dim] (a fused buffer); lse element 2i of
+                               [batch, heads, q_len, 2] */
 } fd_layout;
 
 typedef struct fd_case {
@@ -40,6 +48,18 @@ typedef struct fd_case {
   float softmax_scale;                 /* 0 = default 1/sqrt(head_dim) */
   int32_t num_threads;                 /* CPU worker threads, 0 = default */
   int32_t kv_capacity_pad;             /* kv_capacity = max kv_len + this */
+  int32_t misalign;                    /* base pointers of q, k, v, out (and lse) moved this many
+                                          elements past 64-byte alignment. CUDA: when that is not
+                                          a 16-byte multiple the run must return
+                                          FD_STATUS_UNSUPPORTED and write nothing */
+  float input_scale;                   /* q and k drawn times this (0 = 1): large-norm inputs */
+  int32_t cpu_isa;                     /* CPU: 0 = fd_run; 1 + fd_cpu_isa (1 scalar, 2 AVX2,
+                                          3 AVX-512) = fd_cpu_run_isa with that set forced */
+  int strict;                          /* out within floor(dtype) * max|ref| per row, without the
+                                          K * plain term (for inputs whose softmax is one-hot) */
+  float abs_floor;                     /* an absolute error also allowed per element (0 = none):
+                                          rows of a few values can cancel to nearly 0, where the
+                                          relative floor says nothing (head_dim < 16) */
   /* Extra checks; they do not change the inputs. */
   int check_splits;      /* also run with num_splits = 1 (or 7 when the case has 1) and compare */
   int check_determinism; /* run twice (different workspace garbage), outputs bitwise equal */
@@ -65,5 +85,71 @@ int fd_run_case_group(const char *group, const fd_case *cases, int count);
 /* The grid of grid_cases.c for `backend` (FD_BACKEND_CPU or FD_BACKEND_CUDA):
  * writes up to `max` cases, returns how many. */
 int fd_grid_cases(fd_backend backend, fd_case *cases, int max);
+
+/* ---- Lower level: one case's tensors, run several ways (tests/reliability) -------- */
+
+/* A case's tensors, built from a seed exactly as fd_case_run builds them (and
+ * copied to the device for CUDA cases), with the float64 oracle's result. */
+typedef struct fd_case_data fd_case_data;
+
+/* NULL when out of memory or a device copy fails (printed to stderr). The
+ * case must outlive the data. */
+fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed);
+void fd_case_data_free(fd_case_data *d);
+
+/* A plan for the case's problem with num_splits replaced (0 = automatic).
+ * Returns 0, or -1 (printed). */
+int fd_case_data_plan(const fd_case_data *d, int32_t num_splits, fd_plan *plan);
+
+/* The case's tensors with explicit strides, as fd_run gets them: device
+ * pointers for CUDA. out and lse are the case's own buffers; tests that need
+ * private outputs replace them (and their strides). */
+fd_tensors fd_case_data_tensors(const fd_case_data *d);
+/* The same tensors' host copies (what the oracle reads). */
+fd_tensors fd_case_data_host_tensors(const fd_case_data *d);
+
+/* What every cache element that no sequence may read holds (positions at or
+ * past kv_len, unused pages, gaps between rows). */
+typedef enum fd_pad_fill {
+  FD_PAD_NAN = 0,      /* the quiet-NaN poison (what fd_case_data_new writes) */
+  FD_PAD_ZERO = 1,     /* +0 */
+  FD_PAD_NONFINITE = 2 /* NaN, +inf, -inf in turn */
+} fd_pad_fill;
+/* Rewrites the padding of k_cache and v_cache (and the device copies). */
+int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill);
+
+/* One run's result. */
+typedef struct fd_case_output {
+  double *out;              /* dense [batch][q_len][num_heads_q][head_dim] */
+  double *lse;              /* dense [batch][num_heads_q][q_len] (when the case has lse) */
+  unsigned char *out_bytes; /* raw copy of out (padding and guards excluded) */
+  unsigned char *lse_bytes; /* raw copy of lse */
+  size_t out_size, lse_size;
+} fd_case_output;
+void fd_case_output_free(fd_case_output *o);
+
+/* One fd_run with `plan` as fd_case_run makes it: out and lse poisoned, the
+ * workspace filled with `ws_fill` bytes; guard bytes, padding and the inputs
+ * checked; out and lse compared with the oracle (tolerances of harness.c).
+ * The result goes to *o (may be NULL). Returns the number of failed checks,
+ * printed to stderr with `what`. */
+int fd_case_data_run(fd_case_data *d, const fd_plan *plan, unsigned char ws_fill,
+                     const char *what, fd_case_output *o);
+
+/* The oracle's out (dense [batch][q_len][num_heads_q][head_dim]) and lse
+ * (dense [batch][num_heads_q][q_len]). */
+const double *fd_case_data_ref_out(const fd_case_data *d);
+const double *fd_case_data_ref_lse(const fd_case_data *d);
+/* The case's name (as fd_case_name). */
+const char *fd_case_data_name(const fd_case_data *d);
+
+/* Size of one unit in the last place of `dtype` at magnitude |x| (for x = 0,
+ * the smallest normal's). */
+double fd_dtype_ulp(fd_dtype dtype, double x);
+
+/* The tolerances of harness.c: the fixed floor of out (relative to a row's
+ * largest |ref|) and the lse tolerance (relative to max(1, |ref|)). */
+double fd_tol_out_floor(fd_dtype dtype);
+double fd_tol_lse(fd_dtype dtype);
 
 #endif /* FD_TEST_HARNESS_H */
