@@ -224,7 +224,7 @@ typedef struct fd_plan {
  *
  * Returns FD_STATUS_OK, or:
  *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;
- *       q_len outside 1..16; heads < 1 or num_heads_q not a multiple of
+ *       q_len outside 0..16 (0 means 1); heads < 1 or num_heads_q not a multiple of
  *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0 or above the
  *       paged capacity; page_size outside 0..256; max_pages_per_seq < 1 when
  *       paged; num_pages < 0; num_splits < 0; softmax_scale not finite;
@@ -292,15 +292,20 @@ typedef struct fd_tensors {
  * The workspace needs no initialisation and is scratch between calls; one
  * workspace must not be used by two calls at once.
  *
- * Returns FD_STATUS_OK, or:
+ * Returns FD_STATUS_OK, or (on any status but FD_STATUS_OK and
+ * FD_STATUS_BACKEND_ERROR nothing was written: out, lse and the workspace are
+ * untouched):
  *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
  *       fd_plan_init; a required pointer NULL; block_table NULL for a paged
  *       plan; a negative stride; host-side checks of kv_len / block_table
  *       (CPU, reference).
  *   FD_STATUS_WORKSPACE_TOO_SMALL  workspace_size < plan->workspace_size, or
  *       workspace NULL while plan->workspace_size > 0.
- *   FD_STATUS_UNSUPPORTED  CUDA: a pointer not aligned to 16 bytes or a
- *       stride that is not a multiple of 16 bytes (q, k, v, out).
+ *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache, out or the workspace
+ *       not aligned to 16 bytes, or a stride of q, k, v or out that is not a
+ *       multiple of 16 bytes (lse needs only float alignment); batch or
+ *       num_heads_kv above 65535. The CPU and reference backends take any
+ *       pointer aligned to its element type and any non-negative strides.
  *   FD_STATUS_OUT_OF_MEMORY  reference backend only: its float64 scratch
  *       (head_dim and the longest kv_len doubles) could not be allocated.
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).

@@ -209,14 +209,15 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   plan->num_splits = splits;
 
   if (splits > 1) {
-    int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
-    /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane). */
+    /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);
+     * checked in double before any integer product can overflow. */
     double need = (double)p.batch * p.num_heads_q * p.q_len * splits * (p.head_dim + 2) * 4.0;
     if (need > (double)((size_t)1 << 52))
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                      "batch: %d x num_heads_q %d x q_len %d x num_splits %d needs a %.3g-byte "
                      "workspace, beyond what can be addressed",
                      p.batch, p.num_heads_q, p.q_len, splits, need);
+    int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
     size_t off = 0;
     plan->ws_partial_o = off;
     off += (size_t)rows * splits * p.head_dim * sizeof(float);
