@@ -4,8 +4,8 @@
 # start; default 1e9) would be overrun:
 #   1 build (CUDA sm_90a)            2 ctest: every test, GPU ones included
 #   3 generate --backend cuda --check
-#   4 bench/bench_gpu.py (peers)     5 Python tests + the SDPA-swap example
-#   6 compute-sanitizer memcheck/racecheck/initcheck/synccheck, GPU grid
+#   4 compute-sanitizer memcheck/racecheck/initcheck/synccheck, GPU grid
+#   5 bench/bench_gpu.py (peers)     6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench]
@@ -59,19 +59,6 @@ if want test && step "generate --backend cuda --check" 20; then
   ./build/flashdecode generate --backend cpu 2>&1 | tail -1
 fi
 
-if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
-  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" \
-    >/tmp/fd-bench.txt 2>&1
-  [ $? -eq 0 ] || status=1
-  sed -n '/^=====/,$p' /tmp/fd-bench.txt
-fi
-
-if want test && step "python tests and the SDPA-swap example" 70; then
-  python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -6; rc=${PIPESTATUS[0]}
-  [ $rc -eq 0 ] || status=1
-  timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
-fi
-
 san() { # san BINARY TOOL FILTER
   echo "-- $2 $1 ${3:+(filter $3)}"
   FD_TEST_QUICK=1 FD_TEST_FILTER="$3" timeout 200 compute-sanitizer --tool "$2" \
@@ -85,6 +72,19 @@ san() { # san BINARY TOOL FILTER
 if want test && step "compute-sanitizer: GPU grid" 90; then
   san build/tests/test_gpu_grid memcheck ""
   for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/*d128*'; done
+fi
+
+if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
+  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" \
+    >/tmp/fd-bench.txt 2>&1
+  [ $? -eq 0 ] || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+
+if want test && step "python tests and the SDPA-swap example" 70; then
+  python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -6; rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || status=1
+  timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
 fi
 
 if want bench && [ -f bench/bench_cpu.py ] && step "CPU benchmark (bench/bench_cpu.py)" 90; then
