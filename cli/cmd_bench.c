@@ -1,17 +1,23 @@
 /*
  * cmd_bench.c — `flashdecode bench`: times one decode-attention problem on
  * random inputs, with the requested split count and with num_splits = 1.
- * CPU: clock_gettime around each call. CUDA: events around a rotation over
- * buffer sets that together exceed twice the L2, replayed as a CUDA graph
- * (and launched plainly, "eager"). Medians over the iterations.
+ * CPU: clock_gettime around each call, the calls rotating over input sets
+ * that together exceed twice the last-level cache (so K and V come from
+ * memory, as in a model whose layers each have their own cache), and the
+ * machine's read bandwidth measured in the same run by a plain read loop
+ * (membw.c). CUDA: events around a rotation over buffer sets that together
+ * exceed twice the L2, replayed as a CUDA graph (and launched plainly,
+ * "eager"). Medians over the iterations.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "gpu.h"
+#include "membw.h"
 #include "problem.h"
 #include "timer.h"
 
@@ -19,6 +25,11 @@
  * least the H200's 60 MiB. */
 #define L2_FLOOR_BYTES (60.0 * 1048576.0)
 #define MAX_SETS 1024
+/* CPU: the input sets exceed twice the last-level cache, at least this; they
+ * take at most a quarter of physical memory. */
+#define LLC_FLOOR_BYTES (32.0 * 1048576.0)
+/* CPU: timed passes of the read-bandwidth loop. */
+#define MEMBW_PASSES 7
 
 static int compare_doubles(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -32,22 +43,74 @@ static double median(double *values, int n) {
 
 /* ---- CPU ---- */
 
-static fd_status time_cpu(const fd_plan *plan, const fd_tensors *t, void *ws, int iters, double *us,
-                          fd_error *err) {
+/* Median µs of one call; call i runs on set i % n_sets (sets[0] = the
+ * problem's own tensors). Warm-up: one call per set, at least two. */
+static fd_status time_cpu(const fd_plan *plan, const fd_tensors *sets, int n_sets, void *ws,
+                          int iters, double *us, fd_error *err) {
   double *times = malloc((size_t)iters * sizeof(double));
   if (!times) {
     snprintf(err->message, sizeof err->message, "out of host memory");
     return err->status = FD_STATUS_OUT_OF_MEMORY;
   }
   fd_status st = FD_STATUS_OK;
-  for (int i = 0; i < 2 && !st; i++) st = fd_run(plan, t, ws, plan->workspace_size, NULL, err);
+  const int warm = n_sets > 2 ? n_sets : 2;
+  for (int i = 0; i < warm && !st; i++)
+    st = fd_run(plan, &sets[i % n_sets], ws, plan->workspace_size, NULL, err);
   for (int i = 0; i < iters && !st; i++) {
+    const fd_tensors *t = &sets[(i + warm) % n_sets];
     double t0 = timer_seconds();
     st = fd_run(plan, t, ws, plan->workspace_size, NULL, err);
     times[i] = (timer_seconds() - t0) * 1e6;
   }
   if (!st) *us = median(times, iters);
   free(times);
+  return st;
+}
+
+/* Input sets for the CPU rotation: enough that their K and V exceed twice
+ * the last-level cache (within a quarter of physical memory). */
+static int cpu_set_count(const problem *p) {
+  double llc = (double)membw_llc_bytes();
+  double want = 2.0 * (llc > LLC_FLOOR_BYTES ? llc : LLC_FLOOR_BYTES);
+  double set_bytes = 2.0 * (double)p->kv_bytes + (double)p->q_bytes + (double)p->out_bytes;
+  if (set_bytes < 1.0) set_bytes = 1.0;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double cap = pages > 0 && page > 0 ? 0.25 * (double)pages * (double)page : 4.0 * want;
+  int n = (int)ceil(want / (2.0 * (double)p->kv_bytes > 1.0 ? 2.0 * (double)p->kv_bytes : 1.0));
+  if (n > MAX_SETS) n = MAX_SETS;
+  while (n > 1 && n * set_bytes > cap) n--;
+  return n < 1 ? 1 : n;
+}
+
+/* The CPU measurement: read bandwidth, then both plans on rotating sets. */
+static fd_status bench_cpu(problem *p, const problem_args *a, const fd_plan *plan,
+                           const fd_plan *plan1, void *ws, int iters, double *us, double *us1,
+                           membw_result *bw, int *n_sets_out, fd_error *err) {
+  if (membw_measure(plan->num_threads, MEMBW_PASSES, bw) != 0)
+    fprintf(stderr, "flashdecode bench: read-bandwidth buffer: out of memory; not measured\n");
+  const int n_sets = cpu_set_count(p);
+  problem *extra = n_sets > 1 ? calloc((size_t)n_sets - 1, sizeof *extra) : NULL;
+  fd_tensors *sets = calloc((size_t)n_sets, sizeof *sets);
+  int made = 0;
+  fd_status st = FD_STATUS_OK;
+  if (!sets || (n_sets > 1 && !extra)) {
+    snprintf(err->message, sizeof err->message, "out of host memory");
+    st = err->status = FD_STATUS_OUT_OF_MEMORY;
+  }
+  if (!st) sets[0] = problem_fd_tensors(p, &p->host);
+  for (int s = 1; s < n_sets && !st; s++) {
+    problem_args as = *a;
+    as.seed = a->seed + (uint64_t)s;
+    if ((st = problem_make(&extra[s - 1], &as, err))) break;
+    made = s;
+    sets[s] = problem_fd_tensors(&extra[s - 1], &extra[s - 1].host);
+  }
+  if (!st && !(st = time_cpu(plan, sets, n_sets, ws, iters, us, err)))
+    st = time_cpu(plan1, sets, n_sets, ws, iters, us1, err);
+  for (int s = 0; s < made; s++) problem_free(&extra[s]);
+  free(extra);
+  free(sets);
+  *n_sets_out = n_sets;
   return st;
 }
 
@@ -184,6 +247,9 @@ int cmd_bench(int argc, char **argv) {
   double us = NAN, us1 = NAN, us_eager = NAN, us1_eager = NAN;
   cuda_bench cb;
   memset(&cb, 0, sizeof cb);
+  membw_result bw;
+  memset(&bw, 0, sizeof bw);
+  int cpu_sets = 0;
   void *ws = NULL;
   if (fd_plan_init(&plan, &fp, &err) || fd_plan_init(&plan1, &fp1, &err)) goto fail;
   size_t ws_bytes = plan.workspace_size > plan1.workspace_size ? plan.workspace_size
@@ -194,9 +260,7 @@ int cmd_bench(int argc, char **argv) {
       snprintf(err.message, sizeof err.message, "workspace: out of host memory");
       goto fail;
     }
-    fd_tensors t = problem_fd_tensors(&p, &p.host);
-    if (time_cpu(&plan, &t, ws, iters, &us, &err) || time_cpu(&plan1, &t, ws, iters, &us1, &err))
-      goto fail;
+    if (bench_cpu(&p, &a, &plan, &plan1, ws, iters, &us, &us1, &bw, &cpu_sets, &err)) goto fail;
   } else {
     if (setup_cuda_bench(&cb, &p, ws_bytes, iters, &err) ||
         time_rotations(&cb, &plan, NULL, &us_eager, &err) ||
@@ -217,7 +281,8 @@ int cmd_bench(int argc, char **argv) {
   if (cuda)
     printf(" us_eager=%.2f us_split1_eager=%.2f sets=%d", us_eager, us1_eager, cb.n_sets);
   else
-    printf(" threads=%d", plan.num_threads);
+    printf(" threads=%d sets=%d read_gbps=%.1f pct_read=%.1f", plan.num_threads, cpu_sets,
+           bw.read_gbps, bw.read_gbps > 0.0 ? 100.0 * gbps / bw.read_gbps : NAN);
   printf(" iters=%d\n", iters);
   status = 0;
   goto done;

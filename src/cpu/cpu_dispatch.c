@@ -1,31 +1,38 @@
 /*
  * cpu_dispatch.c — picks the CPU kernels at run time: the widest instruction
  * set the processor (and the operating system, for the AVX register state)
- * supports. Nothing is cached: the check is a few loads and one cpuid, done
- * once per call.
+ * supports. Nothing is cached here: the answer comes from
+ * __builtin_cpu_supports, which reads what the compiler runtime found at
+ * start-up (no cpuid per call: under a hypervisor every cpuid traps, several
+ * microseconds each). Only clang builds on machines without AVX-512 still ask
+ * cpuid for F16C (clang's __builtin_cpu_supports does not know "f16c").
  */
 #include "cpu_kernels.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define FD_X86 1
+#if defined(__clang__)
 #include <cpuid.h>
 
-/* F16C by cpuid (clang's __builtin_cpu_supports does not know "f16c"). */
 static int has_f16c(void) {
   unsigned eax, ebx, ecx, edx;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
   return (ecx & bit_F16C) != 0;
 }
+#else
+static int has_f16c(void) { return __builtin_cpu_supports("f16c"); }
+#endif
 #endif
 
 fd_cpu_isa fd_cpu_isa_detect(void) {
 #ifdef FD_X86
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     return FD_CPU_ISA_SCALAR;
+  /* the AVX-512 kernels widen fp16 with the AVX-512 F forms of vcvtph2ps */
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     return FD_CPU_ISA_AVX512;
-  return FD_CPU_ISA_AVX2;
+  return has_f16c() ? FD_CPU_ISA_AVX2 : FD_CPU_ISA_SCALAR;
 #else
   return FD_CPU_ISA_SCALAR;
 #endif

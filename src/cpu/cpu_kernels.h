@@ -1,8 +1,8 @@
 /*
- * cpu_kernels.h — internal to src/cpu: the two inner loops of the CPU
- * backend (scores of a block of keys; weighted sum of a block of values), one
- * set per instruction set and dtype, chosen at run time; and the small row
- * helpers the CPU files share.
+ * cpu_kernels.h — internal to src/cpu: the CPU backend's inner loops (one
+ * key block of one kv head: scores and online softmax; weighted sum of the
+ * values), one pair per instruction set and dtype, chosen at run time; and
+ * the small row helpers the CPU files share.
  *
  * Kernels read K and V in the plan's dtype and widen fp16/bf16 to float32
  * exactly; all arithmetic is float32.
@@ -10,6 +10,7 @@
 #ifndef FD_CPU_KERNELS_H
 #define FD_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtype.h"
@@ -24,35 +25,72 @@ typedef enum fd_cpu_isa {
 
 /* Keys per kernel call (the key block). */
 #define FD_CPU_KEY_BLOCK 32
+/* Query rows per kernel call, at most. */
+#define FD_CPU_MAX_ROWS 64
 
 /*
- * scores[r * ld_scores + j] = scale * dot(q[r], key j), r < rows, j < num_keys.
- *   q       float [rows][ld_q] (the first head_dim of each row are used)
- *   keys    [num_keys] pointers, each to head_dim elements of the dtype
- *   scores  float [rows][ld_scores]
+ * One key block of one kv head, for `rows` query rows of its group: the
+ * online-softmax step of FlashAttention-2, in two calls. For every row r
+ * that sees n = count ? count[r] : num_keys keys of the block (n > 0; keys
+ * 0 .. n-1):
+ *
+ *   scores:  s_j   = scale * dot(q[r], key j)                  j < n
+ *            m'    = max(m[r], max_j s_j)
+ *            alpha[r] = exp(m[r] - m')                         (0 when m[r] = -inf)
+ *            p[r][j]  = exp(s_j - m')  (into scratch; 0 for j >= n)
+ *            l[r]  = alpha[r] * l[r] + sum_j p[r][j];   m[r] = m'
+ *   values:  acc[r] = alpha[r] * acc[r] + sum_{j < n} p[r][j] * value j
+ *
+ * Rows with n == 0 are left as they are (alpha[r] = 1). The driver may run
+ * the scores of several heads before their values (each head has its own
+ * scratch and alpha). q holds the query as given, widened exactly to float.
+ * acc rows are in natural column order, except with kernels whose `paired`
+ * is set, for bf16 and head_dim a multiple of 32: then each 32 columns
+ * 32c .. 32c+31 are held as the 16 even ones then the 16 odd ones
+ * (fd_cpu_unpair_row restores the order).
+ *
+ * Key j is at (const char *)keys[j] + key_off (head_dim elements of the
+ * plan's dtype), value j at (const char *)values[j] + value_off: the block's
+ * pointers are those of the pass's first kv head, the offsets select this
+ * head, so every head of a pass shares one pointer array.
  */
-typedef void (*fd_cpu_scores_fn)(const float *q, int64_t ld_q, int rows, const void *const *keys,
-                                 int num_keys, int head_dim, float scale, float *scores,
-                                 int ld_scores);
+typedef struct fd_cpu_block {
+  const float *q;            /* [rows][head_dim] query rows */
+  float *acc;                /* [rows][head_dim] unnormalised output, in/out */
+  float *m;                  /* [rows] running max of the scores, in/out */
+  float *l;                  /* [rows] running sum of exp(s - m), in/out */
+  float *alpha;              /* [rows] scores -> values: the rescale factors */
+  float *scratch;            /* [rows][FD_CPU_KEY_BLOCK] scores -> values: p */
+  const int *count;          /* [rows] keys of the block each row sees, or NULL: all */
+  const void *const *keys;   /* [num_keys] */
+  const void *const *values; /* [num_keys] */
+  ptrdiff_t key_off, value_off; /* bytes */
+  float scale;               /* softmax_scale */
+  int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..FD_CPU_KEY_BLOCK */
+} fd_cpu_block;
 
-/*
- * For every r < rows with count[r] > 0:
- *   acc[r] = alpha[r] * acc[r] + sum_{j < count[r]} p[r * ld_p + j] * value j
- * (rows with count[r] <= 0 are left as they are).
- *   acc     float [rows][ld_acc] (the first head_dim of each row)
- *   alpha   float [rows]
- *   p       float [rows][ld_p]
- *   count   int   [rows]
- *   values  [max count] pointers, each to head_dim elements of the dtype
- */
-typedef void (*fd_cpu_accumulate_fn)(float *acc, int64_t ld_acc, int rows, const float *alpha,
-                                     const float *p, int ld_p, const int *count,
-                                     const void *const *values, int head_dim);
+typedef void (*fd_cpu_step_fn)(const fd_cpu_block *blk);
 
 typedef struct fd_cpu_kernels {
-  fd_cpu_scores_fn scores;
-  fd_cpu_accumulate_fn accumulate;
+  fd_cpu_step_fn scores; /* scores and online softmax */
+  fd_cpu_step_fn values; /* weighted sum of the values */
+  int paired; /* acc in the paired order (see above) for bf16, head_dim % 32 == 0 */
 } fd_cpu_kernels;
+
+/* 1 when acc rows of `k` for dtype and head_dim are in the paired order. */
+static inline int fd_cpu_acc_paired(const fd_cpu_kernels *k, fd_dtype dtype, int head_dim) {
+  return k->paired && dtype == FD_DTYPE_BF16 && head_dim % 32 == 0;
+}
+
+/* dst = src with the paired order undone: src[32c + j] is column 32c + 2j,
+ * src[32c + 16 + j] column 32c + 2j + 1 (j < 16). head_dim % 32 == 0. */
+static inline void fd_cpu_unpair_row(float *dst, const float *src, int head_dim) {
+  for (int c = 0; c < head_dim; c += 32)
+    for (int j = 0; j < 16; j++) {
+      dst[c + 2 * j] = src[c + j];
+      dst[c + 2 * j + 1] = src[c + 16 + j];
+    }
+}
 
 /* The best instruction set this machine (and build) has. */
 fd_cpu_isa fd_cpu_isa_detect(void);

@@ -2,10 +2,22 @@
  * cpu_kernels_avx512.c — the CPU kernels for AVX-512 F/BW/VL (contract in
  * cpu_kernels.h). 16 floats a vector; fp16 widens with vcvtph2ps, bf16 with a
  * 16-bit shift (both exact); head_dim tails use masked loads and stores
- * (masked-off lanes never touch memory), so any head_dim works. Built with
- * default flags: the target attribute enables the instructions per function,
- * and dispatch calls these only when the CPU has them.
+ * (masked-off lanes never touch memory), so any head_dim works.
+ *
+ * Scores: register tiles of 4 rows x 4 keys (2 x 8, 1 x 16 for the last
+ * rows), 16 dot-product accumulators over head_dim, summed by one 16-to-1
+ * transpose-add tree. Online softmax: 16 scores a vector with a polynomial
+ * exp. Values: register tiles of 4 rows x 64 columns, each value vector
+ * loaded and widened once for the 4 rows. bf16 with head_dim a multiple of
+ * 32 runs in the paired column order (cpu_kernels.h): 32 keys or values
+ * widen with two instructions instead of four. (vdpbf16ps was tried for the
+ * bf16 scores and dropped: on Sapphire Rapids it issues one every two cycles,
+ * a quarter of the FMA rate, so it multiplies half as fast; bench/NOTES.md.) Built with default flags: the
+ * target attribute enables the instructions per function, and dispatch calls
+ * these only when the CPU has them.
  */
+#include <math.h>
+
 #include "cpu_kernels.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -13,10 +25,15 @@
 #include <immintrin.h>
 
 #define FD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define FD_INLINE inline __attribute__((always_inline))
+
+#if FD_CPU_KEY_BLOCK != 32
+#error "the softmax below holds a key block in two vectors"
+#endif
 
 /* The lanes of `mask` of 16 elements of `dtype` at row + i, widened to
  * float; other lanes 0. */
-static inline FD_AVX512 __m512 load16(const void *row, int i, __mmask16 mask, fd_dtype dtype) {
+static FD_INLINE FD_AVX512 __m512 load16(const void *row, int i, __mmask16 mask, fd_dtype dtype) {
   switch (dtype) {
     case FD_DTYPE_F32: return _mm512_maskz_loadu_ps(mask, (const float *)row + i);
     case FD_DTYPE_F16:
@@ -28,126 +45,423 @@ static inline FD_AVX512 __m512 load16(const void *row, int i, __mmask16 mask, fd
   }
 }
 
-/* Mask of the first n lanes (n <= 16). */
-static inline __mmask16 first_lanes(int n) { return (__mmask16)((1u << n) - 1u); }
+/* Asks L1 for the lines of [p, p + bytes): the next key tile's rows while
+ * this one computes (rows a head-count stride apart are too short for the
+ * hardware prefetchers to lock on to; +10-15 % cold, bench/NOTES.md). */
+static FD_INLINE void prefetch_row(const char *p, int bytes) {
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
 
-static inline FD_AVX512 void scores_body(const float *q, int64_t ld_q, int rows,
-                                         const void *const *keys, int num_keys, int head_dim,
-                                         float scale, float *scores, int ld_scores,
-                                         fd_dtype dtype) {
-  const int full = head_dim & ~15;
-  const __mmask16 all = 0xffff, tail = first_lanes(head_dim & 15);
-  for (int j = 0; j < num_keys; j++) {
-    const void *k = keys[j];
-    int r = 0;
-    /* four rows at once share each widened key vector */
-    for (; r + 4 <= rows; r += 4) {
-      const float *q0 = q + r * ld_q, *q1 = q0 + ld_q, *q2 = q1 + ld_q, *q3 = q2 + ld_q;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int d = 0; d < full; d += 16) {
-        __m512 kv = load16(k, d, all, dtype);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kv, a3);
+/* Value rows are prefetched this many keys ahead. */
+#define FD_VALUE_PREFETCH 8
+
+/* Mask of the first n lanes (n <= 16; n <= 0: none). */
+static FD_INLINE __mmask16 first_lanes(int n) {
+  return n <= 0 ? (__mmask16)0 : (__mmask16)((1u << (n < 16 ? n : 16)) - 1u);
+}
+
+/* Lane n = the sum of the 16 lanes of in[n]. */
+static FD_INLINE FD_AVX512 __m512 reduce16(const __m512 *in) {
+  __m512 t[8], u[4];
+  /* the tree leaves lane 4k+i holding input 4i+k: feed it transposed */
+  for (int i = 0; i < 8; i++) {
+    const __m512 a = in[((2 * i) % 4) * 4 + (2 * i) / 4];
+    const __m512 b = in[((2 * i + 1) % 4) * 4 + (2 * i + 1) / 4];
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  for (int i = 0; i < 4; i++)
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
+  const __m512 p = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 q = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return _mm512_add_ps(_mm512_shuffle_ps(p, q, 0x44), _mm512_shuffle_ps(p, q, 0xEE));
+}
+
+/* exp(x) for x <= 0: 2^n * P(r), n = round(x / ln 2), r = x - n ln 2 (ln 2
+ * in two parts), P the degree-7 Taylor polynomial (|r| <= ln2 / 2: relative
+ * error < 1e-8 before rounding). x < -87 (exp below the normal floats,
+ * -inf included) gives 0; NaN stays NaN. */
+static FD_INLINE FD_AVX512 __m512 exp16(__m512 x) {
+  const __m512 floor_x = _mm512_set1_ps(-87.0f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, floor_x, _CMP_LT_OQ);
+  x = _mm512_max_ps(floor_x, x); /* a NaN x is the result */
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
+}
+
+/* Scores of rows [r0, r0 + RT) for every key of the block, KT keys at a
+ * time (RT * KT = 16 accumulators), into scratch. */
+static FD_INLINE FD_AVX512 void scores_tile(const fd_cpu_block *b, int r0, const int RT,
+                                            const int KT, fd_dtype dtype) {
+  const int head_dim = b->head_dim, nk = b->num_keys, full = head_dim & ~15;
+  const __mmask16 tail = first_lanes(head_dim & 15);
+  const float *qp[4];
+  for (int r = 0; r < RT; r++) qp[r] = b->q + (ptrdiff_t)(r0 + r) * head_dim;
+  for (int j0 = 0; j0 < nk; j0 += KT) {
+    const char *kp[16];
+    for (int i = 0; i < KT; i++) /* past the last key: repeat it, discard the score */
+      kp[i] = (const char *)b->keys[j0 + i < nk ? j0 + i : nk - 1] + b->key_off;
+    for (int i = 0; i < KT && j0 + KT + i < nk; i++)
+      prefetch_row((const char *)b->keys[j0 + KT + i] + b->key_off,
+                   head_dim * (dtype == FD_DTYPE_F32 ? 4 : 2));
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < full; d += 16) {
+      if (RT == 1) {
+        const __m512 qv = _mm512_loadu_ps(qp[0] + d);
+        for (int i = 0; i < KT; i++)
+          acc[i] = _mm512_fmadd_ps(qv, load16(kp[i], d, 0xffff, dtype), acc[i]);
+      } else {
+        __m512 kv[16];
+        for (int i = 0; i < KT; i++) kv[i] = load16(kp[i], d, 0xffff, dtype);
+        for (int r = 0; r < RT; r++) {
+          const __m512 qv = _mm512_loadu_ps(qp[r] + d);
+          for (int i = 0; i < KT; i++) acc[r * KT + i] = _mm512_fmadd_ps(qv, kv[i], acc[r * KT + i]);
+        }
       }
-      if (tail) {
-        __m512 kv = load16(k, full, tail, dtype);
-        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q0 + full), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q1 + full), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q2 + full), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q3 + full), kv, a3);
-      }
-      scores[(r + 0) * ld_scores + j] = scale * _mm512_reduce_add_ps(a0);
-      scores[(r + 1) * ld_scores + j] = scale * _mm512_reduce_add_ps(a1);
-      scores[(r + 2) * ld_scores + j] = scale * _mm512_reduce_add_ps(a2);
-      scores[(r + 3) * ld_scores + j] = scale * _mm512_reduce_add_ps(a3);
     }
-    for (; r < rows; r++) {
-      const float *q0 = q + r * ld_q;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-      int d = 0;
-      for (; d + 32 <= full; d += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), load16(k, d, all, dtype), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d + 16), load16(k, d + 16, all, dtype), a1);
+    if (tail) {
+      __m512 kv[16];
+      for (int i = 0; i < KT; i++) kv[i] = load16(kp[i], full, tail, dtype);
+      for (int r = 0; r < RT; r++) {
+        const __m512 qv = _mm512_maskz_loadu_ps(tail, qp[r] + full);
+        for (int i = 0; i < KT; i++) acc[r * KT + i] = _mm512_fmadd_ps(qv, kv[i], acc[r * KT + i]);
       }
-      for (; d < full; d += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), load16(k, d, all, dtype), a0);
-      if (tail)
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q0 + full), load16(k, full, tail, dtype),
-                             a1);
-      scores[r * ld_scores + j] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+    /* lane r * KT + i: row r, key j0 + i */
+    const __m512 sums = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(b->scale));
+    const __mmask16 keys = first_lanes(nk - j0 < KT ? nk - j0 : KT);
+    for (int r = 0; r < RT; r++)
+      _mm512_mask_storeu_ps(b->scratch + (ptrdiff_t)(r0 + r) * FD_CPU_KEY_BLOCK + j0 - r * KT,
+                            (__mmask16)(keys << (r * KT)), sums);
+  }
+}
+
+/* bf16 scores, head_dim % 32 == 0, in the paired order: q rows go into
+ * [16 even columns][16 odd columns] per 32 (a local copy), each 64-byte load
+ * of a key widens with one shift (even columns) and one and (odd ones), and
+ * the dot product sums both halves. RT * KT = 16 accumulators, as
+ * scores_tile. */
+static FD_INLINE FD_AVX512 void scores_tile_pairs(const fd_cpu_block *b, int r0, const int RT,
+                                                  const int KT) {
+  const int head_dim = b->head_dim, nk = b->num_keys;
+  const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+  const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  float qp[4][256] __attribute__((aligned(64))); /* rows in the paired order */
+  for (int r = 0; r < RT; r++) {
+    const float *qr = b->q + (ptrdiff_t)(r0 + r) * head_dim;
+    for (int c = 0; c < head_dim; c += 32) {
+      const __m512 lo = _mm512_loadu_ps(qr + c), hi = _mm512_loadu_ps(qr + c + 16);
+      _mm512_store_ps(qp[r] + c, _mm512_permutex2var_ps(lo, even_idx, hi));
+      _mm512_store_ps(qp[r] + c + 16, _mm512_permutex2var_ps(lo, odd_idx, hi));
+    }
+  }
+  for (int j0 = 0; j0 < nk; j0 += KT) {
+    const char *kp[16];
+    for (int i = 0; i < KT; i++) /* past the last key: repeat it, discard the score */
+      kp[i] = (const char *)b->keys[j0 + i < nk ? j0 + i : nk - 1] + b->key_off;
+    for (int i = 0; i < KT && j0 + KT + i < nk; i++)
+      prefetch_row((const char *)b->keys[j0 + KT + i] + b->key_off, 2 * head_dim);
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < head_dim; d += 32) {
+      if (RT == 1) {
+        const __m512 qe = _mm512_load_ps(qp[0] + d), qo = _mm512_load_ps(qp[0] + d + 16);
+        for (int i = 0; i < KT; i++) {
+          const __m512i x = _mm512_loadu_si512((const void *)(kp[i] + 2 * d));
+          acc[i] = _mm512_fmadd_ps(qe, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), acc[i]);
+          acc[i] = _mm512_fmadd_ps(qo, _mm512_castsi512_ps(_mm512_and_si512(x, high)), acc[i]);
+        }
+      } else {
+        __m512 ke[16], ko[16];
+        for (int i = 0; i < KT; i++) {
+          const __m512i x = _mm512_loadu_si512((const void *)(kp[i] + 2 * d));
+          ke[i] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+          ko[i] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+        }
+        for (int r = 0; r < RT; r++) {
+          const __m512 qe = _mm512_load_ps(qp[r] + d), qo = _mm512_load_ps(qp[r] + d + 16);
+          for (int i = 0; i < KT; i++) {
+            acc[r * KT + i] = _mm512_fmadd_ps(qe, ke[i], acc[r * KT + i]);
+            acc[r * KT + i] = _mm512_fmadd_ps(qo, ko[i], acc[r * KT + i]);
+          }
+        }
+      }
+    }
+    const __m512 sums = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(b->scale));
+    const __mmask16 keys = first_lanes(nk - j0 < KT ? nk - j0 : KT);
+    for (int r = 0; r < RT; r++)
+      _mm512_mask_storeu_ps(b->scratch + (ptrdiff_t)(r0 + r) * FD_CPU_KEY_BLOCK + j0 - r * KT,
+                            (__mmask16)(keys << (r * KT)), sums);
+  }
+}
+
+/* Online softmax of every row: scores -> exp(s - m') in scratch (0 past the
+ * row's keys), m, l updated, alpha[r] = exp(m - m') (1 for rows that see no
+ * key of the block). */
+static FD_INLINE FD_AVX512 void softmax_rows(const fd_cpu_block *b) {
+  float *alpha = b->alpha;
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int r = 0; r < b->rows; r++) {
+    const int n = b->count ? b->count[r] : b->num_keys;
+    if (n <= 0) {
+      alpha[r] = 1.0f;
+      continue;
+    }
+    float *s = b->scratch + (ptrdiff_t)r * FD_CPU_KEY_BLOCK;
+    const __m512 s0 = _mm512_mask_loadu_ps(neg_inf, first_lanes(n), s);
+    const __m512 s1 = _mm512_mask_loadu_ps(neg_inf, first_lanes(n - 16), s + 16);
+    const float block_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+    const float m_old = b->m[r];
+    const float m_new = block_max > m_old ? block_max : m_old;
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* never (-inf) - (-inf) */
+    const __m512 mv = _mm512_set1_ps(m_use);
+    const __m512 p0 = exp16(_mm512_sub_ps(s0, mv)), p1 = exp16(_mm512_sub_ps(s1, mv));
+    _mm512_storeu_ps(s, p0);
+    _mm512_storeu_ps(s + 16, p1);
+    alpha[r] = expf(m_old - m_use); /* m_old = -inf: 0 */
+    b->l[r] = b->l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+    b->m[r] = m_new;
+  }
+}
+
+/* Independent key sets for a tile of A accumulators: at least 8 FMA chains
+ * in flight (an FMA's latency is 4 cycles, two issue per cycle). */
+#define FD_KEY_SETS(A) ((A) >= 8 ? 1 : (A) >= 4 ? 2 : 4)
+
+/* acc = alpha * acc + P V for rows [r0, r0 + RT) that all see every key of
+ * the block, columns [d0, d0 + 16 * DT) (RT * DT <= 16 accumulators; small
+ * tiles keep U sets of them, for keys j = u mod U, added up in order at the
+ * end). FULL: all those columns exist (plain loads); else lanes past head_dim
+ * are masked off. */
+static FD_INLINE FD_AVX512 void values_cols(const fd_cpu_block *b, const float *alpha, int r0,
+                                            int d0, const int RT, const int DT, const int FULL,
+                                            fd_dtype dtype) {
+  const int head_dim = b->head_dim, nk = b->num_keys;
+  const int A = RT * DT, U = FD_KEY_SETS(A);
+  const size_t elem = dtype == FD_DTYPE_F32 ? 4 : 2;
+  __mmask16 cols[4];
+  for (int i = 0; i < DT; i++) cols[i] = FULL ? (__mmask16)0xffff : first_lanes(head_dim - d0 - 16 * i);
+  __m512 acc[16]; /* [u][r][i] */
+  for (int r = 0; r < RT; r++) {
+    const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
+    const float *a = b->acc + (ptrdiff_t)(r0 + r) * head_dim + d0;
+    for (int i = 0; i < DT; i++)
+      acc[r * DT + i] = _mm512_mul_ps(
+          FULL ? _mm512_loadu_ps(a + 16 * i) : _mm512_maskz_loadu_ps(cols[i], a + 16 * i), al);
+  }
+  for (int i = A; i < U * A; i++) acc[i] = _mm512_setzero_ps();
+  const float *p = b->scratch + (ptrdiff_t)r0 * FD_CPU_KEY_BLOCK;
+  const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * (ptrdiff_t)elem;
+  int j = 0;
+  for (; j + U <= nk; j += U) {
+    for (int u = 0; u < U; u++) {
+      const char *v = (const char *)b->values[j + u] + off;
+      if (j + u + FD_VALUE_PREFETCH < nk)
+        prefetch_row((const char *)b->values[j + u + FD_VALUE_PREFETCH] + off, DT * 16 * (int)elem);
+      __m512 vv[4];
+      for (int i = 0; i < DT; i++) vv[i] = load16(v, 16 * i, FULL ? (__mmask16)0xffff : cols[i], dtype);
+      for (int r = 0; r < RT; r++) {
+        const __m512 pj = _mm512_set1_ps(p[r * FD_CPU_KEY_BLOCK + j + u]);
+        for (int i = 0; i < DT; i++)
+          acc[u * A + r * DT + i] = _mm512_fmadd_ps(pj, vv[i], acc[u * A + r * DT + i]);
+      }
+    }
+  }
+  for (; j < nk; j++) {
+    const char *v = (const char *)b->values[j] + off;
+    __m512 vv[4];
+    for (int i = 0; i < DT; i++) vv[i] = load16(v, 16 * i, FULL ? (__mmask16)0xffff : cols[i], dtype);
+    for (int r = 0; r < RT; r++) {
+      const __m512 pj = _mm512_set1_ps(p[r * FD_CPU_KEY_BLOCK + j]);
+      for (int i = 0; i < DT; i++) acc[r * DT + i] = _mm512_fmadd_ps(pj, vv[i], acc[r * DT + i]);
+    }
+  }
+  for (int u = 1; u < U; u++)
+    for (int i = 0; i < A; i++) acc[i] = _mm512_add_ps(acc[i], acc[u * A + i]);
+  for (int r = 0; r < RT; r++) {
+    float *a = b->acc + (ptrdiff_t)(r0 + r) * head_dim + d0;
+    for (int i = 0; i < DT; i++) {
+      if (FULL)
+        _mm512_storeu_ps(a + 16 * i, acc[r * DT + i]);
+      else
+        _mm512_mask_storeu_ps(a + 16 * i, cols[i], acc[r * DT + i]);
     }
   }
 }
 
-static inline FD_AVX512 void accumulate_body(float *acc, int64_t ld_acc, int rows,
-                                             const float *alpha, const float *p, int ld_p,
-                                             const int *count, const void *const *values,
-                                             int head_dim, fd_dtype dtype) {
-  const __mmask16 all = 0xffff;
-  for (int r = 0; r < rows; r++) {
-    const int n = count[r];
-    if (n <= 0) continue;
-    float *a = acc + r * ld_acc;
-    const float *pr = p + r * ld_p;
-    const __m512 al = _mm512_set1_ps(alpha[r]);
-    int d = 0;
-    /* 64 columns at once: four independent FMA chains */
-    for (; d + 64 <= head_dim; d += 64) {
-      __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(a + d), al);
-      __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 16), al);
-      __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 32), al);
-      __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 48), al);
-      for (int j = 0; j < n; j++) {
-        const __m512 pj = _mm512_set1_ps(pr[j]);
-        const void *v = values[j];
-        a0 = _mm512_fmadd_ps(pj, load16(v, d, all, dtype), a0);
-        a1 = _mm512_fmadd_ps(pj, load16(v, d + 16, all, dtype), a1);
-        a2 = _mm512_fmadd_ps(pj, load16(v, d + 32, all, dtype), a2);
-        a3 = _mm512_fmadd_ps(pj, load16(v, d + 48, all, dtype), a3);
+/* values_cols over every column of rows [r0, r0 + RT). */
+static FD_INLINE FD_AVX512 void values_tile(const fd_cpu_block *b, const float *alpha, int r0,
+                                            const int RT, const int DT, fd_dtype dtype) {
+  int d0 = 0;
+  for (; d0 + 16 * DT <= b->head_dim; d0 += 16 * DT) values_cols(b, alpha, r0, d0, RT, DT, 1, dtype);
+  if (d0 < b->head_dim) values_cols(b, alpha, r0, d0, RT, DT, 0, dtype);
+}
+
+/* Rows with DT vectors of columns per tile: 4 at a time, then 2, then 1. */
+static FD_INLINE FD_AVX512 void values_rows(const fd_cpu_block *b, const float *alpha,
+                                            const int DT, fd_dtype dtype) {
+  int r = 0;
+  for (; r + 4 <= b->rows; r += 4) values_tile(b, alpha, r, 4, DT, dtype);
+  for (; r + 2 <= b->rows; r += 2) values_tile(b, alpha, r, 2, DT, dtype);
+  for (; r < b->rows; r++) values_tile(b, alpha, r, 1, DT, dtype);
+}
+
+/* bf16 values, paired order (cpu_kernels.h), head_dim % 32 == 0: acc =
+ * alpha * acc + P V for rows [r0, r0 + RT) that see every key of the block,
+ * columns [d0, d0 + 32 * CT) (key sets as in values_cols). A 64-byte load of
+ * 32 bf16 widens with one shift (the even columns) and one and (the odd
+ * ones). */
+static FD_INLINE FD_AVX512 void values_pairs(const fd_cpu_block *b, const float *alpha, int r0,
+                                             int d0, const int RT, const int CT) {
+  const int head_dim = b->head_dim, nk = b->num_keys;
+  const int A = RT * 2 * CT, U = FD_KEY_SETS(A);
+  const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 acc[16]; /* [u][r][c][even, odd] */
+  for (int r = 0; r < RT; r++) {
+    const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
+    const float *a = b->acc + (ptrdiff_t)(r0 + r) * head_dim + d0;
+    for (int i = 0; i < 2 * CT; i++) acc[r * 2 * CT + i] = _mm512_mul_ps(_mm512_loadu_ps(a + 16 * i), al);
+  }
+  for (int i = A; i < U * A; i++) acc[i] = _mm512_setzero_ps();
+  const float *p = b->scratch + (ptrdiff_t)r0 * FD_CPU_KEY_BLOCK;
+  const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * 2;
+  for (int j = 0; j < nk; j += U) {
+    for (int u = 0; u < U && j + u < nk; u++) {
+      const char *v = (const char *)b->values[j + u] + off;
+      if (j + u + FD_VALUE_PREFETCH < nk)
+        prefetch_row((const char *)b->values[j + u + FD_VALUE_PREFETCH] + off, 64 * CT);
+      __m512 vv[8];
+      for (int c = 0; c < CT; c++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(v + 64 * c));
+        vv[2 * c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        vv[2 * c + 1] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
       }
-      _mm512_storeu_ps(a + d, a0);
-      _mm512_storeu_ps(a + d + 16, a1);
-      _mm512_storeu_ps(a + d + 32, a2);
-      _mm512_storeu_ps(a + d + 48, a3);
-    }
-    /* the rest, 16 (or fewer, masked) columns at a time */
-    for (; d < head_dim; d += 16) {
-      const __mmask16 m = head_dim - d >= 16 ? all : first_lanes(head_dim - d);
-      __m512 a0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + d), al);
-      for (int j = 0; j < n; j++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(pr[j]), load16(values[j], d, m, dtype), a0);
-      _mm512_mask_storeu_ps(a + d, m, a0);
+      for (int r = 0; r < RT; r++) {
+        const __m512 pj = _mm512_set1_ps(p[r * FD_CPU_KEY_BLOCK + j + u]);
+        for (int i = 0; i < 2 * CT; i++)
+          acc[u * A + r * 2 * CT + i] = _mm512_fmadd_ps(pj, vv[i], acc[u * A + r * 2 * CT + i]);
+      }
     }
   }
+  for (int u = 1; u < U; u++)
+    for (int i = 0; i < A; i++) acc[i] = _mm512_add_ps(acc[i], acc[u * A + i]);
+  for (int r = 0; r < RT; r++) {
+    float *a = b->acc + (ptrdiff_t)(r0 + r) * head_dim + d0;
+    for (int i = 0; i < 2 * CT; i++) _mm512_storeu_ps(a + 16 * i, acc[r * 2 * CT + i]);
+  }
+}
+
+/* values_pairs over every column of rows [r0, r0 + RT): CT chunks at a time,
+ * then 2, then 1. */
+static FD_INLINE FD_AVX512 void values_pairs_tile(const fd_cpu_block *b, const float *alpha,
+                                                  int r0, const int RT, const int CT) {
+  int d0 = 0;
+  for (; d0 + 32 * CT <= b->head_dim; d0 += 32 * CT) values_pairs(b, alpha, r0, d0, RT, CT);
+  if (CT > 2)
+    for (; d0 + 64 <= b->head_dim; d0 += 64) values_pairs(b, alpha, r0, d0, RT, 2);
+  for (; d0 < b->head_dim; d0 += 32) values_pairs(b, alpha, r0, d0, RT, 1);
+}
+
+/* acc = alpha * acc + P V row by row, over each row's own key count. */
+static FD_INLINE FD_AVX512 void values_counted(const fd_cpu_block *b, const float *alpha,
+                                               fd_dtype dtype) {
+  const int head_dim = b->head_dim;
+  for (int r = 0; r < b->rows; r++) {
+    const int n = b->count[r];
+    if (n <= 0) continue;
+    const float *p = b->scratch + (ptrdiff_t)r * FD_CPU_KEY_BLOCK;
+    float *a = b->acc + (ptrdiff_t)r * head_dim;
+    if (dtype == FD_DTYPE_BF16 && head_dim % 32 == 0) { /* paired order */
+      const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+      for (int d = 0; d < head_dim; d += 32) {
+        const __m512 al = _mm512_set1_ps(alpha[r]);
+        __m512 even = _mm512_mul_ps(_mm512_loadu_ps(a + d), al);
+        __m512 odd = _mm512_mul_ps(_mm512_loadu_ps(a + d + 16), al);
+        for (int j = 0; j < n; j++) {
+          const __m512i x = _mm512_loadu_si512(
+              (const void *)((const char *)b->values[j] + b->value_off + (ptrdiff_t)d * 2));
+          const __m512 pj = _mm512_set1_ps(p[j]);
+          even = _mm512_fmadd_ps(pj, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), even);
+          odd = _mm512_fmadd_ps(pj, _mm512_castsi512_ps(_mm512_and_si512(x, high)), odd);
+        }
+        _mm512_storeu_ps(a + d, even);
+        _mm512_storeu_ps(a + d + 16, odd);
+      }
+      continue;
+    }
+    for (int d = 0; d < head_dim; d += 16) {
+      const __mmask16 cols = first_lanes(head_dim - d);
+      __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(cols, a + d), _mm512_set1_ps(alpha[r]));
+      for (int j = 0; j < n; j++)
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]),
+                              load16((const char *)b->values[j] + b->value_off, d, cols, dtype), acc);
+      _mm512_mask_storeu_ps(a + d, cols, acc);
+    }
+  }
+}
+
+/* The values step after the softmax. */
+static FD_INLINE FD_AVX512 void values_body(const fd_cpu_block *b, fd_dtype dtype) {
+  const float *alpha = b->alpha;
+  if (b->count) {
+    values_counted(b, alpha, dtype);
+  } else if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+    int r = 0;
+    for (; r + 4 <= b->rows; r += 4) values_pairs_tile(b, alpha, r, 4, 2);
+    for (; r + 2 <= b->rows; r += 2) values_pairs_tile(b, alpha, r, 2, 4);
+    for (; r < b->rows; r++) values_pairs_tile(b, alpha, r, 1, 4);
+  } else if (b->head_dim <= 16)
+    values_rows(b, alpha, 1, dtype);
+  else if (b->head_dim <= 32)
+    values_rows(b, alpha, 2, dtype);
+  else
+    values_rows(b, alpha, 4, dtype);
+}
+
+static FD_INLINE FD_AVX512 void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
+  int r = 0;
+  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+    for (; r + 4 <= b->rows; r += 4) scores_tile_pairs(b, r, 4, 4);
+    for (; r + 2 <= b->rows; r += 2) scores_tile_pairs(b, r, 2, 8);
+    for (; r < b->rows; r++) scores_tile_pairs(b, r, 1, 16);
+  } else {
+    for (; r + 4 <= b->rows; r += 4) scores_tile(b, r, 4, 4, dtype);
+    for (; r + 2 <= b->rows; r += 2) scores_tile(b, r, 2, 8, dtype);
+    for (; r < b->rows; r++) scores_tile(b, r, 1, 16, dtype);
+  }
+  softmax_rows(b);
 }
 
 /* One instance per dtype, so the load switch folds away. */
-#define FD_AVX512_KERNELS(suffix, dtype)                                                        \
-  static FD_AVX512 void scores_##suffix(const float *q, int64_t ld_q, int rows,                 \
-                                        const void *const *keys, int num_keys, int head_dim,    \
-                                        float scale, float *scores, int ld_scores) {            \
-    scores_body(q, ld_q, rows, keys, num_keys, head_dim, scale, scores, ld_scores, dtype);      \
-  }                                                                                             \
-  static FD_AVX512 void accumulate_##suffix(float *acc, int64_t ld_acc, int rows,               \
-                                            const float *alpha, const float *p, int ld_p,       \
-                                            const int *count, const void *const *values,        \
-                                            int head_dim) {                                     \
-    accumulate_body(acc, ld_acc, rows, alpha, p, ld_p, count, values, head_dim, dtype);         \
-  }
+#define FD_AVX512_KERNELS(suffix, dtype)                                                    \
+  static FD_AVX512 void scores_##suffix(const fd_cpu_block *b) { scores_body(b, dtype); } \
+  static FD_AVX512 void values_##suffix(const fd_cpu_block *b) { values_body(b, dtype); }
 
 FD_AVX512_KERNELS(f32, FD_DTYPE_F32)
 FD_AVX512_KERNELS(f16, FD_DTYPE_F16)
 FD_AVX512_KERNELS(bf16, FD_DTYPE_BF16)
+
 #endif
 
 int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k) {
 #ifdef FD_HAVE_AVX512_KERNELS
   switch (dtype) {
-    case FD_DTYPE_F32: k->scores = scores_f32; k->accumulate = accumulate_f32; return 1;
-    case FD_DTYPE_F16: k->scores = scores_f16; k->accumulate = accumulate_f16; return 1;
-    case FD_DTYPE_BF16: k->scores = scores_bf16; k->accumulate = accumulate_bf16; return 1;
+    case FD_DTYPE_F32: k->scores = scores_f32; k->values = values_f32; k->paired = 0; return 1;
+    case FD_DTYPE_F16: k->scores = scores_f16; k->values = values_f16; k->paired = 0; return 1;
+    case FD_DTYPE_BF16: k->scores = scores_bf16; k->values = values_bf16; k->paired = 1; return 1;
   }
 #endif
   (void)dtype;
