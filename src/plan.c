@@ -186,7 +186,13 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     splits = 1; /* the oracle never splits */
   } else if (p.num_splits == 0) {
     int64_t hint_chunks = ceil_div(longest, FD_CHUNK_LEN);
-    splits = fd_num_splits_heuristic((int64_t)p.batch * p.num_heads_kv, hint_chunks, slots,
+    /* A work item: one (sequence, kv head, split) on CUDA. The CPU backend
+     * runs all kv heads of a (sequence, split) in one thread, streaming
+     * through their side-by-side rows (a thread on one head of 8 reads a
+     * third as fast: bench/NOTES.md, CPU backend), so there an item is a
+     * (sequence, split) and the threads want >= one each. */
+    const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
+    splits = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks, slots,
                                      blocks_per_sm);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
@@ -194,7 +200,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
      * would: splits = ceil(2 * longest * slots / (num_heads_kv * total)).
      * Measured on Mooncake and Azure batches (bench/NOTES.md). */
     if (total > 0 && longest * 2 * p.batch > 3 * total) {
-      double even = (double)p.num_heads_kv * (double)total / ((double)slots * blocks_per_sm);
+      double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
       double want = ceil(2.0 * (double)longest / even);
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;

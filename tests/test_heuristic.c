@@ -189,7 +189,7 @@ static void test_plan_cpu(void **state) {
           p.num_threads = threads[ti];
           fd_plan plan = plan_ok(&p);
           const int64_t chunks = ((int64_t)caps[ci] + plan.chunk_len - 1) / plan.chunk_len;
-          const int32_t want = fd_num_splits_heuristic((int64_t)p.batch * p.num_heads_kv, chunks, threads[ti], 1);
+          const int32_t want = fd_num_splits_heuristic((int64_t)p.batch, chunks, threads[ti], 1);
           if (plan.num_splits != want)
             fail_msg("cpu t=%d b=%d hkv=%d cap=%d: plan has %d splits, heuristic says %d", threads[ti], p.batch,
                      p.num_heads_kv, caps[ci], plan.num_splits, want);

@@ -6,15 +6,16 @@
  *
  * Scores: register tiles of 4 rows x 4 keys (2 x 8, 1 x 16 for the last
  * rows), 16 dot-product accumulators over head_dim, summed by one 16-to-1
- * transpose-add tree. Online softmax: 16 scores a vector with a polynomial
- * exp. Values: register tiles of 4 rows x 64 columns, each value vector
- * loaded and widened once for the 4 rows. bf16 with head_dim a multiple of
- * 32 runs in the paired column order (cpu_kernels.h): 32 keys or values
- * widen with two instructions instead of four. (vdpbf16ps was tried for the
- * bf16 scores and dropped: on Sapphire Rapids it issues one every two cycles,
- * a quarter of the FMA rate, so it multiplies half as fast; bench/NOTES.md.) Built with default flags: the
- * target attribute enables the instructions per function, and dispatch calls
- * these only when the CPU has them.
+ * transpose-add tree; the next tile's key rows are prefetched meanwhile.
+ * Online softmax: 16 scores a vector with a polynomial exp. Values: register
+ * tiles of 4 rows x 64 columns, each value vector loaded and widened once for
+ * the 4 rows. bf16 with head_dim a multiple of 32 runs in the paired column
+ * order (cpu_kernels.h): 32 keys or values widen with two instructions
+ * instead of four. (vdpbf16ps was tried for the bf16 scores and dropped: on
+ * Sapphire Rapids it multiplies at half the FMA rate; bench/NOTES.md.)
+ *
+ * Built with default flags: the target attribute enables the instructions
+ * per function, and dispatch calls these only when the CPU has them.
  */
 #include <math.h>
 
