@@ -1,6 +1,6 @@
 /*
  * check_kernels.cu — standalone GPU check of the split and combine kernels
- * (not part of the library; CMake does not glob src/cuda/dev). Each case fills
+ * (not part of the library; outside src/, CMake does not build it). Each case fills
  * random q/K/V, runs fd_split_launch (+ fd_combine_launch) directly with a
  * workspace and out pre-filled with NaN, and compares out and lse with a
  * float64 reference written from the header's definition; then runs again and
@@ -14,7 +14,7 @@
  *
  * Build and run from the repository root on an sm_90 GPU:
  *   nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
- *     -Iinclude -Isrc src/cuda/dev/check_kernels.cu src/cuda/split_kernel.cu \
+ *     -Iinclude -Isrc dev/cuda/check_kernels.cu src/cuda/split_kernel.cu \
  *     src/cuda/split_mma_kernel.cu src/cuda/combine_kernel.cu -o /tmp/fd_check && /tmp/fd_check
  */
 #include <math.h>

@@ -8,7 +8,7 @@
 # short summary. A variant of the kernel can be timed by building
 # split_mma_kernel.cu with other -D flags into its own object and linking
 # tk.o against it (time_kernels -n TAG prints new-path lines only).
-#   bash src/cuda/dev/device_run.sh OUTDIR
+#   bash dev/cuda/device_run.sh OUTDIR
 set -u
 OUT=${1:-/tmp/fd_out}
 B=/tmp/fd_build
@@ -18,8 +18,8 @@ t0=$(date +%s)
 for f in split_kernel split_mma_kernel combine_kernel cuda_backend; do
   $NV -Xptxas -v -c src/cuda/$f.cu -o $B/$f.o >$B/$f.log 2>&1 &
 done
-$NV -c src/cuda/dev/check_kernels.cu -o $B/ck.o >$B/ck.log 2>&1 &
-$NV -c src/cuda/dev/time_kernels.cu -o $B/tk.o >$B/tk.log 2>&1 &
+$NV -c dev/cuda/check_kernels.cu -o $B/ck.o >$B/ck.log 2>&1 &
+$NV -c dev/cuda/time_kernels.cu -o $B/tk.o >$B/tk.log 2>&1 &
 gcc -O2 -std=c11 -Iinclude -Isrc -c src/plan.c -o $B/plan.o &
 gcc -O2 -std=c11 -Iinclude -Isrc -c src/errors.c -o $B/errors.o &
 wait

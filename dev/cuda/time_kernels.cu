@@ -1,6 +1,6 @@
 /*
  * time_kernels.cu — standalone GPU timing of the split kernels (not part of
- * the library; CMake does not glob src/cuda/dev). For each shape it makes the
+ * the library; outside src/, CMake does not build it). For each shape it makes the
  * library's plan (fd_plan_init, automatic splits), then times
  *   new: fd_cuda_run (fp16/bf16 -> tensor-core split kernel + PDL combine)
  *   old: the CUDA-core split kernel (fd_split_launch) + the same combine
@@ -12,7 +12,7 @@
  *
  * Build and run from the repository root on an sm_90 GPU:
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
- *     -Iinclude -Isrc src/cuda/dev/time_kernels.cu src/cuda/split_kernel.cu \
+ *     -Iinclude -Isrc dev/cuda/time_kernels.cu src/cuda/split_kernel.cu \
  *     src/cuda/split_mma_kernel.cu src/cuda/combine_kernel.cu src/cuda/cuda_backend.cu \
  *     src/plan.c src/errors.c -o /tmp/fd_time && /tmp/fd_time
  */
