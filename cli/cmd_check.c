@@ -24,15 +24,6 @@ static double tolerance(fd_dtype dtype) {
   return 0.0;
 }
 
-static double load(const void *data, size_t i, fd_dtype dtype) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return ((const float *)data)[i];
-    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)data)[i]);
-    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)data)[i]);
-  }
-  return NAN;
-}
-
 /* The backend's out and lse, in p->host (CPU: computed there; CUDA: copied back). */
 static fd_status run_backend(problem *p, const fd_plan *plan, fd_error *err) {
   fd_status st;
@@ -120,7 +111,7 @@ int cmd_check(int argc, char **argv) {
   double max_abs = 0.0, max_err = 0.0, sum_d2 = 0.0, sum_r2 = 0.0, lse_err = 0.0;
   size_t nan_out = 0, nan_lse = 0, bad_empty = 0, worst = 0;
   for (size_t i = 0; i < n_out; i++) {
-    double o = load(p.host.out, i, f->dtype), ref = out64[i];
+    double o = fd_load_elem(p.host.out, f->dtype, i), ref = out64[i];
     if (isnan(o)) {
       nan_out++;
       continue;
@@ -143,7 +134,7 @@ int cmd_check(int argc, char **argv) {
       size_t b = row / (Hq * T), h = row / T % Hq, t = row % T;
       size_t base = ((b * T + t) * Hq + h) * D;
       int zero = 1;
-      for (size_t d = 0; d < D; d++) zero &= load(p.host.out, base + d, f->dtype) == 0.0;
+      for (size_t d = 0; d < D; d++) zero &= fd_load_elem(p.host.out, f->dtype, base + d) == 0.0;
       if (!(isinf(l) && l < 0) || !zero) bad_empty++;
     } else {
       double e = fabs(l - ref) / (1.0 + fabs(ref));
@@ -163,7 +154,7 @@ int cmd_check(int argc, char **argv) {
   if (!pass) {
     size_t d = worst % D, h = worst / D % Hq, t = worst / (D * Hq) % T, b = worst / (D * Hq * T);
     printf("  nan_out=%zu nan_lse=%zu bad_empty_rows=%zu worst: b=%zu t=%zu h=%zu d=%zu out=%.8g ref=%.8g\n",
-           nan_out, nan_lse, bad_empty, b, t, h, d, load(p.host.out, worst, f->dtype), out64[worst]);
+           nan_out, nan_lse, bad_empty, b, t, h, d, fd_load_elem(p.host.out, f->dtype, worst), out64[worst]);
   }
   status = pass ? 0 : 1;
 done:

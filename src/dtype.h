@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "flashdecode.h"
+
 static inline float fd_bits_to_f32(uint32_t u) {
   float f;
   memcpy(&f, &u, sizeof f);
@@ -74,6 +76,25 @@ static inline uint16_t fd_f32_to_f16(float f) {
   uint32_t r = a + 0xfffu + ((a >> 13) & 1u); /* round mantissa to 10 bits */
   r -= 0x38000000u;                          /* rebias exponent 127 -> 15 */
   return (uint16_t)(sign | (r >> 13));
+}
+
+/* Element i of an array of `dtype`, widened exactly to float. */
+static inline float fd_load_elem(const void *base, fd_dtype dtype, int64_t i) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return ((const float *)base)[i];
+    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
+    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
+  }
+  return fd_bits_to_f32(0x7fc00000u); /* not a dtype: NaN */
+}
+
+/* Store x as element i of an array of `dtype`, rounded to nearest even. */
+static inline void fd_store_elem(void *base, fd_dtype dtype, int64_t i, float x) {
+  switch (dtype) {
+    case FD_DTYPE_F32: ((float *)base)[i] = x; break;
+    case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(x); break;
+    case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(x); break;
+  }
 }
 
 #endif /* FD_DTYPE_H */

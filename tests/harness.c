@@ -295,23 +295,6 @@ static uint64_t buf_hash(const buf *b) {
 
 /* ---- Elements ------------------------------------------------------------------ */
 
-static double load(const void *base, fd_dtype dtype, int64_t i) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return ((const float *)base)[i];
-    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
-    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return NAN;
-}
-
-static void store(void *base, fd_dtype dtype, int64_t i, float x) {
-  switch (dtype) {
-    case FD_DTYPE_F32: ((float *)base)[i] = x; break;
-    case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(x); break;
-    case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(x); break;
-  }
-}
-
 /* float32 value rounded to the dtype and back (plain low-precision model). */
 static float round_to(fd_dtype dtype, float x) {
   switch (dtype) {
@@ -531,8 +514,8 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
     for (int32_t j = 0; j < c->kv_len[b]; j++)
       for (int32_t hk = 0; hk < Hkv; hk++) {
         int64_t ko = kv_offset(s, s->k_strides, b, j, hk), vo = kv_offset(s, s->v_strides, b, j, hk);
-        for (int32_t i = 0; i < D; i++) store(s->k.data, c->dtype, ko + i, (float)(x * rng_normal(&r)));
-        for (int32_t i = 0; i < D; i++) store(s->v.data, c->dtype, vo + i, (float)rng_normal(&r));
+        for (int32_t i = 0; i < D; i++) fd_store_elem(s->k.data, c->dtype, ko + i, (float)(x * rng_normal(&r)));
+        for (int32_t i = 0; i < D; i++) fd_store_elem(s->v.data, c->dtype, vo + i, (float)rng_normal(&r));
       }
   /* q with standard deviation 2: scores of std ~2, a peaked softmax. */
   for (int32_t b = 0; b < B; b++)
@@ -540,7 +523,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
       for (int32_t h = 0; h < Hq; h++) {
         int64_t qo = q_offset(s, b, t, h);
         for (int32_t i = 0; i < D; i++)
-          store(s->q.data, c->dtype, qo + i, (float)(2.0 * x * rng_normal(&r)));
+          fd_store_elem(s->q.data, c->dtype, qo + i, (float)(2.0 * x * rng_normal(&r)));
       }
   return 0;
 }
@@ -614,12 +597,12 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
           continue;
         }
         const int64_t qo = q_offset(s, b, t, h);
-        for (int32_t i = 0; i < D; i++) qs[i] = round_to(dt, (float)load(s->q.data, dt, qo + i) * scale);
+        for (int32_t i = 0; i < D; i++) qs[i] = round_to(dt, (float)fd_load_elem(s->q.data, dt, qo + i) * scale);
         float m = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
           const int64_t ko = kv_offset(s, s->k_strides, b, j, hk);
           float dot = 0.0f;
-          for (int32_t i = 0; i < D; i++) dot += qs[i] * (float)load(s->k.data, dt, ko + i);
+          for (int32_t i = 0; i < D; i++) dot += qs[i] * (float)fd_load_elem(s->k.data, dt, ko + i);
           p[j] = round_to(dt, dot);
           if (p[j] > m) m = p[j];
         }
@@ -632,7 +615,7 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         for (int32_t j = 0; j < n; j++) {
           const float pj = round_to(dt, p[j] / l);
           const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
-          for (int32_t i = 0; i < D; i++) kv[i] = (float)load(s->v.data, dt, vo + i);
+          for (int32_t i = 0; i < D; i++) kv[i] = (float)fd_load_elem(s->v.data, dt, vo + i);
           for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
         }
         for (int32_t i = 0; i < D; i++) o[i] = round_to(dt, acc[i]);
@@ -651,7 +634,7 @@ static void read_back(const setup *s, double *out, double *lse) {
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         const int64_t oo = out_offset(s, b, t, h);
         double *o = out + dense_index(c, b, t, h);
-        for (int32_t i = 0; i < c->head_dim; i++) o[i] = load(s->out.data, c->dtype, oo + i);
+        for (int32_t i = 0; i < c->head_dim; i++) o[i] = fd_load_elem(s->out.data, c->dtype, oo + i);
         if (c->with_lse) lse[lse_index(c, b, h, t)] = ((const float *)s->lse.data)[lse_offset(s, b, h, t)];
       }
 }
@@ -1163,7 +1146,7 @@ static void fill_elem(void *base, fd_dtype dtype, int64_t i, fd_pad_fill fill) {
   }
   float x = 0.0f;
   if (fill == FD_PAD_NONFINITE) x = i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : -INFINITY);
-  store(base, dtype, i, x);
+  fd_store_elem(base, dtype, i, x);
 }
 
 int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {

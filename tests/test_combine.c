@@ -45,15 +45,6 @@ static fd_plan make_plan(fd_dtype dtype, int32_t batch, int32_t q_len, int32_t h
   return plan;
 }
 
-static double load(const void *base, fd_dtype dtype, int64_t i) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return ((const float *)base)[i];
-    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
-    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return NAN;
-}
-
 /* Relative size of one unit in the last place of the dtype (worst case). */
 static double ulp_rel(fd_dtype dtype) {
   switch (dtype) {
@@ -228,7 +219,7 @@ static int run_and_check(fd_dtype dtype, int with_lse, unsigned seed) {
         const int64_t base = b * os[0] + tk * os[1] + h * os[2];
         for (int i = 0; i < D; i++) {
           touched[base + i] = 1;
-          const double got = load(out, dtype, base + i);
+          const double got = fd_load_elem(out, dtype, base + i);
           const double tol = ulp_rel(dtype) * fabs(want[i]) + 4e-6 * row_max;
           const int ok = want_lse == -INFINITY ? got == 0.0 : fabs(got - want[i]) <= tol;
           if (!ok && fails++ < 10)

@@ -7,15 +7,6 @@
 
 #include "cpu_kernels.h"
 
-/* Element i of a row of `dtype`, widened exactly to float. */
-static inline float elem(const void *row, int i, fd_dtype dtype) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return ((const float *)row)[i];
-    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)row)[i]);
-    default: return fd_bf16_to_f32(((const uint16_t *)row)[i]);
-  }
-}
-
 static inline void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
   const int head_dim = b->head_dim;
   for (int r = 0; r < b->rows; r++) {
@@ -28,7 +19,7 @@ static inline void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
     for (int j = 0; j < n; j++) {
       const char *k = (const char *)b->keys[j] + b->key_off;
       float dot = 0.0f;
-      for (int d = 0; d < head_dim; d++) dot += qr[d] * elem(k, d, dtype);
+      for (int d = 0; d < head_dim; d++) dot += qr[d] * fd_load_elem(k, dtype, d);
       dot *= b->scale;
       s[j] = dot;
       if (dot > block_max) block_max = dot;
@@ -57,7 +48,7 @@ static inline void values_body(const fd_cpu_block *b, fd_dtype dtype) {
     for (int d = 0; d < head_dim; d++) a[d] *= b->alpha[r];
     for (int j = 0; j < n; j++) {
       const char *v = (const char *)b->values[j] + b->value_off;
-      for (int d = 0; d < head_dim; d++) a[d] += s[j] * elem(v, d, dtype);
+      for (int d = 0; d < head_dim; d++) a[d] += s[j] * fd_load_elem(v, dtype, d);
     }
   }
 }

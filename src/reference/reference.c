@@ -12,16 +12,6 @@
 #include "dtype.h"
 #include "internal.h"
 
-/* Element i of a tensor of `dtype`, widened exactly to double. */
-static double load_elem(const void *base, fd_dtype dtype, int64_t i) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return ((const float *)base)[i];
-    case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
-    case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return NAN;
-}
-
 /* double -> float rounding toward zero with the last bit set when inexact
  * ("round to odd"). float keeps more than two bits beyond fp16 and bf16, so
  * rounding this float to nearest even gives the correctly rounded fp16/bf16
@@ -88,7 +78,7 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
 
         const int64_t q_off = (int64_t)b * t->q_strides[0] + (int64_t)tok * t->q_strides[1] +
                               (int64_t)h * t->q_strides[2];
-        for (int32_t d = 0; d < head_dim; d++) q_row[d] = load_elem(t->q, p->dtype, q_off + d);
+        for (int32_t d = 0; d < head_dim; d++) q_row[d] = fd_load_elem(t->q, p->dtype, q_off + d);
 
         /* scores and their max */
         double max = -INFINITY;
@@ -96,7 +86,7 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
           const int64_t k_off = kv_offset(plan, t, t->k_strides, b, j, hk);
           double dot = 0.0;
           for (int32_t d = 0; d < head_dim; d++)
-            dot += q_row[d] * load_elem(t->k_cache, p->dtype, k_off + d);
+            dot += q_row[d] * fd_load_elem(t->k_cache, p->dtype, k_off + d);
           att[j] = scale * dot;
           if (att[j] > max) max = att[j];
         }
@@ -113,7 +103,7 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
           const int64_t v_off = kv_offset(plan, t, t->v_strides, b, j, hk);
           const double w = att[j] / sum;
           for (int32_t d = 0; d < head_dim; d++)
-            o[d] += w * load_elem(t->v_cache, p->dtype, v_off + d);
+            o[d] += w * fd_load_elem(t->v_cache, p->dtype, v_off + d);
         }
         if (lse) *lse = max + log(sum);
       }

@@ -196,32 +196,6 @@ static uint64_t mix(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-static double load(fd_dtype dt, const void *base, int64_t i) {
-  switch (dt) {
-    case FD_DTYPE_F32:
-      return ((const float *)base)[i];
-    case FD_DTYPE_F16:
-      return fd_f16_to_f32(((const uint16_t *)base)[i]);
-    case FD_DTYPE_BF16:
-      return fd_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return NAN;
-}
-
-static void store(fd_dtype dt, void *base, int64_t i, float x) {
-  switch (dt) {
-    case FD_DTYPE_F32:
-      ((float *)base)[i] = x;
-      break;
-    case FD_DTYPE_F16:
-      ((uint16_t *)base)[i] = fd_f32_to_f16(x);
-      break;
-    case FD_DTYPE_BF16:
-      ((uint16_t *)base)[i] = fd_f32_to_bf16(x);
-      break;
-  }
-}
-
 /* A tensor of logical shape [n0][n1][n2][d]: strides from the input. kind 0:
  * all zero (the documented contiguous layout); 1: the three dimensions in a
  * fuzzed order with fuzzed padding; 2: like 1 with one stride negated. */
@@ -402,9 +376,9 @@ static void fuzz_run(reader *r) {
       }
       for (int32_t h = 0; h < Hkv; h++)
         for (int32_t i = 0; i < D; i++) {
-          store(q->dtype, tk.base, offset(&tk, blk, pos, h) + i,
+          fd_store_elem(tk.base, q->dtype, offset(&tk, blk, pos, h) + i,
                 (float)((double)(mix(&seed) >> 11) * 0x1.0p-53 * 4.0 - 2.0));
-          store(q->dtype, tv.base, offset(&tv, blk, pos, h) + i,
+          fd_store_elem(tv.base, q->dtype, offset(&tv, blk, pos, h) + i,
                 (float)((double)(mix(&seed) >> 11) * 0x1.0p-53 * 4.0 - 2.0));
         }
     }
@@ -413,7 +387,7 @@ static void fuzz_run(reader *r) {
     for (int32_t t = 0; t < T; t++)
       for (int32_t h = 0; h < Hq; h++)
         for (int32_t i = 0; i < D; i++)
-          store(q->dtype, tq.base, offset(&tq, b, t, h) + i,
+          fd_store_elem(tq.base, q->dtype, offset(&tq, b, t, h) + i,
                 (float)((double)(mix(&seed) >> 11) * 0x1.0p-53 * 4.0 - 2.0));
 
   fd_tensors t;
@@ -529,7 +503,7 @@ static void fuzz_run(reader *r) {
           const double eps = 2.0 * D * 0x1.0p-24 * plan.softmax_scale * 4.0 * D;
           const double tol = 2.0 * (base + 2.0 * eps + 1e-6 * sqrt((double)(visible > 0 ? visible : 1)));
           for (int32_t i = 0; i < D; i++) {
-            const double o = load(q->dtype, tout.base, offset(&tout, b, tt, h) + i);
+            const double o = fd_load_elem(tout.base, q->dtype, offset(&tout, b, tt, h) + i);
             if (visible <= 0 ? !(o == 0.0) : !(fabs(o - rr[i]) <= tol))
               fail("out[b=%d,t=%d,h=%d][%d] = %.9g, oracle %.9g (sees %d keys, tol %.3g)", b, tt, h, i, o,
                    rr[i], visible, tol);

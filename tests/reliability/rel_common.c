@@ -145,30 +145,10 @@ fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned cha
 
 /* ---- Values and comparisons --------------------------------------------------------- */
 
-double rel_load(fd_dtype dtype, const void *base, int64_t i) {
-  switch (dtype) {
-    case FD_DTYPE_F32:
-      return ((const float *)base)[i];
-    case FD_DTYPE_F16:
-      return fd_f16_to_f32(((const uint16_t *)base)[i]);
-    case FD_DTYPE_BF16:
-      return fd_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return NAN;
-}
+double rel_load(fd_dtype dtype, const void *base, int64_t i) { return fd_load_elem(base, dtype, i); }
 
 void rel_store(fd_dtype dtype, void *base, int64_t i, double x) {
-  switch (dtype) {
-    case FD_DTYPE_F32:
-      ((float *)base)[i] = (float)x;
-      break;
-    case FD_DTYPE_F16:
-      ((uint16_t *)base)[i] = fd_f32_to_f16((float)x);
-      break;
-    case FD_DTYPE_BF16:
-      ((uint16_t *)base)[i] = fd_f32_to_bf16((float)x);
-      break;
-  }
+  fd_store_elem(base, dtype, i, (float)x);
 }
 
 int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void *out, const float *lse,
