@@ -59,7 +59,7 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchutil import REPO, git_commit  # noqa: E402  (bench/ is on sys.path)
 MIB = 1 << 20
 GIB = 1 << 30
 REF_MAX_BYTES = 16 * MIB   # float64 reference only up to this much K+V
@@ -177,19 +177,6 @@ def loadavg():
         return "%.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         return "n/a"
-
-
-def git_commit():
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        if not sha:
-            return "nogit"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except Exception:
-        return "nogit"
 
 
 # ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ try:  # Triton is only needed for the ceiling kernel; everything else works with
 except Exception:  # pragma: no cover - depends on the machine
     HAVE_TRITON = False
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchutil import REPO, git_commit  # noqa: E402  (bench/ is on sys.path)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -1290,19 +1290,6 @@ def self_test(device):
 # ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
-
-def git_commit():
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        if not sha:
-            return "nogit"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except Exception:
-        return "nogit"
-
 
 def today():
     try:
