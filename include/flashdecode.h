@@ -215,10 +215,6 @@ typedef struct fd_plan {
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
   size_t ws_counters;     /* uint32 [batch*num_heads_kv] */
-  int32_t cluster_splits; /* (internal) CUDA: == num_splits when the splits of a
-                             (sequence, kv head) run as one thread-block cluster
-                             and merge in distributed shared memory (no combine
-                             kernel; the workspace is then not touched); else 0 */
 } fd_plan;
 
 /*

@@ -17,11 +17,6 @@ int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
   return 2;
 }
 
-int fd_cuda_cluster_ok(int device, fd_dtype dtype, int32_t head_dim, int32_t splits) {
-  (void)device, (void)dtype, (void)head_dim, (void)splits;
-  return 0;
-}
-
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err) {
   (void)plan, (void)t, (void)workspace, (void)stream;

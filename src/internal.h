@@ -13,7 +13,6 @@
 #include <stdint.h>
 
 #include "flashdecode.h"
-#include "split.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,11 +71,6 @@ fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
 /* Split-kernel blocks resident per multiprocessor for this dtype and head_dim
  * (the occupancy calculator; 2 where it cannot be asked). */
 int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim);
-/* 1 when the tensor-core split kernel for dtype / head_dim can launch its
- * `splits` splits of a (sequence, kv head) as one thread-block cluster on
- * `device` (2 <= splits <= FD_CLUSTER_MAX_SPLITS, fp16/bf16, and one such
- * cluster fits the GPU); else 0. */
-int fd_cuda_cluster_ok(int device, fd_dtype dtype, int32_t head_dim, int32_t splits);
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);
 /* Stream-ordered allocation for fd_decode. */

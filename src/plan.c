@@ -209,21 +209,10 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   } else {
     splits = p.num_splits;
   }
-  /* CUDA, 16-bit: at most FD_CLUSTER_MAX_SPLITS automatic splits when that
-   * many still give every multiprocessor a block; they then merge inside a
-   * thread-block cluster instead of through a combine kernel. Measured on
-   * the H200 (bench/NOTES.md): at B=1, 8 kv heads, 16 splits were within
-   * 3.5 % of 32 with the separate combine, which the cluster removes. */
-  if (backend == FD_BACKEND_CUDA && p.num_splits == 0 && p.dtype != FD_DTYPE_F32 &&
-      splits > FD_CLUSTER_MAX_SPLITS &&
-      (int64_t)p.batch * p.num_heads_kv * FD_CLUSTER_MAX_SPLITS >= slots)
-    splits = FD_CLUSTER_MAX_SPLITS;
   if (splits > max_chunks) splits = (int32_t)max_chunks;
   if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
   if (splits < 1) splits = 1;
   plan->num_splits = splits;
-  if (backend == FD_BACKEND_CUDA && fd_cuda_cluster_ok(p.device, p.dtype, p.head_dim, splits))
-    plan->cluster_splits = splits;
 
   if (splits > 1) {
     /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);

@@ -14,10 +14,6 @@
 #define FD_HD static inline
 #endif
 
-/* Most splits of a (sequence, kv head) that the CUDA backend merges inside
- * one thread-block cluster (the hardware's largest, non-portable, cluster). */
-#define FD_CLUSTER_MAX_SPLITS 16
-
 /* Keys per split for a sequence of kv_len keys: a whole number of chunks. */
 FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
   /* 64-bit: kv_len + chunk_len - 1 overflows int32 near 2^31. */

@@ -98,7 +98,6 @@ class FdPlan(ctypes.Structure):
         ("ws_partial_o", ctypes.c_size_t),
         ("ws_partial_ml", ctypes.c_size_t),
         ("ws_counters", ctypes.c_size_t),
-        ("cluster_splits", ctypes.c_int32),
     ]
 
 
@@ -160,7 +159,7 @@ _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
                           "sm_count", "num_threads")
 ] + [("workspace_size",) + _I64, ("magic",) + _I32, ("ws_partial_o",) + _I64,
-     ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64, ("cluster_splits",) + _I32]
+     ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64]
 _TENSORS_DECL = []
 for _n in ("q", "k", "v"):
     _TENSORS_DECL += [({"q": "q"}.get(_n, _n + "_cache"),) + _PTR, (_n + "_strides", 24, 8)]

@@ -2,9 +2,8 @@
  * cuda_backend.cu — the CUDA backend's entry points (declared in internal.h):
  * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
  * which fills one fd_kernel_params and enqueues the split kernel (tensor
- * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits and its
- * splits do not merge inside a thread-block cluster (plan->cluster_splits),
- * the combine kernel (programmatic dependent launch). fd_cuda_run allocates nothing, never
+ * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
+ * combine kernel (programmatic dependent launch). fd_cuda_run allocates nothing, never
  * synchronises and never reads kv_len or block_table on the host, so it can
  * be captured in a CUDA graph.
  *
@@ -72,26 +71,6 @@ extern "C" int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t hea
   return n;
 }
 
-extern "C" int fd_cuda_cluster_ok(int device, fd_dtype dtype, int32_t head_dim, int32_t splits) {
-  if (dtype == FD_DTYPE_F32 || splits < 2 || splits > FD_CLUSTER_MAX_SPLITS) return 0;
-  int current = 0, ok = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  if (current != device && cudaSetDevice(device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const cudaError_t e = fd_split_mma_cluster_ok((int)dtype, head_dim, splits, &ok);
-  if (current != device) (void)cudaSetDevice(current);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return ok;
-}
-
 extern "C" fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err) {
   *ptr = NULL;
   const cudaError_t e = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
@@ -133,8 +112,7 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_len = t->kv_len;
   kp->block_table = pr->page_size > 0 ? t->block_table : NULL;
   kp->block_table_stride = t->block_table_stride;
-  kp->cluster_combine = plan->cluster_splits > 1 && plan->cluster_splits == plan->num_splits;
-  if (plan->num_splits > 1 && !kp->cluster_combine) {
+  if (plan->num_splits > 1) {
     kp->partial_o = (float *)((char *)workspace + plan->ws_partial_o);
     kp->partial_ml = (float *)((char *)workspace + plan->ws_partial_ml);
   }
@@ -183,7 +161,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   const char *what = "split kernel launch failed";
   /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
   e = pr->dtype == FD_DTYPE_F32 ? fd_split_launch(&kp, s) : fd_split_mma_launch(&kp, s);
-  if (e == cudaSuccess && plan->num_splits > 1 && !kp.cluster_combine) {
+  if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
     e = fd_combine_launch(&kp, s);
   }

@@ -40,10 +40,6 @@ typedef struct fd_kernel_params {
   int32_t kv_capacity;        /* kv_len is clamped to [0, kv_capacity] on the device */
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
   int32_t num_splits;         /* plan->num_splits */
-  int32_t cluster_combine;    /* 1: the splits of a (sequence, kv head) are one thread-block
-                                 cluster and merge in distributed shared memory (tensor-core
-                                 kernel, 2 <= num_splits <= FD_CLUSTER_MAX_SPLITS); the
-                                 partials and the combine kernel are not used */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
 } fd_kernel_params;
 
@@ -59,11 +55,6 @@ cudaError_t fd_split_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
 /* Blocks of the tensor-core split kernel resident per multiprocessor for
  * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks). */
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
-
-/* Whether the tensor-core split kernel for `dtype` and `head_dim` can run
- * with clusters of `splits` blocks on the current device (at least one such
- * cluster fits on the GPU). */
-cudaError_t fd_split_mma_cluster_ok(int dtype, int head_dim, int splits, int *ok);
 
 /* Launch the combine kernel (combine_kernel.cu); only for p->num_splits > 1.
  * It is launched with programmatic dependent launch: it may start while the

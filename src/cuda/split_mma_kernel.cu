@@ -73,8 +73,6 @@
 
 #include <type_traits>
 
-#include <cooperative_groups.h>
-
 #include "flashdecode.h"
 #include "kernel_params.cuh"
 #include "device_util.cuh"
@@ -270,85 +268,6 @@ static __device__ __forceinline__ int fd_row_limit(int r, int row0, int pass_row
   if (r >= pass_rows) return begin; /* phantom row: sees nothing */
   const int t = (row0 + r) % q_len;
   return max(begin, min(end, kv - q_len + t + 1));
-}
-
-/* The cluster combine of one pass (p.cluster_combine). Every block of the
- * cluster (its splits of one (sequence b, kv head hk), rank = split) holds
- * its merged O in sO rows 0..15 (kw slot 0) and its (m, l) in sFin, base 2.
- * After a cluster barrier each block merges items (row r, 4 columns at d) =
- * rank * 128 + tid, stepping by num_splits * 128, reading every block's sO
- * and sFin through distributed shared memory:
- *   M = max_s m_s, w_s = 2^(m_s - M), L = sum_s w_s l_s,
- *   out = (sum_s w_s O_s) / L, lse = (M ln 2 + ln L)
- * (splits in order: the same sums in every block and every run). Rows with
- * L = 0 (no visible key) get out = 0, lse = -inf. A second barrier keeps every
- * block's shared memory alive until all peers have read it. sW (the weights,
- * [16][num_splits]) and sTot ((M, L) per row) live in the q area, which is
- * free after the pass's tiles. */
-template <typename T, int D>
-static __device__ __noinline__ void fd_cluster_combine(const fd_kernel_params &p, int b,
-                                                          int hk, int row0, int pass_rows,
-                                                          float *sO, float2 *sFin, float *sW,
-                                                          float2 *sTot) {
-  namespace cg = cooperative_groups;
-  constexpr int ROWS = FD_MMA_ROWS;
-  constexpr int OSTRIDE = D + FD_MMA_OPAD;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int S = p.num_splits;
-  const int rank = (int)cluster.block_rank();
-  const int tid = threadIdx.x;
-  cluster.sync(); /* every block's sO and sFin are written and visible */
-
-  if (tid < pass_rows) {
-    float m = -INFINITY;
-    for (int s = 0; s < S; s++) m = fmaxf(m, cluster.map_shared_rank(sFin, s)[tid].x);
-    const float mu = m == -INFINITY ? 0.0f : m; /* no (-inf) - (-inf) */
-    float l = 0.0f;
-    for (int s = 0; s < S; s++) {
-      const float2 ml = cluster.map_shared_rank(sFin, s)[tid];
-      const float w = exp2f(ml.x - mu); /* m_s = -inf gives 0 */
-      sW[tid * ROWS + s] = w;
-      l += w * ml.y;
-    }
-    sTot[tid] = make_float2(m, l);
-  }
-  __syncthreads();
-
-  const int q_len = p.q_len;
-  for (int item = rank * FD_MMA_THREADS + tid; item < pass_rows * (D / 4);
-       item += S * FD_MMA_THREADS) {
-    const int r = item / (D / 4);
-    const int d = (item % (D / 4)) * 4;
-    const float2 tot = sTot[r];
-    float4 x[FD_CLUSTER_MAX_SPLITS];
-#pragma unroll
-    for (int s = 0; s < FD_CLUSTER_MAX_SPLITS; s++)
-      if (s < S)
-        x[s] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(sO, s) + r * OSTRIDE + d);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int s = 0; s < FD_CLUSTER_MAX_SPLITS; s++) {
-      if (s < S) {
-        const float w = sW[r * ROWS + s];
-        acc.x = fmaf(w, x[s].x, acc.x);
-        acc.y = fmaf(w, x[s].y, acc.y);
-        acc.z = fmaf(w, x[s].z, acc.z);
-        acc.w = fmaf(w, x[s].w, acc.w);
-      }
-    }
-    const float inv = tot.y > 0.0f ? 1.0f / tot.y : 0.0f;
-    const int row = row0 + r;
-    const int gi = row / q_len;
-    const int t = row - gi * q_len;
-    const int64_t h = (int64_t)hk * p.group + gi;
-    T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
-             (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
-    fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    if (d == 0 && p.lse)
-      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          tot.y > 0.0f ? tot.x * 0.69314718055994531f + logf(tot.y) : -INFINITY;
-  }
-  cluster.sync(); /* no block leaves (or reuses its shared memory) while a peer reads it */
 }
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
@@ -643,30 +562,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   __syncthreads();
 
-  if (p.cluster_combine) {
-    /* This block's O (the kw slots summed in order) into slot 0, then the
-     * cluster merges the splits (each thread rewrites only what it read). */
-    for (int item = tid; item < ROWS * (D / 4); item += FD_MMA_THREADS) {
-      const int r = item / (D / 4);
-      const int d = (item % (D / 4)) * 4;
-      float4 acc = *reinterpret_cast<const float4 *>(sO + r * OSTRIDE + d);
-#pragma unroll
-      for (int k = 1; k < KW; k++) {
-        const float4 x = *reinterpret_cast<const float4 *>(sO + (k * ROWS + r) * OSTRIDE + d);
-        acc.x += x.x;
-        acc.y += x.y;
-        acc.z += x.z;
-        acc.w += x.w;
-      }
-      *reinterpret_cast<float4 *>(sO + r * OSTRIDE + d) = acc;
-    }
-    fd_cluster_combine<T, D>(p, b, hk, row0, pass_rows, sO, sFin,
-                             reinterpret_cast<float *>(sQ),
-                             reinterpret_cast<float2 *>(sQ) + ROWS * ROWS / 2);
-    __syncthreads();
-    return;
-  }
-
   const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
   for (int item = tid; item < pass_rows * (D / 4); item += FD_MMA_THREADS) {
     const int r = item / (D / 4);
@@ -731,9 +626,7 @@ __global__ void __launch_bounds__(FD_MMA_THREADS, 2)
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
   int begin, end;
   fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
-  /* A split past the last key: the combine kernel skips it; in a cluster it
-   * still takes part (an empty state: m = -inf, l = 0, O = 0). */
-  if (p.num_splits > 1 && begin >= end && !p.cluster_combine) return;
+  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
   const int rows_total = p.group * p.q_len;
   for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
@@ -747,39 +640,10 @@ static cudaError_t fd_split_mma_prepare(void) {
   cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
-  /* Clusters of up to 16 blocks (the fused combine); 8 is the portable limit. */
-  e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
-                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory: two blocks per SM. */
   return cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
-}
-
-/* The launch configuration: grid (num_splits, num_heads_kv, batch), PDL, and
- * clusters of all num_splits blocks of a (sequence, kv head) when cluster. */
-template <typename T, int D>
-static void fd_split_mma_config(cudaLaunchConfig_t *cfg, cudaLaunchAttribute (&attr)[2],
-                                unsigned splits, unsigned heads, unsigned batch, int cluster,
-                                cudaStream_t stream) {
-  memset(cfg, 0, sizeof *cfg);
-  memset(attr, 0, sizeof attr);
-  cfg->gridDim = dim3(splits, heads, batch);
-  cfg->blockDim = dim3(FD_MMA_THREADS);
-  cfg->dynamicSmemBytes = fd_mma_cfg<D>::SMEM;
-  cfg->stream = stream;
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg->numAttrs = 1;
-  if (cluster) {
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = splits;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    cfg->numAttrs = 2;
-  }
-  cfg->attrs = attr;
 }
 
 template <typename T, int D>
@@ -787,27 +651,21 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   const cudaError_t e = fd_split_mma_prepare<T, D>();
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[2];
-  fd_split_mma_config<T, D>(&cfg, attr, (unsigned)p->num_splits, (unsigned)p->num_heads_kv,
-                            (unsigned)p->batch, p->cluster_combine, stream);
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
+  cfg.blockDim = dim3(FD_MMA_THREADS);
+  cfg.dynamicSmemBytes = fd_mma_cfg<D>::SMEM;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  memset(attr, 0, sizeof attr);
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
   const fd_kernel_params params = *p;
   const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D>, params);
   if (le != cudaSuccess) return le;
   return cudaGetLastError();
-}
-
-template <typename T, int D>
-static cudaError_t fd_split_mma_cluster_ok_instance(int splits, int *ok) {
-  const cudaError_t e = fd_split_mma_prepare<T, D>();
-  if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[2];
-  fd_split_mma_config<T, D>(&cfg, attr, (unsigned)splits, 1, 1, /*cluster=*/1, 0);
-  int clusters = 0;
-  const cudaError_t oe = cudaOccupancyMaxActiveClusters(&clusters, fd_split_mma_kernel<T, D>, &cfg);
-  if (oe != cudaSuccess) return oe;
-  *ok = clusters >= 1;
-  return cudaSuccess;
 }
 
 template <typename T, int D>
@@ -851,26 +709,6 @@ cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm) 
   switch (dtype) {
     case FD_DTYPE_F16: return fd_split_mma_occupancy_dim<__half>(head_dim, blocks_per_sm);
     case FD_DTYPE_BF16: return fd_split_mma_occupancy_dim<__nv_bfloat16>(head_dim, blocks_per_sm);
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <typename T>
-static cudaError_t fd_split_mma_cluster_ok_dim(int head_dim, int splits, int *ok) {
-  switch (head_dim) {
-    case 64: return fd_split_mma_cluster_ok_instance<T, 64>(splits, ok);
-    case 128: return fd_split_mma_cluster_ok_instance<T, 128>(splits, ok);
-    case 256: return fd_split_mma_cluster_ok_instance<T, 256>(splits, ok);
-  }
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t fd_split_mma_cluster_ok(int dtype, int head_dim, int splits, int *ok) {
-  *ok = 0;
-  if (splits < 2 || splits > FD_CLUSTER_MAX_SPLITS) return cudaSuccess;
-  switch (dtype) {
-    case FD_DTYPE_F16: return fd_split_mma_cluster_ok_dim<__half>(head_dim, splits, ok);
-    case FD_DTYPE_BF16: return fd_split_mma_cluster_ok_dim<__nv_bfloat16>(head_dim, splits, ok);
   }
   return cudaErrorInvalidValue;
 }
