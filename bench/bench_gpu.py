@@ -90,7 +90,7 @@ class Shape:
     dtype: str  # bf16 | fp16 | fp32
     lens: list  # kv_len per sequence
     page_size: int = 0  # 0 = contiguous cache
-    kind: str = "grid"  # grid (BENCHMARKING.md table, bf16) | fp16 | fp32 | paged
+    kind: str = "grid"  # grid (BENCHMARKING.md table, bf16) | fp16 | fp32 | paged | paged-inorder
     base: str = ""  # the bf16 contiguous row this one is compared with
     sweep: bool = False  # forced split-count sweep on this row
     note: str = ""
@@ -201,6 +201,14 @@ def build_shapes(quick, trace_dir, notes):
     for ps in ((16,) if quick else (16, 64)):
         for b, hq, hkv, n, d in paged_rows:
             add_uniform(b, hq, hkv, n, d, ps=ps, kind="paged")
+        # Diagnostic (not a target row): the same pages in pool order, so that the
+        # cost of scattered pages (DRAM/TLB locality) separates from the cost of
+        # walking block_table.
+        if not quick:
+            b, hq, hkv, n, d = PAGED_ROWS[1]
+            shapes.append(Shape(uniform_name(b, hq, hkv, n, d, "bf16", ps) + "-inorder", b, hq, hkv,
+                                d, "bf16", [n] * b, ps, "paged-inorder",
+                                uniform_name(b, hq, hkv, n, d, "bf16")))
         for r in ([] if quick else ragged[:1]):
             shapes.append(Shape(f"{r.name}-paged{ps}", r.batch, r.hq, r.hkv, r.d, r.dtype, r.lens,
                                 ps, "paged", r.name, False, r.note))
@@ -419,7 +427,8 @@ def verdicts(shapes, recs, sweep, ceiling):
 
     def band(lo_mib, target, label):
         rows = [(s, ours(s.name)) for s in shapes
-                if s.dtype == "bf16" and s.kv_bytes >= lo_mib * MIB and ours(s.name)]
+                if s.dtype == "bf16" and s.kv_bytes >= lo_mib * MIB and ours(s.name)
+                and s.kind != "paged-inorder"]  # diagnostic rows are no target
         if not rows:
             out.append((label, "n/a", "no bf16 row of that size measured"))
             return
@@ -440,7 +449,7 @@ def verdicts(shapes, recs, sweep, ceiling):
     ratios, grid_ratios, no_peer = [], [], []
     for s in shapes:
         r = ours(s.name)
-        if r is None:
+        if r is None or s.kind == "paged-inorder":  # diagnostic rows are no target
             continue
         q = ratio_of(r, best_peer(by.get(s.name, [])))
         if q is None:
@@ -730,7 +739,10 @@ def make_set(torch, shape, device):
         num_pages = sum(pps)
         k = torch.randn(num_pages, shape.page_size, hkv, d, dtype=dt, device=device)
         v = torch.randn(num_pages, shape.page_size, hkv, d, dtype=dt, device=device)
-        perm = torch.randperm(num_pages)  # pages scattered over the pool, as in a serving engine
+        # pages scattered over the pool, as in a serving engine; in pool order for
+        # the diagnostic "-inorder" rows
+        perm = (torch.arange(num_pages) if shape.kind == "paged-inorder"
+                else torch.randperm(num_pages))
         table = torch.zeros(b, max(pps), dtype=torch.int32)
         at = 0
         for i, np_ in enumerate(pps):

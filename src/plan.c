@@ -12,6 +12,9 @@
 #define FD_CHUNK_LEN 64
 /* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
 #define FD_MAX_AUTO_SPLITS 128
+/* CUDA: keys x head_dim a block may hold for one block per multiprocessor
+ * to be preferred over the occupancy calculator's count (see fd_plan_init). */
+#define FD_ONE_BLOCK_PER_SM_ELEMS (1024 * 128)
 /* The automatic split count takes the smallest count whose wave efficiency
  * is at least this fraction of the best count's. */
 #define FD_WAVE_EFFICIENCY 0.95
@@ -194,6 +197,17 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
     splits = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks, slots,
                                      blocks_per_sm);
+    /* CUDA: one block per multiprocessor beats two when each block's share
+     * is short (its pipeline fill and the combine weigh more than a wave's
+     * idle half). Measured on the H200 (bench/NOTES.md, 8009560 sweep): at
+     * B=1, 8 kv heads, 16 splits (128 blocks) beat 32 up to 1024 keys x 128
+     * dims a block, and lost from 1024 x 256 and 2048 x 128 on. */
+    if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1) {
+      const int32_t one = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks,
+                                                  slots, 1);
+      const int64_t keys = ceil_div(hint_chunks, one) * FD_CHUNK_LEN;
+      if (one > 1 && keys * p.head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS) splits = one;
+    }
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
      * splits holds at most half the keys an even share of the machine

@@ -39,7 +39,8 @@
  *   keys tid / CH + n * (128 / CH). Contiguous caches: a running element
  *   offset per thread, one add per key. Paged caches: block_table is read per
  *   key, one tile ahead of the copies that use it (its latency hides behind a
- *   tile of math; shift/mask when page_size is a power of two). The 16-byte
+ *   tile of math; shift/mask when page_size is a power of two); the ids of the
+ *   first STAGES tiles are read together before the first copy. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
  *   (64), so tiles never straddle splits; every key is still bounds-checked.
@@ -368,6 +369,18 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     int pg[M::LOADS];
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+    /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
+     * any copy (one block_table round trip, not one per prologue tile). */
+    int pgp[STAGES][M::LOADS];
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+#pragma unroll
+      for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
+      if (paged && s < num_tiles) {
+        const int key0 = begin + s * KT;
+        fd_mma_page_ids<D>(bt_row, p.page_size, pshift, key0, min(KT, pass_end - key0), pgp[s]);
+      }
+    }
 
     /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not). */
 #pragma unroll
@@ -376,8 +389,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         const int key0 = begin + s * KT;
         const int nk = min(KT, pass_end - key0);
         if (paged) {
-          fd_mma_page_ids<D>(bt_row, p.page_size, pshift, key0, nk, pg);
-          fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, key0, nk, pg, sK + s * KT * D,
+          fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, key0, nk, pgp[s], sK + s * KT * D,
                                   sV + s * KT * D, sValid + s * KT);
         } else {
           fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step, sK + s * KT * D,
@@ -388,10 +400,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       }
       fd_cp_async_commit();
     }
-    if (paged && STAGES - 1 < num_tiles) {
-      const int key0 = begin + (STAGES - 1) * KT;
-      fd_mma_page_ids<D>(bt_row, p.page_size, pshift, key0, min(KT, pass_end - key0), pg);
-    }
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[STAGES - 1][n];
 
     /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
     fd_cp_async_wait<STAGES - 1>();
