@@ -202,7 +202,10 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
      * idle half). Measured on the H200 (bench/NOTES.md, 8009560 sweep): at
      * B=1, 8 kv heads, 16 splits (128 blocks) beat 32 up to 1024 keys x 128
      * dims a block, and lost from 1024 x 256 and 2048 x 128 on. */
-    if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1) {
+    /* Contiguous fp16/bf16 only: the fp32 kernel and paged caches (each
+     * tile waits on its page ids) measured faster with the occupancy count. */
+    if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p.dtype != FD_DTYPE_F32 &&
+        p.page_size == 0) {
       const int32_t one = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks,
                                                   slots, 1);
       const int64_t keys = ceil_div(hint_chunks, one) * FD_CHUNK_LEN;
