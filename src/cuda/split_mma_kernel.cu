@@ -38,9 +38,9 @@
  *   commit group 0, tile i group i + 1. Thread tid copies chunk tid % CH of
  *   keys tid / CH + n * (128 / CH). Contiguous caches: a running element
  *   offset per thread, one add per key. Paged caches: block_table is read per
- *   key (shift/mask when page_size is a power of two); the ids of the
- *   first STAGES + 1 tiles are read together before the first copy, then
- *   each tile's two tiles ahead of its copies. The 16-byte
+ *   key, one tile ahead of the copies that use it (its latency hides behind a
+ *   tile of math; shift/mask when page_size is a power of two); the ids of the
+ *   first STAGES tiles are read together before the first copy. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
  *   (64), so tiles never straddle splits; every key is still bounds-checked.
@@ -366,14 +366,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const int64_t v_step = (int64_t)M::RSTEP * p.v_strides[1];
     const int64_t k_tile = (int64_t)KT * p.k_strides[1];
     const int64_t v_tile = (int64_t)KT * p.v_strides[1];
-    /* Paged: pg holds the page ids of the next tile to copy, pg2 those of the
-     * one after (loaded two tiles ahead of their copies, so a block_table
-     * read has two tiles of time to land). The ids of tiles 0 .. STAGES are
-     * loaded together before any copy (one round trip, not one per tile). */
-    int pg[M::LOADS], pg2[M::LOADS];
-    int pgp[STAGES + 1][M::LOADS];
+    int pg[M::LOADS];
 #pragma unroll
-    for (int s = 0; s < STAGES + 1; s++) {
+    for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+    /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
+     * any copy (one block_table round trip, not one per prologue tile). */
+    int pgp[STAGES][M::LOADS];
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
 #pragma unroll
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
       if (paged && s < num_tiles) {
@@ -401,10 +401,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       fd_cp_async_commit();
     }
 #pragma unroll
-    for (int n = 0; n < M::LOADS; n++) {
-      pg[n] = pgp[STAGES - 1][n];
-      pg2[n] = pgp[STAGES][n];
-    }
+    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[STAGES - 1][n];
 
     /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
     fd_cp_async_wait<STAGES - 1>();
@@ -439,11 +436,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, nkey0, nk, pg,
                                     sK + load_stage * KT * D, sV + load_stage * KT * D,
                                     sValid + load_stage * KT);
-#pragma unroll
-            for (int n = 0; n < M::LOADS; n++) pg[n] = pg2[n];
-            if (nt + 2 < num_tiles)
-              fd_mma_page_ids<D>(bt_row, p.page_size, pshift, nkey0 + 2 * KT,
-                                 min(KT, pass_end - (nkey0 + 2 * KT)), pg2);
+            if (nt + 1 < num_tiles)
+              fd_mma_page_ids<D>(bt_row, p.page_size, pshift, nkey0 + KT,
+                                 min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
             fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step,
                                      sK + load_stage * KT * D, sV + load_stage * KT * D, nk);
