@@ -13,7 +13,8 @@
  *   order per element), so results are bitwise reproducible.
  *
  *   The partial O loads of FD_COMBINE_BATCH splits are issued before their
- *   sums (one L2 round trip per batch, not per split).
+ *   sums (one L2 round trip per batch, not per split), the first batch
+ *   together with the (m, l) loads.
  *
  * PDL  Launched with programmatic stream serialisation: the grid may start
  *   while the split kernel before it still runs (once all split blocks have
@@ -66,14 +67,25 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   const float *po = p.partial_o + row * S * D;
   float *w = s_w[warp];
 
-  float m = -INFINITY;
-  for (int s = lane; s < active; s += 32) m = fmaxf(m, ml[2 * s]);
+  /* The first batch of partial O (columns d = 4 lane, the first
+   * FD_COMBINE_BATCH splits) is loaded together with (m, l): one L2 round
+   * trip before the sums instead of two. */
+  float4 x[FD_COMBINE_BATCH];
+#pragma unroll
+  for (int i = 0; i < FD_COMBINE_BATCH; i++)
+    if (lane * 4 < D && i < active)
+      x[i] = *reinterpret_cast<const float4 *>(po + (int64_t)i * D + lane * 4);
+
+  float2 ms0 = make_float2(-INFINITY, 0.0f); /* (m, l) of split `lane` (the common case) */
+  if (lane < active) ms0 = *reinterpret_cast<const float2 *>(ml + 2 * lane);
+  float m = ms0.x;
+  for (int s = lane + 32; s < active; s += 32) m = fmaxf(m, ml[2 * s]);
   m = fd_warp_max(m);
 
   float l = 0.0f;
   if (m != -INFINITY) {
     for (int s = lane; s < active; s += 32) {
-      const float2 ms = *reinterpret_cast<const float2 *>(ml + 2 * s);
+      const float2 ms = s == lane ? ms0 : *reinterpret_cast<const float2 *>(ml + 2 * s);
       const float ws = expf(ms.x - m); /* m_s = -inf gives 0 */
       w[s] = ws;
       l += ws * ms.y;
@@ -89,11 +101,12 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (l > 0.0f) {
       for (int s0 = 0; s0 < active; s0 += FD_COMBINE_BATCH) {
-        float4 x[FD_COMBINE_BATCH];
+        if (s0 != 0 || d != lane * 4) { /* else loaded above */
 #pragma unroll
-        for (int i = 0; i < FD_COMBINE_BATCH; i++)
-          if (s0 + i < active)
-            x[i] = *reinterpret_cast<const float4 *>(po + (int64_t)(s0 + i) * D + d);
+          for (int i = 0; i < FD_COMBINE_BATCH; i++)
+            if (s0 + i < active)
+              x[i] = *reinterpret_cast<const float4 *>(po + (int64_t)(s0 + i) * D + d);
+        }
 #pragma unroll
         for (int i = 0; i < FD_COMBINE_BATCH; i++) {
           if (s0 + i < active) { /* splits in order: the same sums as one at a time */
