@@ -7,6 +7,115 @@ import numpy as np
 from . import _arrays, _core, _lib
 from ._tensors import FD_DTYPE, check_call, describe, fill_tensors, is_torch_tensor
 
+# ---- the checked-call cache of run() ---------------------------------------------------------
+# run() validates its arguments from their metadata only (type, shape, strides, dtype, device,
+# numpy's writeable flag); never from their addresses. A plan therefore remembers, per
+# signature of that metadata, the outcome of a successful validation: an fd_tensors with the
+# strides filled in and how to read each argument's address. A later call whose arguments have
+# the same signature only reads the addresses (and, where the plan must, the page ids). The
+# signature covers exact numpy.ndarray and torch.Tensor arguments only; subclasses, DLPack
+# objects and anything else always take the full path.
+_CACHE_SIZE = 16
+_NDARRAY = np.ndarray
+_NOT_CACHED = object()  # in a signature: that argument is never served by the cache
+_torch_tensor = None    # torch.Tensor once torch is imported
+
+
+def _signature(x):
+    """The hashable metadata of one argument that run()'s checks read (None for None).
+
+    A torch tensor's device enters as True when it is the CPU (the cheap test), else as
+    the torch.device."""
+    global _torch_tensor
+    t = type(x)
+    if t is _NDARRAY:
+        return (t, x.shape, x.strides, x.dtype)
+    if t is _torch_tensor:
+        return (t, x.shape, x.stride(), x.dtype, True if x.is_cpu else x.device)
+    if x is None:
+        return None
+    if _torch_tensor is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            _torch_tensor = torch.Tensor
+            return _signature(x)
+    return _NOT_CACHED
+
+
+def _output_signature(x):
+    """_signature of out or lse, numpy's writeable flag included (run() refuses read-only
+    outputs)."""
+    if type(x) is _NDARRAY:
+        return (_NDARRAY, x.shape, x.strides, x.dtype, x.flags.writeable)
+    return _signature(x)
+
+
+_c_char_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _numpy_address(x):
+    """Address of a numpy array's element [0, ...] (as TensorInfo.ptr), through the
+    buffer protocol: writeable, C-contiguous, non-empty arrays only."""
+    try:
+        return _addressof(_c_char_from_buffer(x))
+    except Exception:  # e.g. an input made read-only since: the general route
+        return x.__array_interface__["data"][0]
+
+
+def _numpy_address_general(x):
+    return x.__array_interface__["data"][0]
+
+
+def _address_getter(x, info):
+    """How the cached path reads this argument's address (None for None)."""
+    if info is None:
+        return None
+    if info.kind == "torch":
+        return type(x).data_ptr
+    try:
+        if _addressof(_c_char_from_buffer(x)) == info.ptr:
+            return _numpy_address
+    except Exception:  # read-only, not C-contiguous, empty, a format the buffer protocol lacks
+        pass
+    return _numpy_address_general
+
+
+class _Checked:
+    """What a successful check of one call signature leaves behind (read only)."""
+
+    __slots__ = ("template", "getters", "buffers", "alloc_out", "page_ids")
+
+    def __init__(self, template, getters, alloc_out, page_ids):
+        self.template, self.getters = template, getters
+        self.buffers = all(f is None or f is _numpy_address for f in getters)
+        self.alloc_out, self.page_ids = alloc_out, page_ids
+
+
+def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, out, lse):
+    get_q, get_k, get_v, get_kv_len, get_block_table, get_out, get_lse = getters
+    tensors.q = get_q(q)
+    tensors.k_cache = get_k(k_cache)
+    tensors.v_cache = get_v(v_cache)
+    tensors.kv_len = get_kv_len(kv_len)
+    if get_block_table is not None:
+        tensors.block_table = get_block_table(block_table)
+    tensors.out = get_out(out)
+    if get_lse is not None:
+        tensors.lse = get_lse(lse)
+
+
+def _new_numpy_out(q):
+    return np.empty(q.shape, dtype=q.dtype)
+
+
+def _new_torch_out(q):
+    return q.new_empty(q.shape)
+
+
+_fd_run = _lib.lib.fd_run
+_FdTensors, _FdError = _lib.FdTensors, _lib.FdError
+
 
 def _hint_list(kv_len_hint):
     if kv_len_hint is None:
@@ -16,12 +125,13 @@ def _hint_list(kv_len_hint):
     return [int(v) for v in np.asarray(kv_len_hint).reshape(-1).tolist()]
 
 
-def _rows_of(info, rows, cols):
-    """A host int32 block table (TensorInfo) as a numpy view [rows, cols]."""
+def _rows_of(ptr, row_stride, rows, cols):
+    """A host int32 block table (address, row stride in elements) as a numpy view
+    [rows, cols]."""
     itemsize = 4
-    stride = info.strides[0] if rows > 1 else cols
+    stride = row_stride if rows > 1 else cols
     n = (rows - 1) * stride + cols if rows else 0
-    flat = np.ctypeslib.as_array((ctypes.c_int32 * max(n, 1)).from_address(info.ptr))
+    flat = np.ctypeslib.as_array((ctypes.c_int32 * max(n, 1)).from_address(ptr))
     return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols),
                                            strides=(stride * itemsize, itemsize))
 
@@ -143,6 +253,10 @@ class DecodePlan:
             kv_len_hint=_hint_list(kv_len_hint))
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
+        self._ws_size = int(self._plan.workspace_size)
+        self._on_cuda = self._device != "cpu"
+        self._checked = {}  # call signature -> _Checked (see _signature)
+        self._last = None, None  # the last signature served from _checked, and its entry
 
     # ---- workspace ----------------------------------------------------------------
     def _make_workspace(self, workspace):
@@ -262,14 +376,21 @@ class DecodePlan:
                 raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
                                  % (g.num_pages, p.num_pages))
         elif self._device == "cpu":
-            self._check_page_ids(block_table, kv_len, g.num_pages)
+            self._check_page_ids(block_table.ptr, block_table.strides[0], kv_len.ptr,
+                                 g.num_pages)
 
-    def _check_page_ids(self, block_table, kv_len, num_pages):
+    def _page_ids_check(self, g, block_table):
+        """(row stride, num_pages) when every run must check the page ids, else None."""
+        if g.paged and self._problem.num_pages <= 0 and self._device == "cpu":
+            return block_table.strides[0], g.num_pages
+        return None
+
+    def _check_page_ids(self, block_table_ptr, row_stride, kv_len_ptr, num_pages):
         """CPU, num_pages unknown to the plan: page ids against k_cache's pages."""
         p = self._problem
-        lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len.ptr))
+        lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len_ptr))
         lens = np.clip(lens, 0, self._plan.kv_capacity)  # the C library reports bad kv_len
-        table = _rows_of(block_table, p.batch, p.max_pages_per_seq)
+        table = _rows_of(block_table_ptr, row_stride, p.batch, p.max_pages_per_seq)
         for b in range(p.batch):
             ids = table[b, :(int(lens[b]) + p.page_size - 1) // p.page_size]
             bad = np.nonzero((ids < 0) | (ids >= num_pages))[0]
@@ -307,12 +428,66 @@ class DecodePlan:
         (and block_table) change. The CPU backend runs synchronously and
         checks kv_len and the page ids first.
 
+        Every call checks its arguments; the plan remembers the outcome for
+        the last few combinations of argument types, shapes, strides, dtypes
+        and devices (numpy arrays and torch tensors), so that a repeated call
+        only reads the new addresses (and, as above, kv_len and page ids).
+
         Raises
         ------
         TypeError, ValueError
             As :func:`flashdecode.decode`, plus tensors that do not match the
             plan (dtype, device, shapes).
         """
+        try:
+            sig = (_signature(q), _signature(k_cache), _signature(v_cache), _signature(kv_len),
+                   None if block_table is None else _signature(block_table),
+                   None if out is None else _output_signature(out),
+                   None if lse is None else _output_signature(lse))
+            last_sig, checked = self._last
+            if sig != last_sig:
+                checked = self._checked.get(sig)
+                if checked is not None:
+                    self._last = sig, checked
+        except Exception:  # metadata that cannot be read (e.g. a sparse tensor's strides)
+            sig = checked = None  # the full path raises the error it always raised
+        if checked is None:
+            return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sig)
+        # the same signature passed every check before: only the addresses are new
+        if out is None:
+            out = checked.alloc_out(q)
+        tensors = _FdTensors.from_buffer_copy(checked.template)
+        if checked.buffers:  # numpy arrays whose address the buffer protocol gives
+            try:
+                tensors.q = _addressof(_c_char_from_buffer(q))
+                tensors.k_cache = _addressof(_c_char_from_buffer(k_cache))
+                tensors.v_cache = _addressof(_c_char_from_buffer(v_cache))
+                tensors.kv_len = _addressof(_c_char_from_buffer(kv_len))
+                if block_table is not None:
+                    tensors.block_table = _addressof(_c_char_from_buffer(block_table))
+                tensors.out = _addressof(_c_char_from_buffer(out))
+                if lse is not None:
+                    tensors.lse = _addressof(_c_char_from_buffer(lse))
+            except Exception:
+                _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len,
+                               block_table, out, lse)
+        else:
+            _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len, block_table,
+                           out, lse)
+        if checked.page_ids is not None:
+            self._check_page_ids(tensors.block_table, checked.page_ids[0], tensors.kv_len,
+                                 checked.page_ids[1])
+        stream = None
+        if self._on_cuda:  # (the C library switches to the plan's device itself)
+            stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
+        err = _FdError()
+        status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+        if status:
+            _lib.check(status, err)
+        return out
+
+    def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sig):
+        """run() with every check made from scratch; remembers the outcome under ``sig``."""
         foreign = None
         if not _arrays.is_native(q):
             dev = _arrays.foreign_device(q)
@@ -321,11 +496,14 @@ class DecodePlan:
                 q, k_cache, v_cache, kv_len, block_table, out, lse = (
                     _arrays.from_foreign(x, dev)
                     for x in (q, k_cache, v_cache, kv_len, block_table, out, lse))
+        alloc_out = None
         if out is None:
             if is_torch_tensor(q):
                 out = q.new_empty(q.shape)
+                alloc_out = _new_torch_out
             elif isinstance(q, np.ndarray):
                 out = np.empty(q.shape, dtype=q.dtype)
+                alloc_out = _new_numpy_out
         qi, ki, vi = describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache")
         li = describe(kv_len, "kv_len")
         bi = None if block_table is None else describe(block_table, "block_table")
@@ -337,6 +515,9 @@ class DecodePlan:
         g = check_call(qi, ki, vi, li, bi, oi, ei)
         self._check_geometry(g, ki, bi, li)
         tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei)
+        if foreign is None and sig is not None and _NOT_CACHED not in sig:
+            self._remember(sig, tensors, (q, k_cache, v_cache, kv_len, block_table, out, lse),
+                           (qi, ki, vi, li, bi, oi, ei), alloc_out, self._page_ids_check(g, bi))
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
@@ -344,3 +525,20 @@ class DecodePlan:
         if foreign is not None:
             return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
         return out
+
+    def _remember(self, sig, tensors, args, infos, alloc_out, page_ids):
+        """Cache a checked call: fd_tensors with its strides (addresses cleared)."""
+        if sig[5] is None and alloc_out is None:
+            return  # (out allocated by no rule the cached path knows)
+        template = _lib.FdTensors.from_buffer_copy(tensors)
+        template.q = template.k_cache = template.v_cache = template.kv_len = None
+        template.block_table = template.out = template.lse = None
+        getters = tuple(_address_getter(x, info) for x, info in zip(args, infos))
+        cache = self._checked
+        while len(cache) >= _CACHE_SIZE:
+            try:
+                del cache[next(iter(cache))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                break
+        cache[sig] = checked = _Checked(template, getters, alloc_out, page_ids)
+        self._last = sig, checked
