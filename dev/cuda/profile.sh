@@ -1,0 +1,26 @@
+#!/bin/bash
+# profile.sh — Nsight Compute on the split kernel for a few shapes, from the
+# repository root after the CMake build (build/flashdecode): warp-state
+# (stall reasons), scheduler, throughput and memory sections of one launch of
+# the tensor-core split kernel per shape, contiguous against paged. Writes
+# OUTDIR/ncu-<tag>.txt and prints the lines that compare them.
+#   bash dev/cuda/profile.sh OUTDIR
+set -u
+OUT=${1:-/tmp/fd_prof}
+mkdir -p "$OUT"
+prof() { # prof TAG ARGS...
+  local tag=$1; shift
+  timeout 120 ncu -k regex:fd_split_mma_kernel --launch-skip 5 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    --section SourceCounters --print-details all \
+    ./build/flashdecode bench --backend cuda --iters 2 "$@" >"$OUT/ncu-$tag.txt" 2>&1
+  echo "== $tag ($*)"
+  grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
+    "$OUT/ncu-$tag.txt" | head -40
+}
+prof b32-contig --batch 32 --kv-len 4096
+prof b32-paged16 --batch 32 --kv-len 4096 --page-size 16
+prof b1-16k-contig --batch 1 --kv-len 16384 --num-splits 32
+prof b1-16k-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 32
+prof b1-1k-contig --batch 1 --kv-len 1024 --num-splits 16
