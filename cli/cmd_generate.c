@@ -136,7 +136,7 @@ static int parse_options(generate_options *o, int argc, char **argv) {
       case OPT_BACKEND: bad = args_backend("--backend", optarg, 1, &o->backend); break;
       case OPT_SPLITS: bad = args_int("--num-splits", optarg, 0, FD_MAX_SPLITS, &o->num_splits); break;
       case OPT_PAGE_SIZE: bad = args_int("--page-size", optarg, 1, 256, &o->page_size); break;
-      case OPT_THREADS: bad = args_int("--threads", optarg, 0, 4096, &o->num_threads); break;
+      case OPT_THREADS: bad = args_int("--threads", optarg, 0, FD_MAX_THREADS, &o->num_threads); break;
       case OPT_IDS: o->print_ids = 1; break;
       case OPT_CHECK: o->check = 1; break;
       case 'h': print_usage(); return 1;

@@ -3,6 +3,7 @@
  * in float32: RMSNorm (eps 1e-5), RoPE on adjacent pairs, grouped-query
  * attention (delegated to the caller), SwiGLU FFN, shared classifier.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ int model_load(model *m, const char *path, char *msg, size_t msg_size) {
   c->n_heads = header[3];
   c->n_kv_heads = header[4];
   int shared_classifier = header[5] > 0; /* llama2.c: a negative vocab_size means a separate one */
-  c->vocab_size = abs(header[5]);
+  c->vocab_size = header[5] == INT_MIN ? 0 : abs(header[5]); /* 0: refused below */
   c->seq_len = header[6];
   if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 ||
       c->n_kv_heads <= 0 || c->vocab_size <= 0 || c->seq_len <= 0 || c->dim % c->n_heads != 0 ||

@@ -117,7 +117,7 @@ int problem_parse(problem_args *a, int argc, char **argv) {
       case OPT_PAGE_SIZE: bad = args_int("--page-size", optarg, 0, 256, &a->page_size); break;
       case OPT_SPLITS: bad = args_int("--num-splits", optarg, 0, FD_MAX_SPLITS, &a->num_splits); break;
       case OPT_BACKEND: bad = args_backend("--backend", optarg, 0, &a->backend); break;
-      case OPT_THREADS: bad = args_int("--threads", optarg, 0, 4096, &a->num_threads); break;
+      case OPT_THREADS: bad = args_int("--threads", optarg, 0, FD_MAX_THREADS, &a->num_threads); break;
       case OPT_SEED: bad = args_u64("--seed", optarg, &a->seed); break;
       case OPT_ITERS:
         if (!is_bench) {
@@ -205,14 +205,14 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   if (a->page_size > 0) {
     const int32_t ps = a->page_size;
     int64_t pages = 0;
-    for (size_t b = 0; b < B; b++) pages += (p->host.kv_len[b] + ps - 1) / ps;
+    for (size_t b = 0; b < B; b++) pages += ((int64_t)p->host.kv_len[b] + ps - 1) / ps;
     if (pages > INT32_MAX) {
       snprintf(err->message, sizeof err->message, "too many pages");
       err->status = FD_STATUS_INVALID_ARGUMENT;
       return err->status;
     }
     p->num_pages = pages > 0 ? (int32_t)pages : 1;
-    p->max_pages_per_seq = longest > 0 ? (longest + ps - 1) / ps : 1;
+    p->max_pages_per_seq = longest > 0 ? (int32_t)(((int64_t)longest + ps - 1) / ps) : 1;
     kv_rows = (size_t)p->num_pages * (size_t)ps;
   } else {
     kv_rows = B * (size_t)longest;

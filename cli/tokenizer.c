@@ -95,8 +95,12 @@ static void push_code_point(const tokenizer *t, const char *bytes, int len, int 
     tokens[(*n)++] = id;
     return;
   }
-  /* byte fallback: ids 3..258 are <0x00>..<0xFF> */
-  for (int i = 0; i < len; i++) tokens[(*n)++] = (unsigned char)bytes[i] + 3;
+  /* byte fallback: ids 3..258 are <0x00>..<0xFF>; a vocabulary too small to
+   * hold them gets <unk> (0) */
+  for (int i = 0; i < len; i++) {
+    const int b = (unsigned char)bytes[i] + 3;
+    tokens[(*n)++] = b < t->vocab_size ? b : 0;
+  }
 }
 
 int tokenizer_encode(const tokenizer *t, const char *text, int bos, int eos, int *tokens,

@@ -186,9 +186,11 @@ typedef struct fd_problem {
                             then sized from these lengths instead of
                             kv_capacity, and a ragged batch (longest > 1.5x
                             the mean) gets enough splits that each split of
-                            the longest sequence holds at most half an even
-                            share of the keys; runs stay correct for any kv_len
-                            up to kv_capacity. Read only inside fd_plan_init. */
+                            the longest sequence holds about half an even
+                            share of the keys (whole 64-key chunks), but no
+                            more than that sequence would get alone; runs stay
+                            correct for any kv_len up to kv_capacity. Read
+                            only inside fd_plan_init. */
 } fd_problem;
 
 /* Most splits a plan will use. */
@@ -310,8 +312,9 @@ typedef struct fd_tensors {
  *       (head_dim and the longest kv_len doubles) could not be allocated.
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
  *
- * Inputs the math does not cover: every scaled score softmax_scale * q.k
- * must be finite in float32 (an overflow to +inf gives NaN); keys at or
+ * Inputs the math does not cover: every dot product q.k and every scaled
+ * score softmax_scale * q.k must be finite in float32 (both backends sum q.k
+ * in float32 before scaling; an overflow to +inf gives NaN); keys at or
  * beyond kv_len and pages no sequence uses are never read, so NaN or Inf
  * there does not matter. Strides of unused tensors (lse when NULL,
  * block_table for a contiguous cache) are still checked for sign. out and lse

@@ -88,7 +88,7 @@ if want test && step "python tests and the SDPA-swap example" 70; then
 fi
 
 if want bench && [ -f bench/bench_cpu.py ] && step "CPU benchmark (bench/bench_cpu.py)" 90; then
-  timeout 150 python3 bench/bench_cpu.py --out-dir "$OUT" --commit "$COMMIT" >/tmp/fd-cpu.txt 2>&1
+  timeout 240 python3 bench/bench_cpu.py --out-dir "$OUT" --commit "$COMMIT" >/tmp/fd-cpu.txt 2>&1
   [ $? -eq 0 ] || status=1
   tail -25 /tmp/fd-cpu.txt
 fi

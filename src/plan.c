@@ -56,6 +56,26 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The automatic split count for `items` work items of `chunks` chunks each:
+ * the public heuristic with the occupancy's blocks per SM; on CUDA for
+ * contiguous fp16/bf16, one block per multiprocessor when each block's share
+ * is short (its pipeline fill and the combine weigh more than a wave's idle
+ * half). Measured on the H200 (bench/NOTES.md, 8009560 sweep): at B=1, 8 kv
+ * heads, 16 splits (128 blocks) beat 32 up to 1024 keys x 128 dims a block,
+ * and lost from 1024 x 256 and 2048 x 128 on; the fp32 kernel and paged
+ * caches measured faster with the occupancy count. */
+static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
+                           int32_t slots, int32_t blocks_per_sm) {
+  int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
+  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32 &&
+      p->page_size == 0) {
+    const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
+    const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
+    if (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS) splits = one;
+  }
+  return splits;
+}
+
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
@@ -195,30 +215,22 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
      * third as fast: bench/NOTES.md, CPU backend), so there an item is a
      * (sequence, split) and the threads want >= one each. */
     const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
-    splits = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks, slots,
-                                     blocks_per_sm);
-    /* CUDA: one block per multiprocessor beats two when each block's share
-     * is short (its pipeline fill and the combine weigh more than a wave's
-     * idle half). Measured on the H200 (bench/NOTES.md, 8009560 sweep): at
-     * B=1, 8 kv heads, 16 splits (128 blocks) beat 32 up to 1024 keys x 128
-     * dims a block, and lost from 1024 x 256 and 2048 x 128 on. */
-    /* Contiguous fp16/bf16 only: the fp32 kernel and paged caches (each
-     * tile waits on its page ids) measured faster with the occupancy count. */
-    if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p.dtype != FD_DTYPE_F32 &&
-        p.page_size == 0) {
-      const int32_t one = fd_num_splits_heuristic((int64_t)p.batch * heads_per_item, hint_chunks,
-                                                  slots, 1);
-      const int64_t keys = ceil_div(hint_chunks, one) * FD_CHUNK_LEN;
-      if (one > 1 && keys * p.head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS) splits = one;
-    }
+    splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
+                         blocks_per_sm);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
-     * splits holds at most half the keys an even share of the machine
-     * would: splits = ceil(2 * longest * slots / (num_heads_kv * total)).
-     * Measured on Mooncake and Azure batches (bench/NOTES.md). */
+     * splits holds about half the keys (whole chunks) an even share of the
+     * machine would: splits = ceil(2 * longest / even), even = heads_per_item
+     * * total / (slots * blocks_per_sm) keys; but never more splits than that
+     * sequence would get alone (a batch of one long and a few tiny sequences
+     * is planned like the long one). Measured on Mooncake and Azure batches
+     * (bench/NOTES.md). */
     if (total > 0 && longest * 2 * p.batch > 3 * total) {
       double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
       double want = ceil(2.0 * (double)longest / even);
+      const int32_t alone = auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
+                                        blocks_per_sm);
+      if (want > alone) want = alone;
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;
       if (want > splits) splits = (int32_t)want;

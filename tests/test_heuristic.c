@@ -234,10 +234,17 @@ static void test_plan_explicit_and_hint(void **state) {
   fd_plan full = plan_ok(&p);
   p.kv_len_hint = NULL;
   /* Ragged (131072 against a mean of 65538): the long sequence is cut so each
-   * split holds at most half an even share: ceil(2 * 131072 / (131077 / 16))
-   * = 32, more than the capacity-sized wave count (8 of 16 slots). */
+   * split holds about half an even share: ceil(2 * 131072 / (131077 / 16))
+   * = 32, but never into more splits than it would get alone (16 on 16
+   * threads); either is more than the capacity-sized wave count (8 of 16). */
   assert_int_equal(plan_ok(&p).num_splits, 8);
-  assert_int_equal(full.num_splits, 32);
+  assert_int_equal(full.num_splits, 16);
+  /* One thread: nothing to gain from splitting a ragged batch. */
+  p.num_threads = 1;
+  p.kv_len_hint = long_hint;
+  assert_int_equal(plan_ok(&p).num_splits, 1);
+  p.kv_len_hint = NULL;
+  p.num_threads = 16;
 
   /* The reference backend never splits. */
   p.backend = FD_BACKEND_REFERENCE;
@@ -270,6 +277,18 @@ static void test_plan_cuda_simulated(void **state) {
     prev = plan.num_splits;
     assert_true(plan.num_splits > 1);
     check_workspace_layout(&plan);
+
+    /* A ragged batch of one long and one tiny sequence splits the long one as
+     * if it were alone (and the tiny one the same way). */
+    fd_problem alone = problem(FD_BACKEND_CUDA, 1, 8, 16384);
+    alone.sm_count = SMS[si];
+    fd_problem pair = problem(FD_BACKEND_CUDA, 2, 8, 16384);
+    pair.sm_count = SMS[si];
+    const int32_t pair_hint[2] = {16384, 1};
+    pair.kv_len_hint = pair_hint;
+    if (plan_ok(&pair).num_splits > plan_ok(&alone).num_splits)
+      fail_msg("sm=%d: ragged pair %d splits, more than the long sequence alone (%d)", SMS[si],
+               plan_ok(&pair).num_splits, plan_ok(&alone).num_splits);
 
     /* A full machine: 8 kv heads x batch 4 x ... >= every plausible slot count. */
     fd_problem full = problem(FD_BACKEND_CUDA, 64, 8, 1 << 20);

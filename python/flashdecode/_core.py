@@ -8,6 +8,8 @@ caller supplies the output buffers, a workspace allocator and the stream.
 import ctypes
 import functools
 
+import numpy as np
+
 from . import _lib
 from ._tensors import FD_DTYPE, check_call, fill_tensors
 
@@ -45,9 +47,9 @@ def resolve_scale(softmax_scale):
     if softmax_scale is None:
         return 0.0
     scale = float(softmax_scale)
-    if scale != 0.0 and abs(scale) < 1.1754943508222875e-38:
-        raise ValueError("softmax_scale: %r underflows float32 (the C API would read it as 0, "
-                         "i.e. the default)" % scale)
+    if scale != 0.0 and float(np.float32(scale)) == 0.0:
+        raise ValueError("softmax_scale: %r rounds to 0 in float32 (the C API would read it "
+                         "as 0, i.e. the default)" % scale)
     if scale == 0.0:
         raise ValueError("softmax_scale: 0 is not supported (the C API reads 0 as 'default'); "
                          "pass None for 1/sqrt(head_dim)")

@@ -53,6 +53,14 @@ def test_numpy_softmax_scale_and_list_kv_len():
     np.testing.assert_array_equal(out, out64)
 
 
+def test_numpy_subnormal_softmax_scale_is_used():
+    # 1e-40 is a float32 subnormal, not 0: the C API uses it (scores ~0: a plain mean of V).
+    case = Case("subnormal", 1, 1, 2, 1, 64, [37])
+    q, k, v, kv_len, _ = make_case(case, seed=3)
+    out = flashdecode.decode(q, k, v, kv_len, softmax_scale=1e-40)
+    check_against_reference(out, None, q, k, v, kv_len, None, "float32", scale=1e-40)
+
+
 def test_numpy_empty_rows_are_zero_and_minus_inf():
     case = Case("empty", 2, 2, 4, 2, 64, [0, 1], capacity=64)
     q, k, v, kv_len, _ = make_case(case)
@@ -152,8 +160,9 @@ def test_c_error_page_id_out_of_range():
     (lambda a: a.update(out=np.broadcast_to(np.zeros((1, 1, 4, 64), np.float32), (2, 1, 4, 64))),
      ValueError, r"out: "),
     (lambda a: a.update(scale=0.0), ValueError, r"softmax_scale: 0 is not supported"),
+    (lambda a: a.update(scale=1e-46), ValueError, r"softmax_scale: 1e-46 rounds to 0"),
 ], ids=["q-f64", "k-dtype", "q-list", "kv_len-float", "kv_len-len", "v-shape", "q-stride",
-        "q-rank", "k-batch", "q_len-0", "out-shape", "out-broadcast", "scale-0"])
+        "q-rank", "k-batch", "q_len-0", "out-shape", "out-broadcast", "scale-0", "scale-tiny"])
 def test_python_checks(mutate, exc, pattern):
     q, k, v, kv_len = small()
     args = dict(q=q, k=k, v=v, kv_len=kv_len, out=None, scale=None)
