@@ -76,6 +76,19 @@ static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t item
   return splits;
 }
 
+/* CPU: the (sequence, split) items the automatic count aims for. At most
+ * the threads that will run (fd_cpu_run wakes one per 256 KB of K/V), and
+ * from 8 threads on, half the threads: two threads per (sequence, split),
+ * each on half of its kv heads. Measured on a 16-core Xeon (bench/NOTES.md,
+ * CPU): at B=1, 32/8 heads, 16 splits on 16 threads ran 2.5-3x slower than 8
+ * at 4k keys and 1.7x at 16k; B=8 4k ran fastest with 1 split. */
+static int32_t cpu_slots(int32_t threads, double kv_bytes) {
+  int32_t slots = threads >= 8 ? threads / 2 : threads;
+  const double busy = floor(kv_bytes / (256.0 * 1024.0)) + 1.0;
+  if (busy < slots) slots = (int32_t)busy;
+  return slots < 1 ? 1 : slots;
+}
+
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
@@ -215,6 +228,9 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
      * third as fast: bench/NOTES.md, CPU backend), so there an item is a
      * (sequence, split) and the threads want >= one each. */
     const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
+    if (backend == FD_BACKEND_CPU)
+      slots = cpu_slots(slots, 2.0 * (double)total * p.num_heads_kv * p.head_dim *
+                                   (double)fd_dtype_size(p.dtype));
     splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
                          blocks_per_sm);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest

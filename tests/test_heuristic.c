@@ -189,7 +189,13 @@ static void test_plan_cpu(void **state) {
           p.num_threads = threads[ti];
           fd_plan plan = plan_ok(&p);
           const int64_t chunks = ((int64_t)caps[ci] + plan.chunk_len - 1) / plan.chunk_len;
-          const int32_t want = fd_num_splits_heuristic((int64_t)p.batch, chunks, threads[ti], 1);
+          /* The CPU's slots (plan.c, cpu_slots): half the threads from 8 on,
+           * at most one per 256 KB of K+V (bf16, head_dim 128) plus one. */
+          int64_t slots = threads[ti] >= 8 ? threads[ti] / 2 : threads[ti];
+          const int64_t busy =
+              (int64_t)2 * p.batch * caps[ci] * p.num_heads_kv * 128 * 2 / (256 * 1024) + 1;
+          if (busy < slots) slots = busy;
+          const int32_t want = fd_num_splits_heuristic((int64_t)p.batch, chunks, (int32_t)slots, 1);
           if (plan.num_splits != want)
             fail_msg("cpu t=%d b=%d hkv=%d cap=%d: plan has %d splits, heuristic says %d", threads[ti], p.batch,
                      p.num_heads_kv, caps[ci], plan.num_splits, want);
@@ -233,12 +239,13 @@ static void test_plan_explicit_and_hint(void **state) {
   p.kv_len_hint = long_hint;
   fd_plan full = plan_ok(&p);
   p.kv_len_hint = NULL;
-  /* Ragged (131072 against a mean of 65538): the long sequence is cut so each
-   * split holds about half an even share: ceil(2 * 131072 / (131077 / 16))
-   * = 32, but never into more splits than it would get alone (16 on 16
-   * threads); either is more than the capacity-sized wave count (8 of 16). */
-  assert_int_equal(plan_ok(&p).num_splits, 8);
-  assert_int_equal(full.num_splits, 16);
+  /* 16 threads plan for 8 (sequence, split) items (two threads each).
+   * Ragged (131072 against a mean of 65538): the long sequence is cut so each
+   * split holds about half an even share: ceil(2 * 131072 / (131077 / 8))
+   * = 16, but never into more splits than it would get alone (8 on 8
+   * slots); either is more than the capacity-sized wave count (4 of 8). */
+  assert_int_equal(plan_ok(&p).num_splits, 4);
+  assert_int_equal(full.num_splits, 8);
   /* One thread: nothing to gain from splitting a ragged batch. */
   p.num_threads = 1;
   p.kv_len_hint = long_hint;
