@@ -143,14 +143,8 @@ static cudaError_t fd_combine_launch_instance(const fd_kernel_params *p, cudaStr
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  /* The split kernel's carveout (all shared): an SM need not be reconfigured
-   * between the two kernels, so this grid can be resident while it runs. */
-  cudaError_t e = cudaFuncSetAttribute(fd_combine_kernel<T>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       (int)cudaSharedmemCarveoutMaxShared);
-  if (e != cudaSuccess) return e;
   const fd_kernel_params params = *p;
-  e = cudaLaunchKernelEx(&cfg, fd_combine_kernel<T>, params);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_combine_kernel<T>, params);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
