@@ -58,7 +58,8 @@
  *   After the last tile, the K/V area holds the key groups' O slices
  *   [KEY_GROUPS][NR][head_dim] fp32, summed in key-group order (deterministic).
  *
- * OUTPUT  num_splits > 1: O (unnormalised), m (natural-log units: m_log2 * ln 2)
+ * OUTPUT  (fd_store_pass, pass_output.cuh) num_splits > 1: O (unnormalised), m
+ *   (natural-log units: m_log2 * ln 2)
  *   and l into the workspace partials; empty splits (begin >= end) exit at once
  *   (the combine reads only fd_active_splits splits); rows that see none of an
  *   active split's keys write m = -inf, l = 0, O = 0. num_splits == 1: out = O / l
@@ -70,6 +71,7 @@
 #include "flashdecode.h"
 #include "kernel_params.cuh"
 #include "device_util.cuh"
+#include "pass_output.cuh"
 #include "split.h"
 
 #define FD_SPLIT_THREADS 128
@@ -427,50 +429,8 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
   }
   __syncthreads();
 
-  const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
-  for (int item = tid; item < pass_rows * (D / 4); item += FD_SPLIT_THREADS) {
-    const int r = item / (D / 4);
-    const int d = (item % (D / 4)) * 4;
-    float4 acc = *reinterpret_cast<const float4 *>(sRed + r * D + d);
-#pragma unroll
-    for (int g = 1; g < KG; g++) {
-      const float4 x = *reinterpret_cast<const float4 *>(sRed + (g * NR + r) * D + d);
-      acc.x += x.x;
-      acc.y += x.y;
-      acc.z += x.z;
-      acc.w += x.w;
-    }
-    if (p.num_splits > 1) {
-      float *dst = p.partial_o + ((prow_base + r) * p.num_splits + bp.split) * D + d;
-      *reinterpret_cast<float4 *>(dst) = acc;
-    } else {
-      const int row = row0 + r;
-      const int gi = row / q_len;
-      const int t = row - gi * q_len;
-      const int64_t h = (int64_t)hk * p.group + gi;
-      const float l = sL[r];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
-               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
-      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    }
-  }
-  if (tid < pass_rows) {
-    const float m2 = sM[tid];
-    const float l = sL[tid];
-    const float ln2 = 0.69314718055994531f;
-    if (p.num_splits > 1) {
-      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + bp.split) * 2;
-      *reinterpret_cast<float2 *>(ml) = make_float2(m2 * ln2, l); /* -inf stays -inf */
-    } else if (p.lse) {
-      const int row = row0 + tid;
-      const int gi = row / q_len;
-      const int t = row - gi * q_len;
-      const int64_t h = (int64_t)hk * p.group + gi;
-      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          l > 0.0f ? m2 * ln2 + logf(l) : -INFINITY;
-    }
-  }
+  fd_store_pass<T, D, KG, NR, D, 1, FD_SPLIT_THREADS>(p, b, hk, bp.split, row0, pass_rows, sRed,
+                                                      sM, sL);
   __syncthreads(); /* sRed / sM / sL / the K/V stages are reused by the next pass */
 }
 

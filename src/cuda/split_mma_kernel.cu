@@ -55,8 +55,8 @@
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
- * OUTPUT  As split_kernel.cu: num_splits > 1: unnormalised O, m (natural
- *   units) and l into the partials; empty splits exit at once; rows that see
+ * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
+ *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
  *   keys).
@@ -77,6 +77,7 @@
 #include "flashdecode.h"
 #include "kernel_params.cuh"
 #include "device_util.cuh"
+#include "pass_output.cuh"
 #include "split.h"
 
 #define FD_MMA_THREADS 128
@@ -631,49 +632,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   __syncthreads();
 
-  const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
-  for (int item = tid; item < pass_rows * (D / 4); item += FD_MMA_THREADS) {
-    const int r = item / (D / 4);
-    const int d = (item % (D / 4)) * 4;
-    float4 acc = *reinterpret_cast<const float4 *>(sO + r * OSTRIDE + d);
-#pragma unroll
-    for (int k = 1; k < KW; k++) {
-      const float4 x = *reinterpret_cast<const float4 *>(sO + (k * ROWS + r) * OSTRIDE + d);
-      acc.x += x.x;
-      acc.y += x.y;
-      acc.z += x.z;
-      acc.w += x.w;
-    }
-    if (p.num_splits > 1) {
-      float *dst = p.partial_o + ((prow_base + r) * p.num_splits + split) * D + d;
-      *reinterpret_cast<float4 *>(dst) = acc;
-    } else {
-      const int row = row0 + r;
-      const int gi = row / q_len;
-      const int t = row - gi * q_len;
-      const int64_t h = (int64_t)hk * p.group + gi;
-      const float l = sFin[r].y;
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
-               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
-      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    }
-  }
-  if (tid < pass_rows) {
-    const float2 fin = sFin[tid];
-    const float ln2 = 0.69314718055994531f;
-    if (p.num_splits > 1) {
-      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;
-      *reinterpret_cast<float2 *>(ml) = make_float2(fin.x * ln2, fin.y); /* -inf stays -inf */
-    } else if (p.lse) {
-      const int row = row0 + tid;
-      const int gi = row / q_len;
-      const int t = row - gi * q_len;
-      const int64_t h = (int64_t)hk * p.group + gi;
-      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          fin.y > 0.0f ? fin.x * ln2 + logf(fin.y) : -INFINITY;
-    }
-  }
+  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, FD_MMA_THREADS>(p, b, hk, split, row0, pass_rows, sO,
+                                                           &sFin[0].x, &sFin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
 }
 

@@ -1,0 +1,78 @@
+/*
+ * pass_output.cuh — the last step of a pass of either split kernel
+ * (split_kernel.cu, split_mma_kernel.cu): the block's partial sums of O for
+ * rows row0 .. row0 + pass_rows - 1 of (sequence b, kv head hk, split) are
+ * summed in slot order and written, with the rows' running max m (base 2)
+ * and sum l, as
+ *   num_splits > 1: unnormalised O into partial_o and (m ln 2, l) into
+ *                   partial_ml, for the combine kernel;
+ *   num_splits == 1: out = O / l and lse = m ln 2 + ln l (out = 0 and
+ *                   lse = -inf for a row without keys).
+ * Row r (0 .. pass_rows - 1) is query head hk * group + (row0 + r) / q_len,
+ * token (row0 + r) % q_len. Internal to src/cuda.
+ */
+#ifndef FD_CUDA_PASS_OUTPUT_CUH
+#define FD_CUDA_PASS_OUTPUT_CUH
+
+#include <math.h>
+
+#include "kernel_params.cuh"
+#include "device_util.cuh"
+
+/* Shared memory: slot k of row r at o + (k * SLOT_ROWS + r) * ROW_STRIDE
+ * (D floats, 16-byte aligned); m and l of row r at m[r * ML_STRIDE] and
+ * l[r * ML_STRIDE]. NTHREADS threads (the block) share the work; no barrier. */
+template <typename T, int D, int SLOTS, int SLOT_ROWS, int ROW_STRIDE, int ML_STRIDE, int NTHREADS>
+static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, int b, int hk,
+                                                     int split, int row0, int pass_rows,
+                                                     const float *o, const float *m,
+                                                     const float *l) {
+  const int tid = threadIdx.x;
+  const int q_len = p.q_len;
+  const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
+  for (int item = tid; item < pass_rows * (D / 4); item += NTHREADS) {
+    const int r = item / (D / 4);
+    const int d = (item % (D / 4)) * 4;
+    float4 acc = *reinterpret_cast<const float4 *>(o + r * ROW_STRIDE + d);
+#pragma unroll
+    for (int k = 1; k < SLOTS; k++) {
+      const float4 x = *reinterpret_cast<const float4 *>(o + (k * SLOT_ROWS + r) * ROW_STRIDE + d);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    if (p.num_splits > 1) {
+      float *dst = p.partial_o + ((prow_base + r) * p.num_splits + split) * D + d;
+      *reinterpret_cast<float4 *>(dst) = acc;
+    } else {
+      const int row = row0 + r;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      const float lr = l[r * ML_STRIDE];
+      const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
+               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
+      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    }
+  }
+  if (tid < pass_rows) {
+    const float m2 = m[tid * ML_STRIDE];
+    const float lr = l[tid * ML_STRIDE];
+    const float ln2 = 0.69314718055994531f;
+    if (p.num_splits > 1) {
+      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;
+      *reinterpret_cast<float2 *>(ml) = make_float2(m2 * ln2, lr); /* -inf stays -inf */
+    } else if (p.lse) {
+      const int row = row0 + tid;
+      const int gi = row / q_len;
+      const int t = row - gi * q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
+          lr > 0.0f ? m2 * ln2 + logf(lr) : -INFINITY;
+    }
+  }
+}
+
+#endif /* FD_CUDA_PASS_OUTPUT_CUH */
