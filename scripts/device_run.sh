@@ -8,7 +8,9 @@
 #   5 bench/bench_gpu.py (peers)     6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp]
+#   exp: an experiment's check, not evidence for the targets: build, the GPU
+#   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep).
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
 # carried with the call.
@@ -72,6 +74,17 @@ san() { # san BINARY TOOL FILTER
 if want test && step "compute-sanitizer: GPU grid" 90; then
   san build/tests/test_gpu_grid memcheck ""
   for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/*d128*'; done
+fi
+
+if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then
+  (cd build && ctest --output-on-failure -j 2 -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1 || status=1
+  grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | tail -20
+fi
+if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
+  python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
+    --commit "$COMMIT" >/tmp/fd-bench.txt 2>&1
+  [ $? -eq 0 ] || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt
 fi
 
 if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then

@@ -184,6 +184,8 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->num_threads > 0) n += snprintf(buf + n, size - (size_t)n, "/t%d", c->num_threads);
   if (n < 0 || (size_t)n >= size) return;
+  if (c->sm_count > 0) n += snprintf(buf + n, size - (size_t)n, "/sm%d", c->sm_count);
+  if (n < 0 || (size_t)n >= size) return;
   if (c->kv_capacity_pad > 0) n += snprintf(buf + n, size - (size_t)n, "/cap+%d", c->kv_capacity_pad);
   if (n < 0 || (size_t)n >= size) return;
   if (c->misalign > 0) n += snprintf(buf + n, size - (size_t)n, "/mis%d", c->misalign);
@@ -459,6 +461,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->num_splits = c->num_splits;
   p->softmax_scale = c->softmax_scale;
   p->num_threads = c->num_threads;
+  p->sm_count = c->sm_count;
 
   const int64_t blocks = P > 0 ? s->num_pages : B;
   s->out_elems = s->mis + B * s->out_strides[0];

@@ -74,7 +74,7 @@ static float load_elem(const void *buf, int64_t i, fd_dtype dt) {
 
 /* The split kernel fd_cuda_run would launch for kp's dtype. */
 static cudaError_t launch_split(const fd_kernel_params *kp, cudaStream_t stream) {
-  return kp->dtype == FD_DTYPE_F32 ? fd_split_launch(kp, stream) : fd_split_mma_launch(kp, stream);
+  return kp->dtype == FD_DTYPE_F32 ? fd_split_launch(kp, stream) : fd_split_mma_launch(kp, 0, stream);
 }
 
 /* Runs one case on `stream`; prints its line (only on failure when quiet);

@@ -168,7 +168,7 @@ static void call(int mode, const fd_plan *plan, const fd_tensors *t,
     CK(fd_split_launch(kp, stream));
     if (kp->num_splits > 1) CK(fd_combine_launch(kp, stream));
   } else if (mode == 2) {
-    CK(fd_split_mma_launch(kp, stream));
+    CK(fd_split_mma_launch(kp, 0, stream));
   } else {
     fd_error err;
     if (fd_cuda_run(plan, t, ws, stream, &err) != FD_STATUS_OK) {

@@ -160,7 +160,14 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   const cudaStream_t s = (cudaStream_t)stream;
   const char *what = "split kernel launch failed";
   /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
-  e = pr->dtype == FD_DTYPE_F32 ? fd_split_launch(&kp, s) : fd_split_mma_launch(&kp, s);
+  if (pr->dtype == FD_DTYPE_F32) {
+    e = fd_split_launch(&kp, s);
+  } else {
+    /* A grid no larger than the GPU runs one block per SM whichever kernel
+     * runs it: take the 8-warp one with twice the bytes in flight. */
+    const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
+    e = fd_split_mma_launch(&kp, blocks <= plan->sm_count, s);
+  }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
     e = fd_combine_launch(&kp, s);

@@ -49,10 +49,12 @@ typedef struct fd_kernel_params {
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
 
 /* Launch the tensor-core split kernel (split_mma_kernel.cu) for p->dtype
- * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream`. */
-cudaError_t fd_split_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
+ * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream`: 4-warp
+ * blocks, two per SM, or with `wide` 8-warp blocks with deeper stages, one
+ * per SM (for grids no larger than the GPU). */
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream);
 
-/* Blocks of the tensor-core split kernel resident per multiprocessor for
+/* Blocks of the (4-warp) tensor-core split kernel resident per multiprocessor for
  * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks). */
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
 

@@ -3,22 +3,27 @@
  * (mma.sync.m16n8k16, fp16 and bf16 K/V, sm_90a). fp32 keeps the CUDA-core
  * kernel (split_kernel.cu); both write the same partials for the combine.
  *
- * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads (4 warps)
- *   per (split s, kv head hk, sequence b), over keys [begin, end) =
+ * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
+ *   s, kv head hk, sequence b), over keys [begin, end) =
  *   fd_split_range(kv_len[b], chunk_len, num_splits, s), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
  *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
  *   phantom rows see no key); group * q_len > 16 takes more passes over the
  *   split's K/V (the re-reads mostly hit L2).
+ *   Two variants (fd_mma_cfg): NW = 4, two blocks an SM; NW = 8, one block an
+ *   SM with twice the keys a tile and twice the bytes in flight, launched when
+ *   the grid has no more blocks than the GPU has SMs (cuda_backend.cu), where
+ *   four warps an SM left the schedulers idle (bench/NOTES.md).
  *
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
  *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
- *   rows lane / 4 and lane / 4 + 8). head_dim 64, 128: KW = 4, DW = 1, 64-key
- *   tiles. head_dim 256: KW = 2, DW = 2, 32-key tiles; the two warps of a key
- *   slice both compute its scores (identical, so identical m and l) and each
- *   accumulates half of O's columns (keeps O at 64 fp32 registers a lane).
+ *   rows lane / 4 and lane / 4 + 8). head_dim 64, 128: KW = NW, DW = 1 (64-
+ *   or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2 (32- or 64-key
+ *   tiles); the two warps of a key slice both compute its scores (identical,
+ *   so identical m and l) and each accumulates half of O's columns (keeps O
+ *   at 64 fp32 registers a lane).
  *
  * PER TILE (one barrier)  S = Q K^T by mma (Q in A fragments, loaded once per
  *   pass by ldmatrix; K by ldmatrix as the "col" B operand), fp32
@@ -34,24 +39,27 @@
  *
  * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes a
  *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
- *   page; 64-bit offsets), STAGES stages (4 for head_dim 64, else 3); q is
- *   commit group 0, tile i group i + 1. Thread tid copies chunk tid % CH of
- *   keys tid / CH + n * (128 / CH). Contiguous caches: a running element
+ *   page; 64-bit offsets), STAGES stages (head_dim 64: 4, or 6 at NW = 8;
+ *   else 3); q is commit group 0, tile i group i + 1. Thread tid copies
+ *   chunk tid % CH of keys tid / CH + n * (32 NW / CH). Contiguous caches: a running element
  *   offset per thread, one add per key. Paged caches: block_table is read per
  *   key, one tile ahead of the copies that use it (its latency hides behind a
  *   tile of math; shift/mask when page_size is a power of two); the ids of the
  *   first STAGES tiles are read together before the first copy. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
- *   (64), so tiles never straddle splits; every key is still bounds-checked.
- *   Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64) a
- *   block, 128 KB an SM at 2 blocks. (Asking L2 for 3 tiles further ahead,
+ *   (64), so tiles start at multiples of 64 keys; a 128-key tile may run
+ *   past its split's end, and every key is bounds-checked (not loaded, score
+ *   -inf). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
+ *   a block, 128 KB an SM at 2 blocks; NW = 8: 2 tiles of 64 KB (5 of 32 KB
+ *   for head_dim 64) an SM. (Asking L2 for 3 tiles further ahead,
  *   cp.async.bulk.prefetch.L2, was measured slower: B=64 8k 602 against
  *   482 us on the H200, so it is not done.)
  *
  * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
- *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: ~67 KB (64),
- *   ~101 KB (128), ~105 KB (256), so two blocks fit per SM. After the last
+ *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
+ *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM; NW = 8:
+ *   ~198-205 KB, one block. After the last
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
@@ -80,19 +88,21 @@
 #include "pass_output.cuh"
 #include "split.h"
 
-#define FD_MMA_THREADS 128
-#define FD_MMA_WARPS 4
 #define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
 #define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
 
 
-/* Compile-time shape of the kernel for one head_dim. */
-template <int D>
+/* Compile-time shape of the kernel for one head_dim and NW warps a block:
+ * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
+ * tile, ~196 KB of stages; launched when the grid has no more blocks than
+ * the GPU has SMs). */
+template <int D, int NW>
 struct fd_mma_cfg {
-  static constexpr int KW = D == 256 ? 2 : 4;      /* warps along the keys of a tile */
-  static constexpr int DW = FD_MMA_WARPS / KW;     /* warps along head_dim in P V */
-  static constexpr int KT = 16 * KW;               /* keys per tile */
-  static constexpr int STAGES = D == 64 ? 4 : 3;   /* pipeline depth */
+  static constexpr int THREADS = 32 * NW;
+  static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
+  static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
+  static constexpr int KT = 16 * KW;                /* keys per tile */
+  static constexpr int STAGES = D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
   static constexpr int DPW = D / DW;               /* O columns per warp */
   static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
   static constexpr int KS = D / 16;                /* k-steps of Q K^T */
@@ -105,7 +115,8 @@ struct fd_mma_cfg {
   static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
   static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
-  static_assert(64 % KT == 0, "tiles must align with 64-key chunks");
+  static_assert(NW == 4 || NW == 8, "warps");
+  static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
   static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
                 "O merge buffer must fit in the K/V stages");
 };
@@ -190,23 +201,27 @@ static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
 
 /* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
  * keys kr + n * RSTEP (n < LOADS), kr = tid / CH, of both K and V. */
-template <int D>
+template <int D, int NW>
 struct fd_mma_copy {
-  static constexpr int RSTEP = FD_MMA_THREADS / fd_mma_cfg<D>::CH; /* keys per copy round */
-  static constexpr int LOADS = fd_mma_cfg<D>::KT / RSTEP;          /* keys per thread */
+  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* keys per copy round */
+  static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
+  /* Most consecutive keys n of a thread that may share one page id: their
+   * span (RUN * RSTEP keys) stays within 64 keys, the alignment of tiles. */
+  static constexpr int RUN = LOADS < 64 / RSTEP ? LOADS : 64 / RSTEP;
+  static_assert(RUN >= 1 && (RUN & (RUN - 1)) == 0, "page run");
 };
 
 /* Contiguous cache: copies the tile whose key kr (this thread's first key)
  * sits at element offsets k_off / v_off of k_head / v_head (chunk included);
  * keys >= nkeys are zero-filled and not read. */
-template <typename T, int D>
+template <typename T, int D, int NW>
 static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const T *v_head,
                                                           int64_t k_off, int64_t v_off,
                                                           int64_t k_step, int64_t v_step, T *sK,
                                                           T *sV, int nkeys) {
-  using M = fd_mma_copy<D>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+  using M = fd_mma_copy<D, NW>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
     const int kl = kr + n * M::RSTEP;
@@ -224,16 +239,17 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
  *
  * kshift >= 0 (page_size a power of two >= RSTEP): the thread's keys kr +
  * n RSTEP (kr < RSTEP) fall on one page per 2^kshift consecutive n, the same
- * page for every kr (tiles start at multiples of KT, pages at multiples of
- * page_size), so only pg[n] with n % 2^kshift == 0 is loaded (a broadcast
+ * page for every kr (tiles start at multiples of 64 keys, pages at multiples
+ * of page_size, and 2^kshift RSTEP <= min(page_size, 64)), so only pg[n]
+ * with n % 2^kshift == 0 is loaded (a broadcast
  * read, the same address for the whole block); the others are not used. */
-template <int D>
+template <int D, int NW>
 static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
                                                        int pshift, int kshift, int key0,
                                                        int nkeys,
-                                                       int (&pg)[fd_mma_copy<D>::LOADS]) {
-  using M = fd_mma_copy<D>;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+                                                       int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
+  using M = fd_mma_copy<D, NW>;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
   if (kshift >= 0) {
     const int kmask = (1 << kshift) - 1;
 #pragma unroll
@@ -260,16 +276,16 @@ static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, in
  * test and pair of 64-bit offsets per page; the keys after the first of a
  * page step by RSTEP rows (measured: the per-key version executed 53 % more
  * instructions than the contiguous kernel, bench/NOTES.md). */
-template <typename T, int D>
+template <typename T, int D, int NW>
 static __device__ __forceinline__ void fd_mma_copy_paged(const fd_kernel_params &p,
                                                          const T *k_head, const T *v_head,
                                                          int pshift, int kshift, int key0,
                                                          int nkeys,
-                                                         const int (&pg)[fd_mma_copy<D>::LOADS],
+                                                         const int (&pg)[fd_mma_copy<D, NW>::LOADS],
                                                          T *sK, T *sV, unsigned char *valid) {
-  using M = fd_mma_copy<D>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<D>::CH;
+  using M = fd_mma_copy<D, NW>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
   const bool flags = p.num_pages > 0;
   if (kshift >= 0) {
     const int kmask = (1 << kshift) - 1;
@@ -324,17 +340,17 @@ static __device__ __forceinline__ int fd_row_limit(int r, int row0, int pass_row
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D>
+template <typename T, int D, int NW>
 static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
                                                          unsigned char *smem) {
-  using C = fd_mma_cfg<D>;
+  using C = fd_mma_cfg<D, NW>;
   constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT, KS = C::KS;
   constexpr int ROWS = FD_MMA_ROWS;
   constexpr int OSTRIDE = D + FD_MMA_OPAD;
 
-  /* Carve-up; fd_mma_cfg<D>::SMEM sizes it. */
+  /* Carve-up; fd_mma_cfg<D, NW>::SMEM sizes it. */
   T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
   T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
   T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
@@ -378,15 +394,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
 
   if (num_tiles > 0) { /* block-uniform */
-    using M = fd_mma_copy<D>;
+    using M = fd_mma_copy<D, NW>;
     const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
     const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
     const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
 
     /* q rows of the pass (zeros for phantom rows): commit group 0. */
 #pragma unroll
-    for (int i = 0; i < ROWS * C::CH / FD_MMA_THREADS; i++) {
-      const int idx = tid + i * FD_MMA_THREADS;
+    for (int idx = tid; idx < ROWS * C::CH; idx += C::THREADS) {
       const int r = idx / C::CH;
       const int c = idx % C::CH;
       const T *src = static_cast<const T *>(p.q);
@@ -410,11 +425,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
     const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
     /* log2(this thread's keys per page) for page_size a power of two >= RSTEP
-     * (capped at a whole tile), else -1: see fd_mma_page_ids. */
+     * (capped at M::RUN: 64 keys or a tile), else -1: see fd_mma_page_ids. */
     int kshift = -1;
     if (pshift >= 0 && p.page_size >= M::RSTEP) {
       kshift = pshift - (__ffs(M::RSTEP) - 1);
-      if ((1 << kshift) > M::LOADS) kshift = __ffs(M::LOADS) - 1;
+      if ((1 << kshift) > M::RUN) kshift = __ffs(M::RUN) - 1;
     }
     const int kr = tid / C::CH;
     const int cc = tid % C::CH;
@@ -436,7 +451,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
       if (paged && s < num_tiles) {
         const int key0 = begin + s * KT;
-        fd_mma_page_ids<D>(bt_row, p.page_size, pshift, kshift, key0, min(KT, pass_end - key0),
+        fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, kshift, key0, min(KT, pass_end - key0),
                            pgp[s]);
       }
     }
@@ -448,11 +463,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         const int key0 = begin + s * KT;
         const int nk = min(KT, pass_end - key0);
         if (paged) {
-          fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, kshift, key0, nk, pgp[s],
+          fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, kshift, key0, nk, pgp[s],
                                   sK + s * KT * D,
                                   sV + s * KT * D, sValid + s * KT);
         } else {
-          fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step, sK + s * KT * D,
+          fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, k_step, v_step, sK + s * KT * D,
                                    sV + s * KT * D, nk);
           k_off += k_tile;
           v_off += v_tile;
@@ -493,14 +508,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           const int nkey0 = begin + nt * KT;
           const int nk = min(KT, pass_end - nkey0);
           if (paged) {
-            fd_mma_copy_paged<T, D>(p, k_head, v_head, pshift, kshift, nkey0, nk, pg,
+            fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, kshift, nkey0, nk, pg,
                                     sK + load_stage * KT * D, sV + load_stage * KT * D,
                                     sValid + load_stage * KT);
             if (nt + 1 < num_tiles)
-              fd_mma_page_ids<D>(bt_row, p.page_size, pshift, kshift, nkey0 + KT,
+              fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, kshift, nkey0 + KT,
                                  min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
-            fd_mma_copy_contig<T, D>(k_head, v_head, k_off, v_off, k_step, v_step,
+            fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, k_step, v_step,
                                      sK + load_stage * KT * D, sV + load_stage * KT * D, nk);
             k_off += k_tile;
             v_off += v_tile;
@@ -632,13 +647,13 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   __syncthreads();
 
-  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, FD_MMA_THREADS>(p, b, hk, split, row0, pass_rows, sO,
+  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
                                                            &sFin[0].x, &sFin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(FD_MMA_THREADS, 2)
+template <typename T, int D, int NW>
+__global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
   /* Launched with PDL: wait until the previous kernel in the stream has
@@ -659,31 +674,32 @@ __global__ void __launch_bounds__(FD_MMA_THREADS, 2)
 
   const int rows_total = p.group * p.q_len;
   for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-    fd_split_mma_pass<T, D>(p, b, hk, split, kv, begin, end, row0,
-                            min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+    fd_split_mma_pass<T, D, NW>(p, b, hk, split, kv, begin, end, row0,
+                                min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
 }
 
-template <typename T, int D>
+template <typename T, int D, int NW>
 static cudaError_t fd_split_mma_prepare(void) {
-  constexpr size_t smem = fd_mma_cfg<D>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
+  constexpr size_t smem = fd_mma_cfg<D, NW>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
-  /* All of the unified L1/shared array as shared memory: two blocks per SM. */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D>,
+  /* All of the unified L1/shared array as shared memory (two 4-warp blocks
+   * or one 8-warp block per SM). */
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D>
+template <typename T, int D, int NW>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW>();
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
-  cfg.blockDim = dim3(FD_MMA_THREADS);
-  cfg.dynamicSmemBytes = fd_mma_cfg<D>::SMEM;
+  cfg.blockDim = dim3(fd_mma_cfg<D, NW>::THREADS);
+  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW>::SMEM;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   memset(attr, 0, sizeof attr);
@@ -692,33 +708,42 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const fd_kernel_params params = *p;
-  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D>, params);
+  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW>, params);
   if (le != cudaSuccess) return le;
   return cudaGetLastError();
 }
 
 template <typename T, int D>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D>,
-                                                       FD_MMA_THREADS, fd_mma_cfg<D>::SMEM);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D, 4>,
+                                                       fd_mma_cfg<D, 4>::THREADS,
+                                                       fd_mma_cfg<D, 4>::SMEM);
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_mma_launch_wide(const fd_kernel_params *p, int wide,
+                                            cudaStream_t stream) {
+  return wide ? fd_split_mma_launch_instance<T, D, 8>(p, stream)
+              : fd_split_mma_launch_instance<T, D, 4>(p, stream);
 }
 
 template <typename T>
-static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, cudaStream_t stream) {
+static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int wide,
+                                           cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_instance<T, 64>(p, stream);
-    case 128: return fd_split_mma_launch_instance<T, 128>(p, stream);
-    case 256: return fd_split_mma_launch_instance<T, 256>(p, stream);
+    case 64: return fd_split_mma_launch_wide<T, 64>(p, wide, stream);
+    case 128: return fd_split_mma_launch_wide<T, 128>(p, wide, stream);
+    case 256: return fd_split_mma_launch_wide<T, 256>(p, wide, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t fd_split_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream) {
   switch (p->dtype) {
-    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, stream);
-    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, stream);
+    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, wide, stream);
+    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, wide, stream);
   }
   return cudaErrorInvalidValue;
 }
