@@ -200,7 +200,8 @@ def build_shapes(quick, trace_dir, notes):
     paged_rows = [(1, 32, 8, 16384, 128)] if quick else PAGED_ROWS
     for ps in ((16,) if quick else (16, 64)):
         for b, hq, hkv, n, d in paged_rows:
-            add_uniform(b, hq, hkv, n, d, ps=ps, kind="paged")
+            # B=1 rows are swept too: their split count decides the kernel variant.
+            add_uniform(b, hq, hkv, n, d, ps=ps, kind="paged", sweep=(b == 1))
         # Diagnostic (not a target row): the same pages in pool order, so that the
         # cost of scattered pages (DRAM/TLB locality) separates from the cost of
         # walking block_table.

@@ -213,6 +213,8 @@ typedef struct fd_plan {
   size_t workspace_size;  /* bytes fd_run needs (0 when num_splits == 1 may
                              need none); device memory for CUDA */
   uint32_t magic;         /* (internal) set by fd_plan_init */
+  int32_t split_keys;     /* (internal) keys a split of the longest sequence
+                             holds as planned (kv_len_hint, else kv_capacity) */
   /* (internal) workspace layout, byte offsets */
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */

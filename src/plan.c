@@ -12,8 +12,9 @@
 #define FD_CHUNK_LEN 64
 /* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
 #define FD_MAX_AUTO_SPLITS 128
-/* CUDA: keys x head_dim a block may hold for one block per multiprocessor
- * to be preferred over the occupancy calculator's count (see fd_plan_init). */
+/* CUDA, head_dim 64: keys x head_dim a block may hold for one block per
+ * multiprocessor to be preferred over the occupancy calculator's count (see
+ * auto_splits). */
 #define FD_ONE_BLOCK_PER_SM_ELEMS (1024 * 128)
 /* The automatic split count takes the smallest count whose wave efficiency
  * is at least this fraction of the best count's. */
@@ -58,12 +59,13 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The automatic split count for `items` work items of `chunks` chunks each:
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
- * contiguous fp16/bf16, one block per multiprocessor when each block's share
- * is short (its pipeline fill and the combine weigh more than a wave's idle
- * half). Measured on the H200 (bench/NOTES.md, 8009560 sweep): at B=1, 8 kv
- * heads, 16 splits (128 blocks) beat 32 up to 1024 keys x 128 dims a block,
- * and lost from 1024 x 256 and 2048 x 128 on; the fp32 kernel and paged
- * caches measured faster with the occupancy count. */
+ * contiguous fp16/bf16, the count for one block per multiprocessor instead,
+ * which runs the 8-warp kernel (cuda_backend.cu): for head_dim >= 128 always,
+ * for head_dim 64 when each block's share is short. Measured on the H200
+ * (bench/NOTES.md, 61bfe9d sweep): at B=1, 8 kv heads, 16 splits of the
+ * 8-warp kernel beat 32 of the 4-warp one from 16k to 128k keys (d256 too);
+ * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel and
+ * paged caches measured faster with the occupancy count. */
 static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
                            int32_t slots, int32_t blocks_per_sm) {
   int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
@@ -71,7 +73,8 @@ static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t item
       p->page_size == 0) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
-    if (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS) splits = one;
+    if (one > 1 && (p->head_dim >= 128 || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
+      splits = one;
   }
   return splits;
 }
@@ -258,6 +261,11 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
   if (splits < 1) splits = 1;
   plan->num_splits = splits;
+  {
+    const int64_t chunks = ceil_div(longest, FD_CHUNK_LEN);
+    const int64_t keys = ceil_div(chunks > 0 ? chunks : 1, splits) * FD_CHUNK_LEN;
+    plan->split_keys = keys > INT32_MAX ? INT32_MAX : (int32_t)keys;
+  }
 
   if (splits > 1) {
     /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);

@@ -95,6 +95,7 @@ class FdPlan(ctypes.Structure):
         ("num_threads", ctypes.c_int32),
         ("workspace_size", ctypes.c_size_t),
         ("magic", ctypes.c_uint32),
+        ("split_keys", ctypes.c_int32),
         ("ws_partial_o", ctypes.c_size_t),
         ("ws_partial_ml", ctypes.c_size_t),
         ("ws_counters", ctypes.c_size_t),
@@ -158,7 +159,8 @@ _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
                           "sm_count", "num_threads")
-] + [("workspace_size",) + _I64, ("magic",) + _I32, ("ws_partial_o",) + _I64,
+] + [("workspace_size",) + _I64, ("magic",) + _I32, ("split_keys",) + _I32,
+     ("ws_partial_o",) + _I64,
      ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64]
 _TENSORS_DECL = []
 for _n in ("q", "k", "v"):
