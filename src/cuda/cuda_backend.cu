@@ -2,7 +2,7 @@
  * cuda_backend.cu — the CUDA backend's entry points (declared in internal.h):
  * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
  * which fills one fd_kernel_params and enqueues the split kernel (tensor
- * cores: 16-bit mma for fp16/bf16, 3xTF32 for fp32) and, when the plan splits, the
+ * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
  * combine kernel (programmatic dependent launch). fd_cuda_run allocates nothing, never
  * synchronises and never reads kv_len or block_table on the host, so it can
  * be captured in a CUDA graph.
@@ -51,6 +51,8 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
 }
 
 extern "C" int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
+  /* fp32 runs the CUDA-core kernel, sized for 2 blocks per SM (~98 KB smem). */
+  if (dtype == FD_DTYPE_F32) return 2;
   int current = 0, n = 0;
   if (cudaGetDevice(&current) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -157,8 +159,10 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   const cudaStream_t s = (cudaStream_t)stream;
   const char *what = "split kernel launch failed";
-  /* The tensor-core split kernel (split_mma_kernel.cu), every dtype. */
-  {
+  /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
+  if (pr->dtype == FD_DTYPE_F32) {
+    e = fd_split_launch(&kp, s);
+  } else {
     /* A grid no larger than the GPU runs one block per SM whichever kernel
      * runs it: take the 8-warp one with twice the bytes in flight, unless
      * the splits are shorter than its 128-key tile (half its warps idle:

@@ -1,9 +1,7 @@
 /*
  * split_mma_kernel.cu — the flash-decoding split kernel on tensor cores
- * (sm_90a), for every dtype: fp16 and bf16 K/V by mma.sync.m16n8k16, fp32 by
- * mma.sync.m16n8k8 in 3xTF32 (each fp32 operand split into tf32 hi + lo,
- * products hi*hi + hi*lo + lo*hi: ~fp32 accuracy). It writes the partials
- * the combine kernel (combine_kernel.cu) merges.
+ * (mma.sync.m16n8k16, fp16 and bf16 K/V, sm_90a). fp32 keeps the CUDA-core
+ * kernel (split_kernel.cu); both write the same partials for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
  *   s, kv head hk, sequence b), over keys [begin, end) =
@@ -38,13 +36,6 @@
  *   rounded to the 16-bit type straight from the accumulators into A fragments
  *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
  *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
- *   fp32 (3xTF32): the same steps with k = 8 mma; the fragments are read
- *   from shared memory by plain 32-bit loads (q too, every tile: two tf32
- *   halves of a head_dim row a lane would not fit in registers) and split
- *   into tf32 hi + lo; P goes from the accumulators to the A fragment by
- *   taking a lane's keys 2 qd, 2 qd + 1 as k = qd, qd + 4, and V's fragment
- *   follows the same key order. fp32 rows have twice the bytes, so a tile
- *   has half the keys of the 16-bit tile of the same head_dim (fd_mma_cfg).
  *
  * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes a
  *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
@@ -101,27 +92,23 @@
 #define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
 
 
-/* Compile-time shape of the kernel for one dtype T, head_dim D and NW warps
- * a block: NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the
- * keys a tile, ~200 KB of stages; launched when the grid has no more blocks
- * than the GPU has SMs). The tile's bytes depend on the row's bytes only:
- * fp32 rows of head_dim D are shaped like 16-bit rows of 2 D. */
-template <typename T, int D, int NW>
+/* Compile-time shape of the kernel for one head_dim and NW warps a block:
+ * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
+ * tile, ~196 KB of stages; launched when the grid has no more blocks than
+ * the GPU has SMs). */
+template <int D, int NW>
 struct fd_mma_cfg {
-  static constexpr bool F32 = sizeof(T) == 4;       /* 3xTF32 mma; else 16-bit mma */
-  static constexpr int RB = D * (int)sizeof(T);     /* bytes of a K/V row */
-  static constexpr int VEC = 16 / (int)sizeof(T);   /* elements per 16-byte chunk */
   static constexpr int THREADS = 32 * NW;
-  static constexpr int KW = RB >= 1024 ? NW / 4 : RB >= 512 ? NW / 2 : NW; /* warps along keys */
+  static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
   static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
   static constexpr int KT = 16 * KW;                /* keys per tile */
-  static constexpr int STAGES = RB == 128 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
+  static constexpr int STAGES = D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
   static constexpr int DPW = D / DW;               /* O columns per warp */
   static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
-  static constexpr int KS = F32 ? D / 8 : D / 16;  /* k-steps of Q K^T */
-  static constexpr int CH = RB / 16;               /* 16-byte chunks per row */
-  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * RB; /* K and V stages */
-  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * RB;
+  static constexpr int KS = D / 16;                /* k-steps of Q K^T */
+  static constexpr int CH = D / 8;                 /* 16-byte chunks per row */
+  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * D * 2; /* K and V stages */
+  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
   static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t VALID_BYTES = (size_t)STAGES * KT;
@@ -206,49 +193,6 @@ static __device__ __forceinline__ uint32_t fd_pack2(float lo, float hi) {
   return r;
 }
 
-/* fp32 -> two tf32 values (fp32 bit patterns with 10 mantissa bits): hi =
- * RN(x), lo = RN(x - hi), so hi + lo carries ~21 bits; the 3xTF32 products
- * a_hi b_hi + a_hi b_lo + a_lo b_hi leave out only a_lo b_lo (~2^-22 relative). */
-static __device__ __forceinline__ void fd_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-  uint32_t h, l;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(h) : "f"(x));
-  const float r = x - __uint_as_float(h);
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(l) : "f"(r));
-  hi = h;
-  lo = l;
-}
-
-/* c += a * b for one m16n8k8 tf32 tile: a = 4 registers (A, row major: rows
- * g, g + 8 at k = qd, then at k = qd + 4), b = 2 (B, "col": k = qd, qd + 4 at
- * n = g), c = 4 fp32 (as m16n8k16), with g = lane / 4, qd = lane % 4. */
-static __device__ __forceinline__ void fd_mma1688_tf32(float (&c)[4], const uint32_t (&a)[4],
-                                                       uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* The 3xTF32 product c += a * b, small terms first. */
-static __device__ __forceinline__ void fd_mma_3xtf32(float (&c)[4], const uint32_t (&ah)[4],
-                                                     const uint32_t (&al)[4], float b0, float b1) {
-  uint32_t bh0, bl0, bh1, bl1;
-  fd_tf32_split(b0, bh0, bl0);
-  fd_tf32_split(b1, bh1, bl1);
-  fd_mma1688_tf32(c, al, bh0, bh1);
-  fd_mma1688_tf32(c, ah, bl0, bl1);
-  fd_mma1688_tf32(c, ah, bh0, bh1);
-}
-
-/* Element index of (row, col) in a swizzled fp32 [rows][D] tile: 16-byte
- * chunk col / 4 of a row sits at chunk (col / 4) ^ (row & 7), as the copies
- * write it. The fragment reads of the fp32 path hit 32 different banks. */
-template <int D>
-static __device__ __forceinline__ int fd_swz32(int row, int col) {
-  return row * D + ((((col >> 2) ^ (row & 7)) << 2) | (col & 3));
-}
-
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
 template <int D>
 static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
@@ -257,10 +201,10 @@ static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
 
 /* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
  * keys kr + n * RSTEP (n < LOADS), kr = tid / CH, of both K and V. */
-template <typename T, int D, int NW>
+template <int D, int NW>
 struct fd_mma_copy {
-  static constexpr int RSTEP = fd_mma_cfg<T, D, NW>::THREADS / fd_mma_cfg<T, D, NW>::CH; /* keys per copy round */
-  static constexpr int LOADS = fd_mma_cfg<T, D, NW>::KT / RSTEP; /* keys per thread */
+  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* keys per copy round */
+  static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
   /* Most consecutive keys n of a thread that may share one page id: their
    * span (RUN * RSTEP keys) stays within 64 keys, the alignment of tiles. */
   static constexpr int RUN = LOADS < 64 / RSTEP ? LOADS : 64 / RSTEP;
@@ -275,14 +219,14 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
                                                           int64_t k_off, int64_t v_off,
                                                           int64_t k_step, int64_t v_step, T *sK,
                                                           T *sV, int nkeys) {
-  using M = fd_mma_copy<T, D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<T, D, NW>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<T, D, NW>::CH;
+  using M = fd_mma_copy<D, NW>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
     const int kl = kr + n * M::RSTEP;
     const bool ok = kl < nkeys;
-    const int soff = kl * D + (c ^ (kl & 7)) * fd_mma_cfg<T, D, NW>::VEC;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
     fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_step) : k_head, ok);
     fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_step) : v_head, ok);
   }
@@ -299,13 +243,13 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
  * of page_size, and 2^kshift RSTEP <= min(page_size, 64)), so only pg[n]
  * with n % 2^kshift == 0 is loaded (a broadcast
  * read, the same address for the whole block); the others are not used. */
-template <typename T, int D, int NW>
+template <int D, int NW>
 static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
                                                        int pshift, int kshift, int key0,
                                                        int nkeys,
-                                                       int (&pg)[fd_mma_copy<T, D, NW>::LOADS]) {
-  using M = fd_mma_copy<T, D, NW>;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<T, D, NW>::CH;
+                                                       int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
+  using M = fd_mma_copy<D, NW>;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
   if (kshift >= 0) {
     const int kmask = (1 << kshift) - 1;
 #pragma unroll
@@ -337,11 +281,11 @@ static __device__ __forceinline__ void fd_mma_copy_paged(const fd_kernel_params 
                                                          const T *k_head, const T *v_head,
                                                          int pshift, int kshift, int key0,
                                                          int nkeys,
-                                                         const int (&pg)[fd_mma_copy<T, D, NW>::LOADS],
+                                                         const int (&pg)[fd_mma_copy<D, NW>::LOADS],
                                                          T *sK, T *sV, unsigned char *valid) {
-  using M = fd_mma_copy<T, D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<T, D, NW>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<T, D, NW>::CH;
+  using M = fd_mma_copy<D, NW>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
+  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
   const bool flags = p.num_pages > 0;
   if (kshift >= 0) {
     const int kmask = (1 << kshift) - 1;
@@ -356,14 +300,14 @@ static __device__ __forceinline__ void fd_mma_copy_paged(const fd_kernel_params 
         const int page = pg[n];
         page_ok = p.num_pages <= 0 || (page >= 0 && page < p.num_pages);
         const int pos = ((key0 + n * M::RSTEP) & (p.page_size - 1)) + kr;
-        k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * fd_mma_cfg<T, D, NW>::VEC;
-        v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * fd_mma_cfg<T, D, NW>::VEC;
+        k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+        v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
       } else {
         k_off += k_row;
         v_off += v_row;
       }
       const bool ok = kl < nkeys && page_ok;
-      const int soff = kl * D + (c ^ (kl & 7)) * fd_mma_cfg<T, D, NW>::VEC;
+      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
       fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
       fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
       if (flags && c == 0) valid[kl] = ok ? 1 : 0;
@@ -377,9 +321,9 @@ static __device__ __forceinline__ void fd_mma_copy_paged(const fd_kernel_params 
     const int page = pg[n];
     const bool ok = kl < nkeys && (p.num_pages <= 0 || (page >= 0 && page < p.num_pages));
     const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * fd_mma_cfg<T, D, NW>::VEC;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * fd_mma_cfg<T, D, NW>::VEC;
-    const int soff = kl * D + (c ^ (kl & 7)) * fd_mma_cfg<T, D, NW>::VEC;
+    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
     fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
     fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
     if (flags && c == 0) valid[kl] = ok ? 1 : 0;
@@ -401,12 +345,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
                                                          unsigned char *smem) {
-  using C = fd_mma_cfg<T, D, NW>;
+  using C = fd_mma_cfg<D, NW>;
   constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT, KS = C::KS;
   constexpr int ROWS = FD_MMA_ROWS;
   constexpr int OSTRIDE = D + FD_MMA_OPAD;
 
-  /* Carve-up; fd_mma_cfg<T, D, NW>::SMEM sizes it. */
+  /* Carve-up; fd_mma_cfg<D, NW>::SMEM sizes it. */
   T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
   T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
   T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
@@ -450,7 +394,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
 
   if (num_tiles > 0) { /* block-uniform */
-    using M = fd_mma_copy<T, D, NW>;
+    using M = fd_mma_copy<D, NW>;
     const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
     const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
     const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
@@ -467,9 +411,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         const int t = (row0 + r) - gi * q_len;
         const int64_t h = (int64_t)hk * p.group + gi;
         src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
-               c * C::VEC;
+               c * 8;
       }
-      fd_cp_async16(sQ + r * D + (c ^ (r & 7)) * C::VEC, src, ok);
+      fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
     }
     fd_cp_async_commit();
 
@@ -489,8 +433,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
     const int kr = tid / C::CH;
     const int cc = tid % C::CH;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + kr) * p.k_strides[1] + cc * C::VEC;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + kr) * p.v_strides[1] + cc * C::VEC;
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + kr) * p.k_strides[1] + cc * 8;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + kr) * p.v_strides[1] + cc * 8;
     const int64_t k_step = (int64_t)M::RSTEP * p.k_strides[1];
     const int64_t v_step = (int64_t)M::RSTEP * p.v_strides[1];
     const int64_t k_tile = (int64_t)KT * p.k_strides[1];
@@ -507,7 +451,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
       if (paged && s < num_tiles) {
         const int key0 = begin + s * KT;
-        fd_mma_page_ids<T, D, NW>(bt_row, p.page_size, pshift, kshift, key0, min(KT, pass_end - key0),
+        fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, kshift, key0, min(KT, pass_end - key0),
                            pgp[s]);
       }
     }
@@ -537,19 +481,16 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
     fd_cp_async_wait<STAGES - 1>();
     __syncthreads();
-    /* 16-bit: Q's A fragments stay in registers for the pass. fp32: read
-     * (and split into tf32 hi + lo) from shared memory every tile, as 2 x
-     * head_dim registers would not fit. */
-    uint32_t qa[C::F32 ? 1 : KS][4];
-    if constexpr (!C::F32) {
+    uint32_t qa[KS][4];
+    {
       const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
       const int sub = lane >> 4;
 #pragma unroll
       for (int ks = 0; ks < KS; ks++) fd_ldmatrix_x4(qa[ks], sQ_u + fd_swz<D>(r, 2 * ks + sub));
     }
 
-    /* ldmatrix rows of this lane (16-bit): K (non-transposed, two n-tiles x
-     * two k-halves) and V (transposed, two key halves x two n-tiles). */
+    /* ldmatrix rows of this lane: K (non-transposed, two n-tiles x two k-halves)
+     * and V (transposed, two key halves x two n-tiles). */
     const int k_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
     const int k_sub = (lane >> 3) & 1;
     const int v_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
@@ -571,7 +512,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
                                     sK + load_stage * KT * D, sV + load_stage * KT * D,
                                     sValid + load_stage * KT);
             if (nt + 1 < num_tiles)
-              fd_mma_page_ids<T, D, NW>(bt_row, p.page_size, pshift, kshift, nkey0 + KT,
+              fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, kshift, nkey0 + KT,
                                  min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
             fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, k_step, v_step,
@@ -585,37 +526,16 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       }
 
       /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
+      const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
       float s[2][4];
 #pragma unroll
       for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      if constexpr (C::F32) {
-        /* 3xTF32, k = 8 dims a step; lane (g, qd) reads q rows g, g + 8 and
-         * key kw 16 + 8 n + g at dims 8 ks + qd and 8 ks + qd + 4. */
-        const float *qs = reinterpret_cast<const float *>(sQ);
-        const float *kt = reinterpret_cast<const float *>(sK) + stage * KT * D;
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-          const int d0 = ks * 8 + qd, d1 = d0 + 4;
-          uint32_t ah[4], al[4];
-          fd_tf32_split(qs[fd_swz32<D>(g, d0)], ah[0], al[0]);
-          fd_tf32_split(qs[fd_swz32<D>(g + 8, d0)], ah[1], al[1]);
-          fd_tf32_split(qs[fd_swz32<D>(g, d1)], ah[2], al[2]);
-          fd_tf32_split(qs[fd_swz32<D>(g + 8, d1)], ah[3], al[3]);
-#pragma unroll
-          for (int n = 0; n < 2; n++) {
-            const int key = kw * 16 + n * 8 + g;
-            fd_mma_3xtf32(s[n], ah, al, kt[fd_swz32<D>(key, d0)], kt[fd_swz32<D>(key, d1)]);
-          }
-        }
-      } else {
-        const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-          uint32_t kb[4];
-          fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
-          fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
-          fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
-        }
+      for (int ks = 0; ks < KS; ks++) {
+        uint32_t kb[4];
+        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
+        fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
+        fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
       }
 
       /* Scale to base-2 units and mask. */
@@ -662,44 +582,22 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         o[n][3] *= a1;
       }
 
-      if constexpr (C::F32) {
-        /* O += P V in 3xTF32, 8 keys a k-step. The accumulators give lane
-         * (g, qd) keys 2 qd and 2 qd + 1 of rows g, g + 8; taken as k = qd
-         * and k = qd + 4 of the A fragment (the keys' order inside a step is
-         * free), so V's B fragment reads keys 2 qd and 2 qd + 1 at column g. */
-        const float *vt = reinterpret_cast<const float *>(sV) + stage * KT * D;
+      /* O += P V: P from the accumulators as the A operand, split into a
+       * 16-bit hi and lo part (fd_pack2_split), two mma each. */
+      uint32_t pa[4], pl[4];
+      fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
+      fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
+      fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
+      fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
+      const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-          uint32_t ph[4], pl[4];
-          fd_tf32_split(s[n][0], ph[0], pl[0]);
-          fd_tf32_split(s[n][2], ph[1], pl[1]);
-          fd_tf32_split(s[n][1], ph[2], pl[2]);
-          fd_tf32_split(s[n][3], ph[3], pl[3]);
-          const int key = kw * 16 + n * 8 + 2 * qd;
-#pragma unroll
-          for (int j = 0; j < NT; j++) {
-            const int col = dw * C::DPW + j * 8 + g;
-            fd_mma_3xtf32(o[j], ph, pl, vt[fd_swz32<D>(key, col)], vt[fd_swz32<D>(key + 1, col)]);
-          }
-        }
-      } else {
-        /* O += P V: P from the accumulators as the A operand, split into a
-         * 16-bit hi and lo part (fd_pack2_split), two mma each. */
-        uint32_t pa[4], pl[4];
-        fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
-        fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
-        fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
-        fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
-        const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-          uint32_t vb[4];
-          fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
-          fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
-          fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
-          fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
-          fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
-        }
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t vb[4];
+        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
+        fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+        fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
       }
       stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
@@ -782,7 +680,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
 
 template <typename T, int D, int NW>
 static cudaError_t fd_split_mma_prepare(void) {
-  constexpr size_t smem = fd_mma_cfg<T, D, NW>::SMEM;
+  constexpr size_t smem = fd_mma_cfg<D, NW>::SMEM;
   cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
@@ -800,8 +698,8 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
-  cfg.blockDim = dim3(fd_mma_cfg<T, D, NW>::THREADS);
-  cfg.dynamicSmemBytes = fd_mma_cfg<T, D, NW>::SMEM;
+  cfg.blockDim = dim3(fd_mma_cfg<D, NW>::THREADS);
+  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW>::SMEM;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   memset(attr, 0, sizeof attr);
@@ -820,8 +718,8 @@ static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
   const cudaError_t e = fd_split_mma_prepare<T, D, 4>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D, 4>,
-                                                       fd_mma_cfg<T, D, 4>::THREADS,
-                                                       fd_mma_cfg<T, D, 4>::SMEM);
+                                                       fd_mma_cfg<D, 4>::THREADS,
+                                                       fd_mma_cfg<D, 4>::SMEM);
 }
 
 template <typename T, int D>
@@ -844,7 +742,6 @@ static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int wide,
 
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream) {
   switch (p->dtype) {
-    case FD_DTYPE_F32: return fd_split_mma_launch_dim<float>(p, wide, stream);
     case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, wide, stream);
     case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, wide, stream);
   }
@@ -864,7 +761,6 @@ static cudaError_t fd_split_mma_occupancy_dim(int head_dim, int *blocks_per_sm) 
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm) {
   *blocks_per_sm = 0;
   switch (dtype) {
-    case FD_DTYPE_F32: return fd_split_mma_occupancy_dim<float>(head_dim, blocks_per_sm);
     case FD_DTYPE_F16: return fd_split_mma_occupancy_dim<__half>(head_dim, blocks_per_sm);
     case FD_DTYPE_BF16: return fd_split_mma_occupancy_dim<__nv_bfloat16>(head_dim, blocks_per_sm);
   }
