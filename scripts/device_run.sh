@@ -9,6 +9,7 @@
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp]
+#   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep).
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
@@ -92,6 +93,10 @@ if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+
+if want bench && [ "${FD_PROFILE:-0}" = 1 ] && step "Nsight Compute: paged vs contiguous, one split" 60; then
+  bash dev/cuda/profile.sh "$OUT/ncu" paged 2>&1 | tail -60
 fi
 
 if want test && step "python tests and the SDPA-swap example" 70; then

@@ -4,7 +4,10 @@
 # (stall reasons), scheduler, throughput and memory sections of one launch of
 # the tensor-core split kernel per shape, contiguous against paged. Writes
 # OUTDIR/ncu-<tag>.txt and prints the lines that compare them.
-#   bash dev/cuda/profile.sh OUTDIR
+#   bash dev/cuda/profile.sh OUTDIR          the shapes below
+#   bash dev/cuda/profile.sh OUTDIR paged    B=1 16k, one split (8 blocks of the
+#        8-warp kernel): contiguous against page_size 16 and 64, where the
+#        page walk costs a lone block 38-64 % (bench/NOTES.md)
 set -u
 OUT=${1:-/tmp/fd_prof}
 mkdir -p "$OUT"
@@ -19,6 +22,12 @@ prof() { # prof TAG ARGS...
   grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
     "$OUT/ncu-$tag.txt" | head -40
 }
+if [ "${2:-}" = paged ]; then
+  prof b1-1split-contig --batch 1 --kv-len 16384 --num-splits 1
+  prof b1-1split-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 1
+  prof b1-1split-paged64 --batch 1 --kv-len 16384 --page-size 64 --num-splits 1
+  exit 0
+fi
 prof b32-contig --batch 32 --kv-len 4096
 prof b32-paged16 --batch 32 --kv-len 4096 --page-size 16
 prof b1-16k-contig --batch 1 --kv-len 16384 --num-splits 32
