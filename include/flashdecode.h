@@ -214,7 +214,9 @@ typedef struct fd_plan {
                              need none); device memory for CUDA */
   uint32_t magic;         /* (internal) set by fd_plan_init */
   int32_t split_keys;     /* (internal) keys a split of the longest sequence
-                             holds as planned (kv_len_hint, else kv_capacity) */
+                             holds as planned (kv_len_hint, else kv_capacity);
+                             CUDA picks its kernel variant from it. Runs still
+                             split the actual kv_len (any variant is exact) */
   /* (internal) workspace layout, byte offsets */
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */

@@ -7,8 +7,8 @@
 
 #include "internal.h"
 
-/* Keys per chunk: split boundaries fall on multiples of this. It is also the
- * CUDA kernel's key tile. */
+/* Keys per chunk: split boundaries fall on multiples of this, and the CUDA
+ * kernels' key tiles (16 to 128 keys) start on them. */
 #define FD_CHUNK_LEN 64
 /* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
 #define FD_MAX_AUTO_SPLITS 128
@@ -59,9 +59,10 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The automatic split count for `items` work items of `chunks` chunks each:
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
- * contiguous fp16/bf16, the count for one block per multiprocessor instead,
- * which runs the 8-warp kernel (cuda_backend.cu): for head_dim >= 128 always,
- * for head_dim 64 when each block's share is short. Measured on the H200
+ * contiguous fp16/bf16, the count for one block per multiprocessor instead:
+ * for head_dim >= 128 when the grid then fits the SMs with splits of >= 128
+ * keys (what cuda_backend.cu needs to run the 8-warp kernel), for head_dim
+ * 64 when each block's share is short. Measured on the H200
  * (bench/NOTES.md, 61bfe9d sweep): at B=1, 8 kv heads, 16 splits of the
  * 8-warp kernel beat 32 of the 4-warp one from 16k to 128k keys (d256 too);
  * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel and
@@ -73,7 +74,8 @@ static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t item
       p->page_size == 0) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
-    if (one > 1 && (p->head_dim >= 128 || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
+    const int wide = items * one <= slots && keys >= 128; /* the 8-warp kernel will run */
+    if (one > 1 && ((p->head_dim >= 128 && wide) || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
       splits = one;
   }
   return splits;

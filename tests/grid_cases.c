@@ -75,12 +75,16 @@ static const fd_case gpu_extra[] = {
     {.dtype = F16, .head_dim = 64, .num_heads_q = 64, .num_heads_kv = 8, .batch = 16,
      .kv_len = {5000, 3, 70, 129, 1, 0, 640, 2000, 4097, 33, 64, 127, 128, 2, 9000, 300}, .q_len = 2, .with_lse = 1, .kv_capacity_pad = 1000},
     /* the 8-warp kernel (grids of <= one block per SM, splits of >= 128
-     * keys): head_dim 256 with keys, paged walks with one page id per 16
-     * and per 64 keys (page_size 128: runs capped at the 64-key alignment) */
-    {.dtype = BF16, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 8, .batch = 1, .kv_len = {5001}, .q_len = 2, .page_size = 16, .with_lse = 1, .check_splits = 1},
+     * keys): head_dim 256 with keys (paged 64 and 256), bf16 head_dim 64,
+     * paged walks with one page id per 16 and per 64 keys; page_size 128
+     * with 320-key splits (tiles that start at 64 mod 128 and cross a page:
+     * runs capped at the 64-key alignment) */
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 8, .batch = 1, .kv_len = {5001}, .q_len = 2, .page_size = 64, .num_splits = 16, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 256, .num_heads_q = 4, .num_heads_kv = 2, .batch = 1, .kv_len = {1500}, .q_len = 2, .page_size = 256, .num_splits = 5, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3000, 129}, .q_len = 1, .num_splits = 5, .with_lse = 1, .check_splits = 1},
     {.dtype = F16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3000, 129}, .q_len = 1, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 16, .num_splits = 4, .with_lse = 1},
-    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2900, 190}, .q_len = 3, .page_size = 128, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2900, 190}, .q_len = 3, .page_size = 128, .layout = NONCONTIG, .num_splits = 10, .with_lse = 1, .check_splits = 1},
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

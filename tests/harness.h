@@ -49,7 +49,8 @@ typedef struct fd_case {
   int32_t num_threads;                 /* CPU worker threads, 0 = default */
   int32_t sm_count;                    /* CUDA: fd_problem.sm_count (0 = the device's). 1 makes
                                           every grid of more than one block run the 4-warp
-                                          tensor-core kernel (two blocks an SM) */
+                                          tensor-core kernel (two blocks an SM); it also changes
+                                          the automatic split count (num_splits 0) */
   int32_t kv_capacity_pad;             /* kv_capacity = max kv_len + this */
   int32_t misalign;                    /* base pointers of q, k, v, out (and lse) moved this many
                                           elements past 64-byte alignment. CUDA: when that is not

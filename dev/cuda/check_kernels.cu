@@ -8,7 +8,8 @@
  * exits 1 on any failure.
  *
  * The split kernel is chosen as fd_cuda_run does: fp32 -> fd_split_launch
- * (CUDA cores), fp16/bf16 -> fd_split_mma_launch (tensor cores); the combine
+ * (CUDA cores), fp16/bf16 -> fd_split_mma_launch (tensor cores, the 4-warp
+ * variant only: the library's GPU test grid runs both variants); the combine
  * is launched with programmatic dependent launch. Cases run on a created
  * stream; a few run on the legacy default stream as well.
  *
@@ -74,6 +75,7 @@ static float load_elem(const void *buf, int64_t i, fd_dtype dt) {
 
 /* The split kernel fd_cuda_run would launch for kp's dtype. */
 static cudaError_t launch_split(const fd_kernel_params *kp, cudaStream_t stream) {
+  /* the 4-warp tensor-core kernel only; the library's test grid runs both */
   return kp->dtype == FD_DTYPE_F32 ? fd_split_launch(kp, stream) : fd_split_mma_launch(kp, 0, stream);
 }
 

@@ -59,7 +59,7 @@
  * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
  *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
  *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM; NW = 8:
- *   ~198-205 KB, one block. After the last
+ *   ~196-201 KiB (200,576 to 205,632 bytes), one block. After the last
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *

@@ -56,7 +56,8 @@ static int same_plan(const fd_plan *a, const fd_plan *b) {
          a->kv_capacity == b->kv_capacity && a->num_splits == b->num_splits && a->chunk_len == b->chunk_len &&
          a->sm_count == b->sm_count && a->num_threads == b->num_threads &&
          a->workspace_size == b->workspace_size && a->ws_partial_o == b->ws_partial_o &&
-         a->ws_partial_ml == b->ws_partial_ml && a->ws_counters == b->ws_counters;
+         a->ws_partial_ml == b->ws_partial_ml && a->ws_counters == b->ws_counters &&
+         a->split_keys == b->split_keys;
 }
 
 static void *work(void *arg) {
