@@ -205,11 +205,12 @@ def build_shapes(quick, trace_dir, notes):
         # Diagnostic (not a target row): the same pages in pool order, so that the
         # cost of scattered pages (DRAM/TLB locality) separates from the cost of
         # walking block_table.
+        # B=1 too: one block an SM there, where the page walk costs most.
         if not quick:
-            b, hq, hkv, n, d = PAGED_ROWS[1]
-            shapes.append(Shape(uniform_name(b, hq, hkv, n, d, "bf16", ps) + "-inorder", b, hq, hkv,
-                                d, "bf16", [n] * b, ps, "paged-inorder",
-                                uniform_name(b, hq, hkv, n, d, "bf16")))
+            for b, hq, hkv, n, d in (PAGED_ROWS[1], PAGED_ROWS[0]):
+                shapes.append(Shape(uniform_name(b, hq, hkv, n, d, "bf16", ps) + "-inorder", b, hq,
+                                    hkv, d, "bf16", [n] * b, ps, "paged-inorder",
+                                    uniform_name(b, hq, hkv, n, d, "bf16")))
         for r in ([] if quick else ragged[:1]):
             shapes.append(Shape(f"{r.name}-paged{ps}", r.batch, r.hq, r.hkv, r.d, r.dtype, r.lens,
                                 ps, "paged", r.name, False, r.note))
