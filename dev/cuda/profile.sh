@@ -7,13 +7,14 @@
 #   bash dev/cuda/profile.sh OUTDIR          the shapes below
 #   bash dev/cuda/profile.sh OUTDIR paged    B=1 16k, one split (8 blocks of the
 #        8-warp kernel): contiguous against page_size 16 and 64, where the
-#        page walk costs a lone block 38-64 % (bench/NOTES.md)
+#        page walk costs a lone block 38-64 % (bench/NOTES.md); and the fp32
+#        CUDA-core kernel at B=64 8k (66 % of the ceiling, latency-bound?)
 set -u
 OUT=${1:-/tmp/fd_prof}
 mkdir -p "$OUT"
 prof() { # prof TAG ARGS...
   local tag=$1; shift
-  timeout 120 ncu -k regex:fd_split_mma_kernel --launch-skip 5 --launch-count 1 \
+  timeout 120 ncu -k regex:${KREGEX:-fd_split_mma_kernel} --launch-skip 5 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     --section SourceCounters --print-details all \
@@ -26,6 +27,7 @@ if [ "${2:-}" = paged ]; then
   prof b1-1split-contig --batch 1 --kv-len 16384 --num-splits 1
   prof b1-1split-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 1
   prof b1-1split-paged64 --batch 1 --kv-len 16384 --page-size 64 --num-splits 1
+  KREGEX=fd_split_kernel prof b64-fp32 --batch 64 --kv-len 8192 --dtype f32
   exit 0
 fi
 prof b32-contig --batch 32 --kv-len 4096
