@@ -12,6 +12,7 @@
  *   with and without lse, large softmax_scale, automatic splits on many threads.
  * The CPU grid runs in a few seconds on two cores.
  */
+#include "cpu/cpu_kernels.h"
 #include "harness.h"
 
 #define F32 FD_DTYPE_F32
@@ -87,6 +88,27 @@ static const fd_case gpu_extra[] = {
     {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2900, 190}, .q_len = 3, .page_size = 128, .layout = NONCONTIG, .num_splits = 10, .with_lse = 1, .check_splits = 1},
 };
 
+/* CPU only: head_dim <= 8, where the SIMD kernels transpose keys into lanes
+ * (cpu_kernels_avx512.c, cpu_kernels_avx2.c) and run the softmax of every
+ * head of a pass in one call. Group sizes 1, 2, 3, 4, 8; q_len up to 16,
+ * with rows whose last visible key ends a 32-key block while other rows go
+ * on (kv 130, q_len 8) and rows that see nothing; block and split tails;
+ * passes of more than 16 rows; large scores. Run with fd_run and again with
+ * the AVX2 kernels forced where the machine has better ones. */
+static const fd_case cpu_small[] = {
+    {.dtype = F32, .head_dim = 8, .num_heads_q = 8, .num_heads_kv = 4, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
+    {.dtype = F32, .head_dim = 8, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {130, 97}, .q_len = 8, .num_splits = 1, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 8, .num_heads_q = 16, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 33, 1000}, .q_len = 8, .page_size = 16, .layout = NONCONTIG, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 8, .num_heads_q = 4, .num_heads_kv = 4, .batch = 2, .kv_len = {65, 4097}, .q_len = 2, .page_size = 1, .num_splits = 2, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 8, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {5, 31}, .q_len = 16, .with_lse = 1, .kv_capacity_pad = 40},
+    {.dtype = F32, .head_dim = 8, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {5, 200}, .q_len = 16, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 8, .num_heads_q = 2, .num_heads_kv = 1, .batch = 4, .kv_len = {1, 63, 64, 0}, .q_len = 3, .layout = NONCONTIG, .num_splits = 2, .with_lse = 1},
+    {.dtype = F32, .head_dim = 8, .num_heads_q = 8, .num_heads_kv = 4, .batch = 1, .kv_len = {300}, .q_len = 1, .num_splits = 1, .with_lse = 1, .softmax_scale = 8.0f},
+    {.dtype = BF16, .head_dim = 8, .num_heads_q = 32, .num_heads_kv = 4, .batch = 1, .kv_len = {777}, .q_len = 4, .num_splits = 3, .with_lse = 1, .num_threads = 3, .check_determinism = 1},
+    {.dtype = F16, .head_dim = 5, .num_heads_q = 6, .num_heads_kv = 2, .batch = 1, .kv_len = {77}, .q_len = 4, .num_splits = 2, .with_lse = 1},
+    {.dtype = F32, .head_dim = 3, .num_heads_q = 3, .num_heads_kv = 1, .batch = 2, .kv_len = {40, 130}, .q_len = 8, .page_size = 16, .with_lse = 1},
+};
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
@@ -103,6 +125,18 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
       c.check_determinism = 1;
     }
     cases[n++] = c;
+  }
+  if (backend == FD_BACKEND_CPU) {
+    const fd_cpu_isa best = fd_cpu_isa_detect();
+    for (int forced = 0; forced < 2; forced++) {
+      if (forced && best <= FD_CPU_ISA_AVX2) break; /* fd_run already runs AVX2 (or scalar) */
+      for (int i = 0; i < COUNT(cpu_small) && n < max; i++) {
+        fd_case c = cpu_small[i];
+        c.backend = backend;
+        if (forced) c.cpu_isa = 1 + FD_CPU_ISA_AVX2;
+        cases[n++] = c;
+      }
+    }
   }
   if (backend == FD_BACKEND_CUDA) {
     for (int i = 0; i < COUNT(gpu_extra) && n < max; i++) {

@@ -17,7 +17,9 @@
  * FlashAttention's online softmax in float32 for every query row of the
  * head's group (num_heads_q / num_heads_kv heads times q_len tokens), so each
  * key and value is read once per item. Groups too large for a pass are cut
- * into row tiles (bounded stack buffers).
+ * into row tiles (bounded stack buffers). Small head_dims (kernels with
+ * small_* steps) take longer key blocks, up to FD_CPU_SMALL_BLOCK, and one
+ * softmax call for all heads of a pass.
  *
  * num_splits == 1: the item writes normalised out and lse. Otherwise it writes
  * its unnormalised partial (O, m, l) into the workspace and fd_cpu_combine
@@ -35,8 +37,6 @@
 
 /* Floats of q in one pass: heads * rows * head_dim (as many accumulators). */
 #define FD_CPU_PASS_FLOATS 4096
-/* Query rows of one pass, all heads together. */
-#define FD_CPU_PASS_ROWS 256
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
 #define FD_CPU_ITEM_OVERHEAD 32.0
 
@@ -51,6 +51,8 @@ typedef struct cpu_call {
   int group_rows;     /* query rows of one kv head: group * q_len */
   int heads_per_pass; /* kv heads run together */
   int tile_rows;      /* rows per head in a pass (group_rows unless it needs tiles) */
+  int small;          /* run the kernels' small_* steps (head_dim <= small_head_dim) */
+  int block;          /* keys per kernel call: FD_CPU_KEY_BLOCK, longer for the small steps */
 } cpu_call;
 
 /* Address of position j of sequence b, kv head hk, in a K or V cache with
@@ -70,6 +72,24 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
   return (const char *)cache + off * (int64_t)c->elem_size;
 }
 
+/* The block of head h of a pass: `pass` describes head 0, whose arrays
+ * continue with those of the next heads ([heads][rows]...; count too, when
+ * set); k_head / v_head: bytes from one kv head's row to the next. */
+static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdiff_t k_head,
+                               ptrdiff_t v_head) {
+  fd_cpu_block blk = *pass;
+  blk.q += (ptrdiff_t)h * rows * pass->head_dim;
+  blk.acc += (ptrdiff_t)h * rows * pass->head_dim;
+  blk.m += h * rows;
+  blk.l += h * rows;
+  blk.alpha += h * rows;
+  blk.scratch += (ptrdiff_t)h * rows * pass->stride;
+  if (blk.count) blk.count += h * rows;
+  blk.key_off = h * k_head;
+  blk.value_off = h * v_head;
+  return blk;
+}
+
 /* One pass: kv heads [h0, h0 + heads) of sequence b, rows [row0, row0 + rows)
  * of each head's group, over the keys [begin, end) of split `split`. Local
  * row r of head h0 + h is query head (h0 + h) * group + (row0 + r) / q_len,
@@ -85,13 +105,15 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   const int32_t num_splits = plan->num_splits;
   const int all_rows = heads * rows;
 
-  float q[FD_CPU_PASS_FLOATS];   /* [heads][rows][head_dim] */
-  float acc[FD_CPU_PASS_FLOATS]; /* [heads][rows][head_dim] unnormalised output */
-  float scratch[FD_CPU_PASS_ROWS * FD_CPU_KEY_BLOCK]; /* [heads][rows][FD_CPU_KEY_BLOCK] */
+  /* (64-byte aligned: a vector store that splits a cache line does not
+   * forward its data to the loads that follow it) */
+  _Alignas(64) float q[FD_CPU_PASS_FLOATS];   /* [heads][rows][head_dim] */
+  _Alignas(64) float acc[FD_CPU_PASS_FLOATS]; /* [heads][rows][head_dim] unnormalised output */
+  _Alignas(64) float scratch[FD_CPU_PASS_ROWS * FD_CPU_KEY_BLOCK]; /* [heads][rows][c->block] */
   float m[FD_CPU_PASS_ROWS], l[FD_CPU_PASS_ROWS], alpha[FD_CPU_PASS_ROWS]; /* [heads][rows] */
   int32_t limit[FD_CPU_MAX_ROWS]; /* row r sees keys [begin, limit[r]) (all heads alike) */
-  int count[FD_CPU_MAX_ROWS];
-  const void *keys[FD_CPU_KEY_BLOCK], *values[FD_CPU_KEY_BLOCK];
+  int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
+  const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
 
   int32_t tile_end = begin;
   for (int r = 0; r < rows; r++) {
@@ -118,12 +140,33 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
 
   const ptrdiff_t k_head = (ptrdiff_t)t->k_strides[2] * (ptrdiff_t)c->elem_size;
   const ptrdiff_t v_head = (ptrdiff_t)t->v_strides[2] * (ptrdiff_t)c->elem_size;
+  /* contiguous caches: position 0 of head h0, and the bytes between positions */
+  const char *k_first = NULL, *v_first = NULL;
+  ptrdiff_t k_pos = 0, v_pos = 0;
+  if (p->page_size == 0) {
+    k_first = kv_row(c, t->k_cache, t->k_strides, b, 0, h0);
+    v_first = kv_row(c, t->v_cache, t->v_strides, b, 0, h0);
+    k_pos = (ptrdiff_t)t->k_strides[1] * (ptrdiff_t)c->elem_size;
+    v_pos = (ptrdiff_t)t->v_strides[1] * (ptrdiff_t)c->elem_size;
+  }
   int nb; /* keys in this block; j0 + nb never overflows (<= tile_end) */
   for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
-    nb = tile_end - j0 < FD_CPU_KEY_BLOCK ? tile_end - j0 : FD_CPU_KEY_BLOCK;
-    for (int j = 0; j < nb; j++) {
-      keys[j] = kv_row(c, t->k_cache, t->k_strides, b, j0 + j, h0);
-      values[j] = kv_row(c, t->v_cache, t->v_strides, b, j0 + j, h0);
+    nb = tile_end - j0 < c->block ? tile_end - j0 : c->block;
+    if (p->page_size == 0) { /* contiguous: one stride per position */
+      const char *kp = k_first + (ptrdiff_t)j0 * k_pos, *vp = v_first + (ptrdiff_t)j0 * v_pos;
+      for (int j = 0; j < nb; j++) {
+        keys[j] = kp + (ptrdiff_t)j * k_pos;
+        values[j] = vp + (ptrdiff_t)j * v_pos;
+      }
+    } else {
+      for (int j = 0; j < nb; j++) {
+        keys[j] = kv_row(c, t->k_cache, t->k_strides, b, j0 + j, h0);
+        values[j] = kv_row(c, t->v_cache, t->v_strides, b, j0 + j, h0);
+      }
+    }
+    for (int j = nb; j < ((nb + 31) & ~31); j++) { /* the contract's padding */
+      keys[j] = keys[nb - 1];
+      values[j] = values[nb - 1];
     }
     int every = 1; /* every row sees every key of the block */
     for (int r = 0; r < rows; r++) {
@@ -135,7 +178,12 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
     /* the scores of every head, then the values of every head: the block's
      * keys are read as one sweep, then its values */
-    fd_cpu_block blk = {
+    const fd_cpu_block pass = {
+        .q = q,
+        .acc = acc,
+        .m = m,
+        .l = l,
+        .alpha = alpha,
         .scratch = scratch,
         .count = every ? NULL : count,
         .keys = keys,
@@ -144,17 +192,31 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         .rows = rows,
         .num_keys = nb,
         .head_dim = head_dim,
+        .stride = c->block,
     };
+    if (c->small) {
+      /* scores of every head, the softmax of all their rows in one call,
+       * then the values; count per head and row */
+      for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
+      for (int h = 0; h < heads; h++) {
+        const fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        c->kernels.small_scores(&blk);
+      }
+      fd_cpu_block all = pass;
+      all.rows = all_rows;
+      all.q = NULL;
+      all.keys = all.values = NULL;
+      c->kernels.small_softmax(&all);
+      for (int h = 0; h < heads; h++) {
+        const fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        c->kernels.small_values(&blk);
+      }
+      continue;
+    }
     for (int step = 0; step < 2; step++) {
       for (int h = 0; h < heads; h++) {
-        blk.q = q + (ptrdiff_t)h * rows * head_dim;
-        blk.acc = acc + (ptrdiff_t)h * rows * head_dim;
-        blk.m = m + h * rows;
-        blk.l = l + h * rows;
-        blk.alpha = alpha + h * rows;
-        blk.scratch = scratch + (ptrdiff_t)h * rows * FD_CPU_KEY_BLOCK;
-        blk.key_off = h * k_head;
-        blk.value_off = h * v_head;
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        blk.count = pass.count; /* [rows], all heads alike */
         if (step == 0)
           c->kernels.scores(&blk);
         else
@@ -258,6 +320,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
                    (int)isa, (int)p->dtype);
   c.plan = plan;
   c.t = t;
+  c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
   c.elem_size = fd_dtype_size(p->dtype);
   const int32_t num_splits = plan->num_splits;
   if (num_splits > 1) {
@@ -279,6 +342,15 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
     if (c.tile_rows > FD_CPU_MAX_ROWS) c.tile_rows = FD_CPU_MAX_ROWS;
   }
 
+  /* Key blocks: FD_CPU_KEY_BLOCK; for the small steps as long as the
+   * scratch buffer allows for the largest pass (the same for every pass, so
+   * that a head's arithmetic does not depend on the heads it runs with). */
+  c.block = FD_CPU_KEY_BLOCK;
+  if (c.small) {
+    c.block = (FD_CPU_PASS_ROWS * FD_CPU_KEY_BLOCK / (c.heads_per_pass * c.tile_rows)) & ~31;
+    if (c.block > FD_CPU_SMALL_BLOCK) c.block = FD_CPU_SMALL_BLOCK;
+  }
+
   const int64_t items = (int64_t)p->batch * p->num_heads_kv * num_splits;
   /* Threads: no more than the items, and about one per 256 KB of K/V, so a
    * tiny call (a small model's decode step) does not pay to wake them all. */
@@ -290,8 +362,14 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   if (threads > plan->num_threads) threads = plan->num_threads;
   if (threads < 1) threads = 1;
   const double total = run_share(&c, -1, 1, 0.0);
-#pragma omp parallel num_threads((int)threads) if (threads > 1)
-  run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+  if (threads == 1) {
+    /* no parallel region: even an if(0) one costs libgomp a team
+     * allocation and a futex call (~0.2 us, a tenth of a small call) */
+    run_share(&c, 0, 1, total);
+  } else {
+#pragma omp parallel num_threads((int)threads)
+    run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+  }
 
   if (num_splits > 1) return fd_cpu_combine(plan, t, c.partial_o, c.partial_ml, err);
   return fd_ok(err);

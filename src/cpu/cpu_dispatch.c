@@ -7,6 +7,8 @@
  * microseconds each). Only clang builds on machines without AVX-512 still ask
  * cpuid for F16C (clang's __builtin_cpu_supports does not know "f16c").
  */
+#include <string.h>
+
 #include "cpu_kernels.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -39,6 +41,7 @@ fd_cpu_isa fd_cpu_isa_detect(void) {
 }
 
 int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
+  memset(k, 0, sizeof *k); /* optional entries a getter leaves out: none */
   switch (isa) {
     case FD_CPU_ISA_AVX512: return fd_cpu_kernels_avx512(dtype, k);
     case FD_CPU_ISA_AVX2: return fd_cpu_kernels_avx2(dtype, k);

@@ -27,6 +27,11 @@ typedef enum fd_cpu_isa {
 #define FD_CPU_KEY_BLOCK 32
 /* Query rows per kernel call, at most. */
 #define FD_CPU_MAX_ROWS 64
+/* Query rows of one pass (all its heads together), at most: what a
+ * small_softmax call may get. */
+#define FD_CPU_PASS_ROWS 256
+/* Keys per call of the small_* steps, at most (a multiple of 32). */
+#define FD_CPU_SMALL_BLOCK 256
 
 /*
  * One key block of one kv head, for `rows` query rows of its group: the
@@ -52,7 +57,15 @@ typedef enum fd_cpu_isa {
  * Key j is at (const char *)keys[j] + key_off (head_dim elements of the
  * plan's dtype), value j at (const char *)values[j] + value_off: the block's
  * pointers are those of the pass's first kv head, the offsets select this
- * head, so every head of a pass shares one pointer array.
+ * head, so every head of a pass shares one pointer array. Both arrays are
+ * padded to a multiple of 32 entries: entries num_keys .. (num_keys rounded
+ * up to 32) - 1 repeat the last key's (a kernel may read them and discard
+ * what it computes).
+ *
+ * Scratch rows are `stride` floats apart: FD_CPU_KEY_BLOCK for `scores` and
+ * `values`; for the small_* steps below a multiple of 32 up to
+ * FD_CPU_SMALL_BLOCK, and num_keys <= stride (longer blocks: fewer
+ * reductions and calls per key).
  */
 typedef struct fd_cpu_block {
   const float *q;            /* [rows][head_dim] query rows */
@@ -60,13 +73,14 @@ typedef struct fd_cpu_block {
   float *m;                  /* [rows] running max of the scores, in/out */
   float *l;                  /* [rows] running sum of exp(s - m), in/out */
   float *alpha;              /* [rows] scores -> values: the rescale factors */
-  float *scratch;            /* [rows][FD_CPU_KEY_BLOCK] scores -> values: p */
+  float *scratch;            /* [rows][stride] scores -> values: p */
   const int *count;          /* [rows] keys of the block each row sees, or NULL: all */
-  const void *const *keys;   /* [num_keys] */
-  const void *const *values; /* [num_keys] */
+  const void *const *keys;   /* [num_keys padded], see above */
+  const void *const *values; /* [num_keys padded] */
   ptrdiff_t key_off, value_off; /* bytes */
   float scale;               /* softmax_scale */
-  int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..FD_CPU_KEY_BLOCK */
+  int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
+  int stride;                /* floats from one scratch row to the next, see above */
 } fd_cpu_block;
 
 typedef void (*fd_cpu_step_fn)(const fd_cpu_block *blk);
@@ -75,6 +89,21 @@ typedef struct fd_cpu_kernels {
   fd_cpu_step_fn scores; /* scores and online softmax */
   fd_cpu_step_fn values; /* weighted sum of the values */
   int paired; /* acc in the paired order (see above) for bf16, head_dim % 32 == 0 */
+  /*
+   * Optional (small_head_dim 0: none), for head_dim <= small_head_dim: the
+   * same step in three calls, over longer key blocks (stride up to
+   * FD_CPU_SMALL_BLOCK). At small head_dims the per-row work of the online
+   * softmax (reductions, the exp of alpha) and each call's set-up outweigh
+   * the dot products; longer blocks pay them once per more keys, and one
+   * softmax call for every head of a pass lets the rows' chains overlap.
+   * small_scores writes s_j = scale * dot(q[r], key j) into scratch for
+   * j < num_keys (what it writes past a row's n is ignored); small_softmax
+   * does the rest of `scores` on those (m, l, alpha, p), for blk->rows up to
+   * FD_CPU_PASS_ROWS, reading no key (q, keys, values NULL); small_values
+   * is `values`. acc rows are in natural column order.
+   */
+  fd_cpu_step_fn small_scores, small_softmax, small_values;
+  int small_head_dim;
 } fd_cpu_kernels;
 
 /* 1 when acc rows of `k` for dtype and head_dim are in the paired order. */
