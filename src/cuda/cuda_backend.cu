@@ -51,8 +51,6 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
 }
 
 extern "C" int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
-  /* fp32 runs the CUDA-core kernel, sized for 2 blocks per SM (~98 KB smem). */
-  if (dtype == FD_DTYPE_F32) return 2;
   int current = 0, n = 0;
   if (cudaGetDevice(&current) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -62,7 +60,8 @@ extern "C" int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t hea
     (void)cudaGetLastError();
     return 2;
   }
-  const cudaError_t e = fd_split_mma_occupancy((int)dtype, head_dim, &n);
+  const cudaError_t e = dtype == FD_DTYPE_F32 ? fd_split_occupancy(head_dim, &n)
+                                              : fd_split_mma_occupancy((int)dtype, head_dim, &n);
   if (current != device) (void)cudaSetDevice(current);
   if (e != cudaSuccess || n < 1) {
     (void)cudaGetLastError();

@@ -54,6 +54,10 @@ cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
  * per SM (for grids no larger than the GPU). */
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream);
 
+/* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
+ * for `head_dim`. */
+cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm);
+
 /* Blocks of the (4-warp) tensor-core split kernel resident per multiprocessor for
  * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks). */
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);

@@ -42,9 +42,10 @@
  *
  * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes per
  *   copy, src-size 0 = zero-fill and no read for keys out of range or on a bad
- *   page), FD_STAGES (3) stages, KEYS_PER_TILE = min(64, 16 KB / key row bytes):
- *   64 keys (16-bit, head_dim <= 128; float, 64), 32 (16-bit 256; float 128),
- *   16 (float 256). Split boundaries are multiples of chunk_len (64), so tiles
+ *   page), FD_STAGES (3) stages, KEYS_PER_TILE = min(64, tile bytes / key row
+ *   bytes), tile bytes 8 KB for float up to head_dim 128 (four blocks an SM),
+ *   else 16 KB: 64 keys (16-bit, head_dim <= 128), 32 (16-bit 256; float 64),
+ *   16 (float 128 and 256). Split boundaries are multiples of chunk_len (64), so tiles
  *   never straddle two splits; every key is still bounds-checked.
  *   Paged caches look up block_table per key when its copy is issued; a page id
  *   outside [0, num_pages) (num_pages > 0) zero-fills and flags the key masked.
@@ -52,8 +53,9 @@
  *
  * SHARED MEMORY (dynamic)  K stages | V stages | S [KEYS_PER_TILE][NR] fp32 |
  *   alpha, m, l [8] | key-valid flags [stages][KEYS_PER_TILE]. 3 x 2 x 16 KB
- *   + ~2 KB = ~98 KB for all instances except 16-bit head_dim 64 (~50 KB), so
- *   two blocks fit per SM. No row padding: every 8-lane phase of a 16-byte
+ *   + ~2 KB = ~98 KB (two blocks an SM) for 16-bit head_dim 128/256 and float
+ *   256; 3 x 2 x 8 KB + ~1 KB = ~49 KB (four blocks an SM) for float head_dim
+ *   64/128 (and 16-bit head_dim 64). No row padding: every 8-lane phase of a 16-byte
  *   access touches 128 contiguous bytes of one row, which is conflict-free.
  *   After the last tile, the K/V area holds the key groups' O slices
  *   [KEY_GROUPS][NR][head_dim] fp32, summed in key-group order (deterministic).
@@ -77,15 +79,29 @@
 #define FD_SPLIT_THREADS 128
 #define FD_ROWS_PER_PASS 8
 #define FD_STAGES 3
-/* Bytes of K (and as many of V) per stage, at most. */
-#define FD_TILE_BYTES 16384
 /* Keys per tile, at most (= plan's chunk_len, so tiles align with splits). */
 #define FD_MAX_KEYS_PER_TILE 64
 
+/* Blocks an SM the kernel is sized for: four for fp32 rows of head_dim <= 128
+ * (16 warps an SM; Nsight Compute at B=64 8k with two: 0.48 eligible warps
+ * a scheduler, stalls on shared memory and shuffle results), else as many as
+ * fit (two). */
+template <typename T, int D>
+__host__ __device__ constexpr int fd_split_min_blocks() {
+  return sizeof(T) == 4 && D <= 128 ? 4 : 1;
+}
+
+/* Bytes of K (and as many of V) per stage, at most: 8 KB where four blocks
+ * an SM are wanted, else 16 KB. */
+template <typename T, int D>
+__host__ __device__ constexpr int fd_tile_bytes() {
+  return fd_split_min_blocks<T, D>() == 4 ? 8192 : 16384;
+}
+
 template <typename T, int D>
 __host__ __device__ constexpr int fd_keys_per_tile() {
-  return FD_TILE_BYTES / (D * (int)sizeof(T)) < FD_MAX_KEYS_PER_TILE
-             ? FD_TILE_BYTES / (D * (int)sizeof(T))
+  return fd_tile_bytes<T, D>() / (D * (int)sizeof(T)) < FD_MAX_KEYS_PER_TILE
+             ? fd_tile_bytes<T, D>() / (D * (int)sizeof(T))
              : FD_MAX_KEYS_PER_TILE;
 }
 
@@ -435,7 +451,7 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(FD_SPLIT_THREADS)
+__global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
     fd_split_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(16) unsigned char fd_smem[];
 
@@ -465,13 +481,24 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS)
 }
 
 template <typename T, int D>
-static cudaError_t fd_split_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+static cudaError_t fd_split_prepare(void) {
   constexpr size_t smem = fd_split_smem_bytes<T, D>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(
         fd_split_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
   }
+  /* All of the unified L1/shared array as shared memory (2 or 4 blocks). */
+  return cudaFuncSetAttribute(fd_split_kernel<T, D>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              (int)cudaSharedmemCarveoutMaxShared);
+}
+
+template <typename T, int D>
+static cudaError_t fd_split_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  constexpr size_t smem = fd_split_smem_bytes<T, D>();
+  const cudaError_t e = fd_split_prepare<T, D>();
+  if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
   fd_split_kernel<T, D><<<grid, FD_SPLIT_THREADS, smem, stream>>>(*p);
   return cudaGetLastError();
@@ -492,6 +519,25 @@ cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream) {
     case FD_DTYPE_F32: return fd_split_launch_dim<float>(p, stream);
     case FD_DTYPE_F16: return fd_split_launch_dim<__half>(p, stream);
     case FD_DTYPE_BF16: return fd_split_launch_dim<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int D>
+static cudaError_t fd_split_occupancy_f32(int *blocks_per_sm) {
+  const cudaError_t e = fd_split_prepare<float, D>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_kernel<float, D>,
+                                                       FD_SPLIT_THREADS,
+                                                       fd_split_smem_bytes<float, D>());
+}
+
+cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm) {
+  *blocks_per_sm = 0;
+  switch (head_dim) {
+    case 64: return fd_split_occupancy_f32<64>(blocks_per_sm);
+    case 128: return fd_split_occupancy_f32<128>(blocks_per_sm);
+    case 256: return fd_split_occupancy_f32<256>(blocks_per_sm);
   }
   return cudaErrorInvalidValue;
 }
