@@ -11,7 +11,9 @@
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp]
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
-#   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep).
+#   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
+#   FD_BENCH_SHAPES=a,b: only shapes whose name has a or b, no sweep);
+#   FD_EXP_CPU=1: the CPU benchmark too.
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
 # carried with the call.
@@ -83,7 +85,7 @@ if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
   python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
-    --commit "$COMMIT" >/tmp/fd-bench.txt 2>&1
+    --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES" --no-sweep} >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
 fi
@@ -105,7 +107,8 @@ if want test && step "python tests and the SDPA-swap example" 70; then
   timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
 fi
 
-if want bench && [ -f bench/bench_cpu.py ] && step "CPU benchmark (bench/bench_cpu.py)" 90; then
+if { want bench || [ "${FD_EXP_CPU:-0}" = 1 ]; } && [ -f bench/bench_cpu.py ] &&
+  step "CPU benchmark (bench/bench_cpu.py)" 90; then
   timeout 240 python3 bench/bench_cpu.py --out-dir "$OUT" --commit "$COMMIT" >/tmp/fd-cpu.txt 2>&1
   [ $? -eq 0 ] || status=1
   tail -25 /tmp/fd-cpu.txt
