@@ -42,7 +42,7 @@ void gpu_describe(char *text, size_t text_size) {
   int count = 0;
   cudaError_t code = cudaGetDeviceCount(&count);
   if (code != cudaSuccess || count == 0) {
-    snprintf(text, text_size, "none (%s)",
+    snprintf(text, text_size, "none (no usable CUDA driver or device; the runtime says: %s)",
              code != cudaSuccess ? cudaGetErrorString(code) : "no CUDA device");
     cudaGetLastError();
     return;

@@ -45,7 +45,7 @@ step() {
 want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ]; }
 
 step build 60 || exit 1
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON \
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
   -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
   -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >/tmp/fd-build.txt 2>&1 &&
   cmake --build build -j "$(nproc)" >>/tmp/fd-build.txt 2>&1 || { echo "BUILD FAILED"; tail -60 /tmp/fd-build.txt; exit 1; }
