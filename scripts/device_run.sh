@@ -12,7 +12,7 @@
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
-#   FD_BENCH_SHAPES=a,b: only shapes whose name has a or b, no sweep);
+#   FD_BENCH_SHAPES=a,b: only shapes whose name has a or b);
 #   FD_EXP_CPU=1: the CPU benchmark too.
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
@@ -85,7 +85,7 @@ if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
   python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
-    --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES" --no-sweep} >/tmp/fd-bench.txt 2>&1
+    --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES"} >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
 fi
