@@ -345,12 +345,16 @@ FD_API fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors,
  *   sm_count     multiprocessors (CPU: threads)
  *   blocks_per_sm  blocks of the split kernel resident per multiprocessor
  * Returns a count in [1, min(max_chunks, FD_MAX_SPLITS)] (1 when max_chunks
- * <= 1). Wave quantisation after FlashAttention-2's num_splits_heuristic:
- * efficiency(s) = waves / ceil(waves), waves = work_items * s' /
- * (sm_count * blocks_per_sm), s' the splits that hold keys; 1 when
- * work_items alone fill 80 % of the slots; else the smallest s (at most 128)
- * whose efficiency is at least 95 % of the best (FlashAttention-2 uses 85 %;
- * a fuller last wave measured faster on the H200, see bench/NOTES.md).
+ * <= 1). Wave quantisation after FlashAttention-2's num_splits_heuristic,
+ * counting the chunks a split really gets: with c = ceil(max_chunks / s)
+ * chunks a split, s' = ceil(max_chunks / c) splits hold keys, waves =
+ * work_items * s' / (sm_count * blocks_per_sm), and efficiency(s) =
+ * work_items * max_chunks / (ceil(waves) * sm_count * blocks_per_sm * c)
+ * (the work over the slots' time; waves / ceil(waves) when s divides the
+ * chunks); 1 when work_items alone fill 80 % of the slots; else the smallest
+ * s (at most 128) whose efficiency is at least 95 % of the best
+ * (FlashAttention-2 uses 85 % and counts whole splits only; both measured
+ * slower on the H200, see bench/NOTES.md).
  * Worked example: 8 kv heads, 16384 keys (256 chunks of 64), 132 SMs x 2:
  * s = 32 gives 256 blocks of 264 slots, 0.97 -> 32 splits of 512 keys.
  */

@@ -35,15 +35,18 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
   if (work_items * 10 >= slots * 8) return 1;
   int64_t limit = max_chunks;
   if (limit > FD_MAX_AUTO_SPLITS) limit = FD_MAX_AUTO_SPLITS;
-  /* Efficiency of s splits: waves / ceil(waves), counting only the splits that
-   * hold keys once chunks are shared out (ceil(chunks / ceil(chunks / s))). */
+  /* Efficiency of s splits: the work over what the slots spend on it, with
+   * per = ceil(chunks / s) chunks a split (a block's time) and the splits that
+   * hold keys once chunks are shared out, ceil(chunks / per). Counting whole
+   * splits only (waves / ceil(waves)) let 61 splits of 34 chunks pass for 64
+   * of 32 at 2048 chunks: 6.5 % slower on the H200 (bench/NOTES.md). */
   double eff[FD_MAX_AUTO_SPLITS + 1];
   double best = 0.0;
   for (int64_t s = 1; s <= limit; s++) {
     int64_t per = (max_chunks + s - 1) / s;
     int64_t active = (max_chunks + per - 1) / per;
     double waves = (double)(work_items * active) / (double)slots;
-    eff[s] = waves / ceil(waves);
+    eff[s] = (double)work_items * (double)max_chunks / (ceil(waves) * (double)slots * (double)per);
     if (eff[s] > best) best = eff[s];
   }
   /* The smallest count within FD_WAVE_EFFICIENCY of the best: measured on the
