@@ -77,8 +77,10 @@ def num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm):
     -------
     int
         In [1, min(max_chunks, MAX_SPLITS)]: the smallest count whose wave
-        efficiency is within 95 % of the best (after FlashAttention-2's
-        num_splits_heuristic, which uses 85 %).
+        efficiency (the work over the slots' time, counting the chunks each
+        split gets) is within 95 % of the best (after FlashAttention-2's
+        num_splits_heuristic, which uses 85 % and whole splits; the rule is
+        spelled out in flashdecode.h).
     """
     return int(_lib.lib.fd_num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm))
 
