@@ -73,6 +73,14 @@ fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
 int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim);
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);
+/* Whether fp16/bf16 runs the 8-warp tensor-core kernel (one block an SM,
+ * split_mma_kernel.cu): a grid of `blocks` no larger than the SMs, whose
+ * splits hold at least its 128-key tile (shorter ones leave half its warps
+ * idle: 7.3 -> 7.9 us at 1k keys, 16 splits; bench/NOTES.md). plan.c sizes
+ * splits for it, cuda_backend.cu launches it. */
+static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t split_keys) {
+  return blocks <= sm_count && split_keys >= 128;
+}
 /* Stream-ordered allocation for fd_decode. */
 fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err);
 fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err);

@@ -77,7 +77,7 @@ static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t item
       p->page_size == 0) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
-    const int wide = items * one <= slots && keys >= 128; /* the 8-warp kernel will run */
+    const int wide = fd_cuda_wide_kernel(items * one, slots, keys);
     if (one > 1 && ((p->head_dim >= 128 && wide) || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
       splits = one;
   }

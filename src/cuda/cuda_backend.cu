@@ -163,11 +163,9 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     e = fd_split_launch(&kp, s);
   } else {
     /* A grid no larger than the GPU runs one block per SM whichever kernel
-     * runs it: take the 8-warp one with twice the bytes in flight, unless
-     * the splits are shorter than its 128-key tile (half its warps idle:
-     * 7.3 -> 7.9 us at 1k keys, 16 splits; bench/NOTES.md). */
+     * runs it: take the 8-warp one, twice the bytes in flight. */
     const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
-    e = fd_split_mma_launch(&kp, blocks <= plan->sm_count && plan->split_keys >= 128, s);
+    e = fd_split_mma_launch(&kp, fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys), s);
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
