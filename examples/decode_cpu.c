@@ -104,22 +104,20 @@ int main(void) {
   for (int b = 0; b < BATCH; b++)
     for (int h = 0; h < HQ; h++) {
       const int hk = h / (HQ / HKV);
-      double s[MAX_PAGES * PAGE], mx = -INFINITY;
+      size_t row[MAX_PAGES * PAGE]; /* element offset of key j's row of head hk */
+      double p[MAX_PAGES * PAGE], mx = -INFINITY;
       for (int j = 0; j < kv_len[b]; j++) {
-        const size_t row = (((size_t)block_table[b][j / PAGE] * PAGE + j % PAGE) * HKV + hk) * D;
+        row[j] = (((size_t)block_table[b][j / PAGE] * PAGE + j % PAGE) * HKV + hk) * D;
         double dot = 0.0;
-        for (int d = 0; d < D; d++) dot += from_bf16(q[(b * HQ + h) * D + d]) * from_bf16(k[row + d]);
-        s[j] = dot * scale;
-        if (s[j] > mx) mx = s[j];
+        for (int d = 0; d < D; d++) dot += from_bf16(q[(b * HQ + h) * D + d]) * from_bf16(k[row[j] + d]);
+        p[j] = dot * scale;
+        if (p[j] > mx) mx = p[j];
       }
       double sum = 0.0;
-      for (int j = 0; j < kv_len[b]; j++) sum += exp(s[j] - mx);
+      for (int j = 0; j < kv_len[b]; j++) sum += (p[j] = exp(p[j] - mx));
       for (int d = 0; d < D; d++) {
         double o = 0.0;
-        for (int j = 0; j < kv_len[b]; j++) {
-          const size_t row = (((size_t)block_table[b][j / PAGE] * PAGE + j % PAGE) * HKV + hk) * D;
-          o += exp(s[j] - mx) / sum * from_bf16(v[row + d]);
-        }
+        for (int j = 0; j < kv_len[b]; j++) o += p[j] / sum * from_bf16(v[row[j] + d]);
         const double e = fabs(from_bf16(out[(b * HQ + h) * D + d]) - o);
         if (!(e <= worst)) worst = e; /* NaN propagates */
       }
