@@ -7,7 +7,7 @@
  *   dtype f32, f16, bf16;  GQA ratios 1, 2, 4, 8 and MQA 16:1
  *   kv_len 0, 1, 63, 64, 65, 97, 4097, 4099, >= 32768; mixed lengths in a batch
  *   q_len 1, 2, 4, 8, 16 (and q_len > kv_len: rows that see no key)
- *   dense and paged caches (page_size 1, 16, 64, 256), contiguous and
+ *   dense and paged caches (page_size 1, 2, 8, 16, 48, 64, 128, 256), contiguous and
  *   non-contiguous layouts, num_splits 0, 1, 2, 7, 128, 1000 (> chunks),
  *   with and without lse, large softmax_scale, automatic splits on many threads.
  * The CPU grid runs in a few seconds on two cores.
@@ -86,6 +86,12 @@ static const fd_case gpu_extra[] = {
     {.dtype = F16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3000, 129}, .q_len = 1, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 16, .num_splits = 4, .with_lse = 1},
     {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2900, 190}, .q_len = 3, .page_size = 128, .layout = NONCONTIG, .num_splits = 10, .with_lse = 1, .check_splits = 1},
+    /* tensor-core kernels' page tables with one entry a key: page_size below
+     * the rows a copy round covers (8 < 16 at 8 warps, 2 < 4 or 8 at head_dim
+     * 256) or not a power of two (48) */
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 8, .num_splits = 4, .with_lse = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2000, 77}, .q_len = 2, .page_size = 48, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {1111}, .q_len = 1, .page_size = 2, .num_splits = 2, .with_lse = 1},
 };
 
 /* CPU only: head_dim <= 8, where the SIMD kernels transpose keys into lanes

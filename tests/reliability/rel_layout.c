@@ -11,6 +11,8 @@
  *      then one pointer or one stride at a time misaligned: CPU results
  *      bitwise equal to the aligned run; CUDA unsupported (lse, which needs
  *      no alignment, must still work).
+ *   and block_table ids outside [0, num_pages): CUDA skips their keys
+ *   (checked against the oracle without those pages); CPU refuses the call.
  */
 #define _GNU_SOURCE /* MAP_NORESERVE, MAP_ANONYMOUS */
 #include <math.h>
@@ -397,6 +399,136 @@ static void item6_huge_page_ids(void **state) {
   }
 }
 
+/* Paged, CUDA: block_table ids outside [0, num_pages) are skipped (the
+ * header's contract: no memory read, the keys left out of the softmax). The
+ * oracle runs on the same keys without the bad pages: q_len 1 (every row sees
+ * every key), so leaving a page out equals dropping its column from the block
+ * table and its keys from kv_len. Bad ids -1, num_pages, INT32_MAX and
+ * INT32_MIN; pages whose keys are NaN in the pool (spares) must not be read.
+ * Page sizes with one table entry per run of keys (16, 64) and one per key (1,
+ * 8 below the 8-warp kernel's 16-key rows, 48 not a power of two); one split,
+ * 3 and automatic; the 8-warp and (sm_count 1) 4-warp tensor-core kernels and
+ * the fp32 kernel; a sequence whose pages are all bad (out 0, lse -inf). CPU:
+ * the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
+static void item6_bad_page_ids(void **state) {
+  const rel_env *env = REL_ENV(state);
+  const fd_backend be = env->backend;
+  enum { B = 3, HQ = 8, HKV = 2 };
+  const int32_t kv_len[B] = {1500, 777, 100};
+  const struct { fd_dtype dt; int d; } kinds[3] = {{BF16, 128}, {F16, 64}, {F32, 128}};
+  const int32_t page_sizes[5] = {16, 64, 1, 8, 48};
+  const int32_t bad_vals[4] = {-1, 0 /* num_pages */, INT32_MAX, INT32_MIN};
+  int runs = 0;
+  for (int ki = 0; ki < 3; ki++)
+    for (int pi = 0; pi < 5; pi++) {
+      const fd_dtype dt = kinds[ki].dt;
+      const int D = kinds[ki].d, P = page_sizes[pi];
+      if (rel_quick() && pi >= 2 && ki > 0) continue;
+      const size_t es = fd_dtype_size(dt), page_elems = (size_t)P * HKV * D;
+      const int32_t maxp = (kv_len[0] + P - 1) / P;
+      uint64_t rng = env->seed ^ 0xbadbadull ^ (uint64_t)(ki * 8 + pi);
+      /* bad columns: sequence 0 its 2nd, a middle one and its last (partial
+       * unless P divides 1500); sequence 1 its first; sequence 2 all */
+      int32_t *bt = malloc((size_t)B * maxp * sizeof *bt), *bt_ref = malloc((size_t)B * maxp * sizeof *bt);
+      int32_t kv_ref[B];
+      assert_true(bt && bt_ref);
+      int32_t good = 0;
+      for (int b = 0; b < B; b++) {
+        const int32_t np = (kv_len[b] + P - 1) / P;
+        int32_t nref = 0;
+        kv_ref[b] = 0;
+        for (int32_t c = 0; c < maxp; c++) {
+          bt[b * maxp + c] = 0;
+          bt_ref[b * maxp + c] = 0;
+          if (c >= np) continue;
+          const int bad = (b == 0 && (c == 1 || c == np / 2 || c == np - 1)) || (b == 1 && c == 0) || b == 2;
+          const int32_t keys = kv_len[b] - c * P < P ? kv_len[b] - c * P : P;
+          if (bad) {
+            bt[b * maxp + c] = -2; /* set below, once num_pages is known */
+          } else {
+            bt[b * maxp + c] = good;
+            bt_ref[b * maxp + nref++] = good;
+            kv_ref[b] += keys;
+            good++;
+          }
+        }
+      }
+      const int32_t num_pages = good + 3; /* 3 spare pages of NaN */
+      int nbad = 0;
+      for (int i = 0; i < B * maxp; i++)
+        if (bt[i] == -2) {
+          const int32_t v = bad_vals[nbad++ % 4];
+          bt[i] = v == 0 ? num_pages : v;
+        }
+      /* pool: page i of the run holds its keys at page perm... identity is
+       * enough here (the walk is the same); spares are NaN */
+      const size_t pool_elems = (size_t)num_pages * page_elems;
+      unsigned char *k = malloc(pool_elems * es), *v = malloc(pool_elems * es), *q = malloc((size_t)B * HQ * D * es);
+      assert_true(k && v && q);
+      for (size_t i = 0; i < pool_elems; i++) {
+        const int spare = i >= (size_t)good * page_elems;
+        rel_store(dt, k, (int64_t)i, spare ? NAN : next_unit(&rng) * 2.0);
+        rel_store(dt, v, (int64_t)i, spare ? NAN : next_unit(&rng));
+      }
+      for (size_t i = 0; i < (size_t)B * HQ * D; i++) rel_store(dt, q, (int64_t)i, next_unit(&rng) * 2.0);
+
+      fd_problem p;
+      memset(&p, 0, sizeof p);
+      p.backend = be, p.dtype = dt, p.batch = B, p.num_heads_q = HQ, p.num_heads_kv = HKV, p.head_dim = D;
+      p.page_size = P, p.max_pages_per_seq = maxp, p.num_pages = num_pages;
+      fd_tensors host;
+      memset(&host, 0, sizeof host);
+      const int64_t q3[3] = {HQ * D, HQ * D, D}, k3[3] = {(int64_t)page_elems, HKV * D, D};
+      memcpy(host.q_strides, q3, sizeof q3), memcpy(host.k_strides, k3, sizeof k3),
+          memcpy(host.v_strides, k3, sizeof k3);
+      host.block_table_stride = maxp;
+      host.q = q, host.k_cache = k, host.v_cache = v, host.kv_len = kv_ref, host.block_table = bt_ref;
+      double *ref, *ref_lse;
+      rel_oracle(&p, &host, &ref, &ref_lse);
+
+      void *dk = rel_alloc(be, pool_elems * es), *dv = rel_alloc(be, pool_elems * es);
+      void *dq = rel_alloc(be, (size_t)B * HQ * D * es);
+      int32_t *dbt = rel_alloc(be, (size_t)B * maxp * sizeof *bt), *dkv = rel_alloc(be, sizeof kv_len);
+      rel_put(be, dk, k, pool_elems * es);
+      rel_put(be, dv, v, pool_elems * es);
+      rel_put(be, dq, q, (size_t)B * HQ * D * es);
+      rel_put(be, dbt, bt, (size_t)B * maxp * sizeof *bt);
+      rel_put(be, dkv, kv_len, sizeof kv_len);
+      fd_tensors t;
+      memset(&t, 0, sizeof t);
+      t.q = dq, t.k_cache = dk, t.v_cache = dv, t.kv_len = dkv, t.block_table = dbt;
+      unsigned char *out = malloc((size_t)B * HQ * D * es);
+      float lse[B * HQ];
+      assert_true(out != NULL);
+      const int32_t splits[3] = {1, 3, 0};
+      for (int si = 0; si < 3; si++)
+        for (int sm = 0; sm < 2; sm++) {
+          if (be != FD_BACKEND_CUDA && (si > 0 || sm > 0)) continue;
+          p.num_splits = splits[si];
+          p.sm_count = sm ? 1 : 0;
+          fd_plan plan;
+          fd_error err;
+          if (fd_plan_init(&plan, &p, &err) != FD_STATUS_OK) fail_msg("plan: %s", err.message);
+          char what[160];
+          snprintf(what, sizeof what, "%s d%d page_size %d, %d bad pages, %d splits%s", dt == F32 ? "f32" : dt == F16 ? "f16" : "bf16", D, P,
+                   nbad, plan.num_splits, sm ? ", sm_count 1" : "");
+          const fd_status st = rel_run_private(&plan, &t, 0xff, NULL, out, lse, &err);
+          if (be != FD_BACKEND_CUDA) {
+            if (st != FD_STATUS_INVALID_ARGUMENT || !strstr(err.message, "block_table"))
+              fail_msg("%s: CPU gave %s (%s), not a block_table refusal", what, fd_status_name(st), err.message);
+            continue;
+          }
+          if (st != FD_STATUS_OK) fail_msg("%s: fd_run: %s", what, err.message);
+          if (rel_check_dense(&p, kv_ref, out, lse, ref, ref_lse, 2.0, 0.0, 0.0, what))
+            fail_msg("%s: wrong result", what);
+          runs++;
+        }
+      free(out), free(ref), free(ref_lse), free(k), free(v), free(q), free(bt), free(bt_ref);
+      rel_free(be, dk), rel_free(be, dv), rel_free(be, dq), rel_free(be, dbt), rel_free(be, dkv);
+    }
+  if (be == FD_BACKEND_CUDA) printf("  %d runs with bad page ids matched the oracle without those pages\n", runs);
+}
+
 /* Dense: batch stride 2^30 elements for k and v (CPU: q, out and lse too),
  * batch 5 on the CPU (offsets past 2^32 elements), 3 on CUDA (past 2^31,
  * 12 GiB of device memory). FD_TEST_QUICK: batch stride 2^24. */
@@ -514,6 +646,7 @@ rel_group rel_group_layout(fd_backend backend) {
       {"item8_each_pointer", item8_each_pointer, NULL, NULL, NULL},
       {"item6_huge_page_ids", item6_huge_page_ids, NULL, NULL, NULL},
       {"item6_huge_batch_stride", item6_huge_batch_stride, NULL, NULL, NULL},
+      {"item6_bad_page_ids", item6_bad_page_ids, NULL, NULL, NULL},
   };
   rel_group g = {"layout", tests, sizeof tests / sizeof *tests};
   return g;
