@@ -13,7 +13,8 @@
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
 #   FD_BENCH_SHAPES=a,b: only shapes whose name has a or b);
-#   FD_EXP_CPU=1: the CPU benchmark too.
+#   FD_EXP_CPU=1: the CPU benchmark too; FD_EXP_SAN=GLOB: memcheck and
+#   racecheck of the GPU grid cases matching GLOB.
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
 # carried with the call.
@@ -82,6 +83,9 @@ fi
 if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then
   (cd build && ctest --output-on-failure -j 2 -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1 || status=1
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | tail -20
+fi
+if [ "$MODE" = exp ] && [ -n "${FD_EXP_SAN:-}" ] && step "compute-sanitizer (exp): GPU grid, filter $FD_EXP_SAN" 60; then
+  for tool in memcheck racecheck; do san build/tests/test_gpu_grid $tool "$FD_EXP_SAN"; done
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
   python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
