@@ -270,9 +270,10 @@ static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, in
                                                        int (&id)[fd_mma_pages<D, NW>::MW]) {
 #pragma unroll
   for (int i = 0; i < fd_mma_pages<D, NW>::MW; i++) {
+    id[i] = -1;
+    if (i > 0 && ((32 * i) << gshift) >= fd_mma_pages<D, NW>::KT) break; /* no entries left */
     const int kl = (lane + 32 * i) << gshift; /* the entry's first key in the tile */
     const int j = key0 + kl;
-    id[i] = -1;
     if (kl < nkeys) id[i] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
   }
 }
@@ -287,6 +288,10 @@ static __device__ __forceinline__ void fd_mma_page_table(const fd_kernel_params 
                                                          longlong2 *tab, uint32_t *ok) {
 #pragma unroll
   for (int i = 0; i < fd_mma_pages<D, NW>::MW; i++) {
+    if (i > 0 && ((32 * i) << gshift) >= fd_mma_pages<D, NW>::KT) { /* no entries left */
+      if (lane == 0) ok[i] = ~0u;
+      continue;
+    }
     const int e = lane + 32 * i;
     const int kl = e << gshift;
     bool good = true;
