@@ -41,13 +41,16 @@
  *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
  *   page; 64-bit offsets), STAGES stages (head_dim 64: 4, or 6 at NW = 8;
  *   else 3); q is commit group 0, tile i group i + 1. Thread tid copies
- *   chunk tid % CH of keys tid / CH + n * (32 NW / CH). Contiguous caches: a running element
- *   offset per thread, one add per key. Paged caches: warp 0 reads block_table
- *   one tile ahead of the table it builds from it (its latency hides behind a
- *   tile of math) and writes the tile's page table to shared memory
- *   (fd_mma_page_table): one (K, V) offset pair per page run, read by the
- *   copying threads; the ids of the first STAGES + 1 tiles are read together
- *   before the first copy. The 16-byte
+ *   chunk tid % CH of the LOADS consecutive keys (tid / CH) * LOADS + n
+ *   (fd_mma_copy). Contiguous caches: a running element offset per thread,
+ *   one add per key. Paged caches: each thread reads the block_table entries
+ *   of its keys one tile ahead of the copies that use them (the latency
+ *   hides behind a tile of math): one id a tile when page_size is a power of
+ *   two >= LOADS (its keys share a page), else one a key; the ids of the first
+ *   STAGES tiles are read together before the first copy. A key on a page id
+ *   outside [0, num_pages) is flagged in shared memory and the tile's
+ *   "bad page" bit travels with the loop's barrier (__syncthreads_or), so
+ *   only such tiles test flags per score. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
  *   (64), so tiles start at multiples of 64 keys; a 128-key tile may run
@@ -59,10 +62,9 @@
  *   482 us on the H200, so it is not done.)
  *
  * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
- *   [KW][16] | (M, L) [16] | page tables [STAGES + 1][KT] (K, V) int64 pairs |
- *   page masks [STAGES + 1][KT / 32] (fd_mma_cfg::SMEM): NW = 4: ~72 KB (64),
- *   ~105 KB (128), ~106 KB (256), so two blocks fit per SM; NW = 8: ~205-209
- *   KiB, one block. After the last
+ *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
+ *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM; NW = 8:
+ *   ~196-201 KiB (200,576 to 205,632 bytes), one block. After the last
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
@@ -114,12 +116,8 @@ struct fd_mma_cfg {
   static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
   static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
-  /* Paged caches' page tables: STAGES + 1 slots of KT (K, V) offset pairs
-   * and a bit mask of KT bits (fd_mma_pages). */
-  static constexpr size_t TAB_BYTES = (size_t)(STAGES + 1) * KT * 16;
-  static constexpr size_t PAGE_OK_BYTES = (size_t)(STAGES + 1) * ((KT + 31) / 32) * 4;
-  static constexpr size_t SMEM =
-      KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + TAB_BYTES + PAGE_OK_BYTES;
+  static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
+  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
   static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
   /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
@@ -209,128 +207,123 @@ static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
 }
 
 /* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
- * keys kr + n * RSTEP (n < LOADS), kr = tid / CH, of both K and V. */
+ * the LOADS consecutive keys kr * LOADS + n (n < LOADS), kr = tid / CH, of
+ * both K and V. A warp's copy instruction still covers two whole rows (the
+ * 32 threads are two kr by 16 chunks, or one kr by 32), and a thread's keys
+ * of a tile sit on one page whenever page_size is a power of two >= LOADS
+ * (measured: with keys RSTEP rows apart each needed its own page lookup,
+ * ~28 instructions a key, bench/NOTES.md). */
 template <int D, int NW>
 struct fd_mma_copy {
-  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* keys per copy round */
+  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* row groups */
   static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
-  static_assert((RSTEP & (RSTEP - 1)) == 0 && RSTEP <= 64, "tiles start at multiples of RSTEP");
+  static_assert(LOADS == 4 || LOADS == 8, "keys per thread: tiles start at multiples of LOADS");
 };
 
-/* Contiguous cache: copies the tile whose key kr (this thread's first key)
- * sits at element offsets k_off / v_off of k_head / v_head (chunk included);
- * keys >= nkeys are zero-filled and not read. */
+/* Contiguous cache: copies the tile whose key kr * LOADS (this thread's
+ * first key) sits at element offsets k_off / v_off of k_head / v_head (chunk
+ * included); key rows are k_row / v_row elements apart; keys >= nkeys are
+ * zero-filled and not read. */
 template <typename T, int D, int NW>
 static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const T *v_head,
                                                           int64_t k_off, int64_t v_off,
-                                                          int64_t k_step, int64_t v_step, T *sK,
+                                                          int64_t k_row, int64_t v_row, T *sK,
                                                           T *sV, int nkeys) {
   using M = fd_mma_copy<D, NW>;
   const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
+  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
-    const int kl = kr + n * M::RSTEP;
+    const int kl = k0 + n;
     const bool ok = kl < nkeys;
     const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_step) : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_step) : v_head, ok);
+    fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_row) : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_row) : v_head, ok);
   }
 }
 
-/* Paged cache: a page table per tile in shared memory, built by warp 0 and
- * read by every copying thread (measured: per-thread page walks executed 25-
- * 52 % more instructions than the contiguous kernel, bench/NOTES.md).
- *
- * Entry e of a tile at key0 covers its keys [e G, e G + G): G = RSTEP
- * (gshift = log2 RSTEP) when page_size is a power of two >= RSTEP, so a
- * thread's key kr + n RSTEP (kr < RSTEP) uses entry n (tiles start at
- * multiples of RSTEP, pages at multiples of page_size); else G = 1, one entry
- * a key. An entry holds the element offsets (K, V) of the entry's first key,
- * page * stride[0] + position * stride[1], or (-1, -1) for a page id outside
- * [0, num_pages) (num_pages > 0); the copying thread adds (kr % G) *
- * stride[1] + its chunk. Bit e of the tile's mask is 0 for such an entry (1
- * for all others, entries past the tile's keys included), so the scores test
- * validity only in a tile whose mask is not all ones. Tables live in a ring
- * of STAGES + 1 slots: slot (t % RING) is written STAGES iterations before
- * tile t is consumed and read by the copies one iteration later. */
-template <int D, int NW>
-struct fd_mma_pages {
-  static constexpr int KT = fd_mma_cfg<D, NW>::KT;
-  static constexpr int RING = fd_mma_cfg<D, NW>::STAGES + 1; /* table slots */
-  static constexpr int MW = (KT + 31) / 32; /* mask words a slot; entries a lane of warp 0 */
-};
-
-/* Warp 0, lane `lane`: the page ids of entries lane + 32 i of the tile at
- * key0 with nkeys keys to load (-1 for entries past them). */
+/* Paged cache: the page ids of this thread's keys of the tile at key0 (-1 for
+ * keys >= nkeys), loaded one tile ahead of their use so that the
+ * block_table latency hides behind a tile of math. one_page (page_size a
+ * power of two >= LOADS): the thread's keys share one page, only pg[0] is
+ * loaded. pshift = log2(page_size) when it is a power of two, else -1. */
 template <int D, int NW>
 static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
-                                                       int pshift, int gshift, int key0,
-                                                       int nkeys, int lane,
-                                                       int (&id)[fd_mma_pages<D, NW>::MW]) {
-#pragma unroll
-  for (int i = 0; i < fd_mma_pages<D, NW>::MW; i++) {
-    id[i] = -1;
-    if (i > 0 && ((32 * i) << gshift) >= fd_mma_pages<D, NW>::KT) break; /* no entries left */
-    const int kl = (lane + 32 * i) << gshift; /* the entry's first key in the tile */
-    const int j = key0 + kl;
-    if (kl < nkeys) id[i] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
-  }
-}
-
-/* Warp 0: the table and mask of the tile at key0 from its page ids, into
- * slot `tab` / `ok`. */
-template <int D, int NW>
-static __device__ __forceinline__ void fd_mma_page_table(const fd_kernel_params &p, int pshift,
-                                                         int gshift, int key0, int nkeys,
-                                                         int lane,
-                                                         const int (&id)[fd_mma_pages<D, NW>::MW],
-                                                         longlong2 *tab, uint32_t *ok) {
-#pragma unroll
-  for (int i = 0; i < fd_mma_pages<D, NW>::MW; i++) {
-    if (i > 0 && ((32 * i) << gshift) >= fd_mma_pages<D, NW>::KT) { /* no entries left */
-      if (lane == 0) ok[i] = ~0u;
-      continue;
-    }
-    const int e = lane + 32 * i;
-    const int kl = e << gshift;
-    bool good = true;
-    if (kl < nkeys) {
-      const int page = id[i];
-      good = p.num_pages <= 0 || (page >= 0 && page < p.num_pages);
-      const int j = key0 + kl;
-      const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-      longlong2 t;
-      t.x = good ? (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] : -1;
-      t.y = good ? (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] : -1;
-      tab[e] = t;
-    }
-    const uint32_t mask = __ballot_sync(0xffffffffu, good);
-    if (lane == 0) ok[i] = mask;
-  }
-}
-
-/* Paged cache: copies the tile with nkeys keys to load from table slot
- * `tab` (fd_mma_page_table); a key past nkeys or with entry (-1, -1) is
- * zero-filled and reads nothing. k_thr / v_thr: this thread's constant part
- * of the offset, (kr % G) * stride[1] + chunk * 8. */
-template <typename T, int D, int NW>
-static __device__ __forceinline__ void fd_mma_copy_paged(const T *k_head, const T *v_head,
-                                                         int64_t k_thr, int64_t v_thr,
-                                                         int gshift, int nkeys,
-                                                         const longlong2 *tab, T *sK, T *sV) {
+                                                       int pshift, bool one_page, int key0,
+                                                       int nkeys,
+                                                       int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
   using M = fd_mma_copy<D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int kr = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH;
+  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+  if (one_page) {
+    if (k0 < nkeys) pg[0] = __ldg(bt_row + ((key0 + k0) >> pshift));
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
-    const int kl = kr + n * M::RSTEP;
-    const longlong2 t = tab[kl >> gshift];
-    const bool ok = kl < nkeys && t.x >= 0;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + (t.x + k_thr) : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + (t.y + v_thr) : v_head, ok);
+    const int j = key0 + k0 + n;
+    if (k0 + n < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
   }
+}
+
+/* Paged cache: copies the tile at key0 with the page ids from
+ * fd_mma_page_ids; a key past nkeys or on a page id outside [0, num_pages)
+ * (num_pages > 0) is zero-filled and reads nothing. With num_pages > 0 the
+ * keys' validity goes to the byte flags `valid` (a score reads them only in a
+ * tile with a bad page) and the return value says whether any of this
+ * thread's keys sits on a bad page. */
+template <typename T, int D, int NW>
+static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params &p,
+                                                         const T *k_head, const T *v_head,
+                                                         int pshift, bool one_page, int key0,
+                                                         int nkeys,
+                                                         const int (&pg)[fd_mma_copy<D, NW>::LOADS],
+                                                         T *sK, T *sV, unsigned char *valid) {
+  using M = fd_mma_copy<D, NW>;
+  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
+  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
+  const bool flags = p.num_pages > 0;
+  if (one_page) {
+    const int page = pg[0];
+    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
+    const int pos = (key0 + k0) & (p.page_size - 1);
+    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) {
+      const int kl = k0 + n;
+      const bool ok = kl < nkeys && page_ok;
+      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+      fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * p.k_strides[1]) : k_head, ok);
+      fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * p.v_strides[1]) : v_head, ok);
+    }
+    if (flags && c == 0) { /* LOADS flags of 1 or 0 in one store */
+      if constexpr (M::LOADS == 8)
+        *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
+      else
+        *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
+    }
+    return k0 < nkeys && !page_ok;
+  }
+  bool bad = false;
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) {
+    const int kl = k0 + n;
+    const int j = key0 + kl;
+    const int page = pg[n];
+    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
+    const bool ok = kl < nkeys && page_ok;
+    bad = bad || (kl < nkeys && !page_ok);
+    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
+    if (flags && c == 0) valid[kl] = page_ok ? 1 : 0;
+  }
+  return bad;
 }
 
 /* Keys row r (0..15) of the pass sees within the split: [begin, limit). */
@@ -359,9 +352,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
   float2 *sML = reinterpret_cast<float2 *>(sQ + ROWS * D);               /* [KW][16] (m, l) */
   float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
-  using PG = fd_mma_pages<D, NW>;
-  longlong2 *sTab = reinterpret_cast<longlong2 *>(sFin + ROWS);           /* [RING][KT] */
-  uint32_t *sPageOk = reinterpret_cast<uint32_t *>(sTab + PG::RING * KT); /* [RING][MW] */
+  unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
   float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
 
   const int tid = threadIdx.x;
@@ -422,79 +413,78 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     fd_cp_async_commit();
 
     /* Copy state. Contiguous: element offsets of this thread's first key of
-     * the next tile to issue, advanced a tile at a time. Paged: warp 0 builds
-     * page tables (fd_mma_page_table) from page ids it loaded one iteration
-     * earlier. */
+     * the next tile to issue, advanced a tile at a time. Paged: the page ids
+     * of the next tile to issue, fetched one iteration ahead. */
     const bool paged = p.page_size > 0;
+    const bool check_pages = paged && p.num_pages > 0;
     const int pshift =
         paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
     const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
-    /* log2 of the keys an entry of the page table covers: RSTEP when
-     * page_size is a power of two >= RSTEP, else 1. */
-    const int gshift = pshift >= 0 && p.page_size >= M::RSTEP ? __ffs(M::RSTEP) - 1 : 0;
-    const int kr = tid / C::CH;
+    /* a thread's LOADS keys of a tile on one page: one id a tile */
+    const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
+    const int k0 = tid / C::CH * M::LOADS;
     const int cc = tid % C::CH;
-    const int kg = kr & ((1 << gshift) - 1); /* this thread's key within its table entry */
-    const int64_t k_thr = (int64_t)kg * p.k_strides[1] + cc * 8;
-    const int64_t v_thr = (int64_t)kg * p.v_strides[1] + cc * 8;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + kr) * p.k_strides[1] + cc * 8;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + kr) * p.v_strides[1] + cc * 8;
-    const int64_t k_step = (int64_t)M::RSTEP * p.k_strides[1];
-    const int64_t v_step = (int64_t)M::RSTEP * p.v_strides[1];
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
     const int64_t k_tile = (int64_t)KT * p.k_strides[1];
     const int64_t v_tile = (int64_t)KT * p.v_strides[1];
-    int pid[PG::MW]; /* warp 0: page ids of the next table to build */
+    int pg[M::LOADS];
 #pragma unroll
-    for (int i = 0; i < PG::MW; i++) pid[i] = -1;
-    if (paged) {
-      /* Warp 0: the ids of tiles 0 .. STAGES in one block_table round trip,
-       * the tables of tiles 0 .. STAGES-1 (slots 0 .. STAGES-1). */
-      if (warp == 0) {
-        int ids[STAGES + 1][PG::MW];
+    for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+    /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
+     * any copy (one block_table round trip, not one per prologue tile). */
+    int pgp[STAGES][M::LOADS];
 #pragma unroll
-        for (int s = 0; s <= STAGES; s++) {
-          const int key0 = begin + s * KT;
+    for (int s = 0; s < STAGES; s++) {
 #pragma unroll
-          for (int i = 0; i < PG::MW; i++) ids[s][i] = -1;
-          if (s < num_tiles)
-            fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, gshift, key0,
-                                   min(KT, pass_end - key0), lane, ids[s]);
-        }
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-          const int key0 = begin + s * KT;
-          if (s < num_tiles)
-            fd_mma_page_table<D, NW>(p, pshift, gshift, key0, min(KT, pass_end - key0), lane,
-                                     ids[s], sTab + s * KT, sPageOk + s * PG::MW);
-        }
-#pragma unroll
-        for (int i = 0; i < PG::MW; i++) pid[i] = ids[STAGES][i];
+      for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
+      if (paged && s < num_tiles) {
+        const int key0 = begin + s * KT;
+        fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, key0,
+                               min(KT, pass_end - key0), pgp[s]);
       }
-      __syncthreads();
     }
 
-    /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not). */
+    /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not).
+     * bad_early / bad_last: this thread's keys on bad pages in tiles
+     * 0 .. STAGES-3 / STAGES-2. */
+    bool bad_early = false, bad_last = false;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
       if (s < num_tiles) {
         const int key0 = begin + s * KT;
         const int nk = min(KT, pass_end - key0);
         if (paged) {
-          fd_mma_copy_paged<T, D, NW>(k_head, v_head, k_thr, v_thr, gshift, nk, sTab + s * KT,
-                                      sK + s * KT * D, sV + s * KT * D);
+          const bool bad = fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, one_page, key0,
+                                                       nk, pgp[s], sK + s * KT * D,
+                                                       sV + s * KT * D, sValid + s * KT);
+          if (s < STAGES - 2) bad_early = bad_early || bad;
+          else bad_last = bad;
         } else {
-          fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, k_step, v_step, sK + s * KT * D,
-                                   sV + s * KT * D, nk);
+          fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                       p.v_strides[1], sK + s * KT * D, sV + s * KT * D, nk);
           k_off += k_tile;
           v_off += v_tile;
         }
       }
       fd_cp_async_commit();
     }
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[STAGES - 1][n];
 
     /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
     fd_cp_async_wait<STAGES - 1>();
-    __syncthreads();
+    /* Bad-page bits (check_pages), block-uniform: bit i is set when tile
+     * it + i (it: the loop's tile) may have a key on a page id outside
+     * [0, num_pages); the loop's barrier ORs in the tile copied one iteration
+     * earlier. Tiles 0 .. STAGES-3 share one bit value here. */
+    unsigned bad_tiles = 0;
+    bool bad_pend = bad_last; /* this thread's keys of the last tile it copied */
+    if (check_pages) {
+      if (__syncthreads_or(bad_early)) bad_tiles = (1u << (STAGES - 2)) - 1;
+    } else {
+      __syncthreads();
+    }
     uint32_t qa[KS][4];
     {
       const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
@@ -512,36 +502,34 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 
     int stage = 0;
     int load_stage = STAGES - 1;
-    int slot = 0; /* page table slot of tile it: it % RING */
     for (int it = 0; it < num_tiles; it++) {
       const int key0 = begin + it * KT;
       fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
-      __syncthreads();                 /* everyone's did; tile it-1 fully consumed */
+      /* everyone's did; tile it-1 fully consumed (and the bad-page bit of
+       * tile it + STAGES - 2, copied last iteration) */
+      if (check_pages) {
+        if (__syncthreads_or(bad_pend)) bad_tiles |= 1u << (STAGES - 2);
+      } else {
+        __syncthreads();
+      }
+      bad_pend = false;
       {
         const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
         if (nt < num_tiles) {
           const int nkey0 = begin + nt * KT;
           const int nk = min(KT, pass_end - nkey0);
           if (paged) {
-            /* Tile nt's table sits in slot nt % RING = (it + STAGES - 1) % RING;
-             * tile nt + 1's goes to (it + STAGES) % RING = (it - 1) % RING,
-             * free since tile it-1 was consumed (barrier above). */
-            const int cslot = slot + STAGES - 1 >= PG::RING ? slot - 2 : slot + STAGES - 1;
-            fd_mma_copy_paged<T, D, NW>(k_head, v_head, k_thr, v_thr, gshift, nk,
-                                        sTab + cslot * KT, sK + load_stage * KT * D,
-                                        sV + load_stage * KT * D);
-            if (warp == 0 && nt + 1 < num_tiles) {
-              const int wslot = slot == 0 ? PG::RING - 1 : slot - 1;
-              const int key1 = nkey0 + KT;
-              fd_mma_page_table<D, NW>(p, pshift, gshift, key1, min(KT, pass_end - key1), lane,
-                                       pid, sTab + wslot * KT, sPageOk + wslot * PG::MW);
-              if (nt + 2 < num_tiles)
-                fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, gshift, key1 + KT,
-                                       min(KT, pass_end - (key1 + KT)), lane, pid);
-            }
+            bad_pend = fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, one_page, nkey0, nk,
+                                                   pg, sK + load_stage * KT * D,
+                                                   sV + load_stage * KT * D,
+                                                   sValid + load_stage * KT);
+            if (nt + 1 < num_tiles)
+              fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
+                                     min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
-            fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, k_step, v_step,
-                                     sK + load_stage * KT * D, sV + load_stage * KT * D, nk);
+            fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                         p.v_strides[1], sK + load_stage * KT * D,
+                                         sV + load_stage * KT * D, nk);
             k_off += k_tile;
             v_off += v_tile;
           }
@@ -565,24 +553,15 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 
       /* Scale to base-2 units and mask. */
       const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
-      const uint32_t *tOk = sPageOk + slot * PG::MW;
-      bool bad_pages = false; /* block-uniform: the tile has keys on bad pages */
-      if (paged) {
-        uint32_t all = ~0u;
-#pragma unroll
-        for (int i = 0; i < PG::MW; i++) all &= tOk[i];
-        bad_pages = all != ~0u;
-      }
+      const unsigned char *tValid = sValid + stage * KT;
+      const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
 #pragma unroll
       for (int n = 0; n < 2; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int kl = kl0 + n * 8 + (e & 1);
           bool vis = key0 + kl < (e < 2 ? lim0 : lim1);
-          if (bad_pages) {
-            const int en = kl >> gshift;
-            vis = vis && ((tOk[en >> 5] >> (en & 31)) & 1u);
-          }
+          if (bad_pages) vis = vis && tValid[kl] != 0;
           s[n][e] = vis ? s[n][e] * scale : -INFINITY;
         }
       }
@@ -635,7 +614,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
       }
       stage = stage + 1 == STAGES ? 0 : stage + 1;
-      slot = slot + 1 == PG::RING ? 0 : slot + 1;
+      bad_tiles >>= 1;
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
