@@ -62,19 +62,20 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The automatic split count for `items` work items of `chunks` chunks each:
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
- * contiguous fp16/bf16, the count for one block per multiprocessor instead:
+ * fp16/bf16, the count for one block per multiprocessor instead:
  * for head_dim >= 128 when the grid then fits the SMs with splits of >= 128
  * keys (what cuda_backend.cu needs to run the 8-warp kernel), for head_dim
  * 64 when each block's share is short. Measured on the H200
  * (bench/NOTES.md, 61bfe9d sweep): at B=1, 8 kv heads, 16 splits of the
  * 8-warp kernel beat 32 of the 4-warp one from 16k to 128k keys (d256 too);
- * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel and
- * paged caches measured faster with the occupancy count. */
+ * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel
+ * measured faster with the occupancy count. Paged caches too until their
+ * copies shared one page id per thread (9160d37 sweep: B=1 16k, page_size
+ * 16 / 64: 16 splits 24.7 / 23.7 us, 32 splits 25.0 / 24.3). */
 static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
                            int32_t slots, int32_t blocks_per_sm) {
   int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
-  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32 &&
-      p->page_size == 0) {
+  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
     const int wide = fd_cuda_wide_kernel(items * one, slots, keys);
