@@ -86,9 +86,10 @@ static const fd_case gpu_extra[] = {
     {.dtype = F16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3000, 129}, .q_len = 1, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 16, .num_splits = 4, .with_lse = 1},
     {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2900, 190}, .q_len = 3, .page_size = 128, .layout = NONCONTIG, .num_splits = 10, .with_lse = 1, .check_splits = 1},
-    /* tensor-core kernels' page tables with one entry a key: page_size below
-     * the rows a copy round covers (8 < 16 at 8 warps, 2 < 4 or 8 at head_dim
-     * 256) or not a power of two (48) */
+    /* tensor-core kernels: page_size 8 (one block_table read a thread a tile
+     * at head_dim 128: a thread copies 8 consecutive keys), and one read a
+     * key: page_size below those 4 or 8 keys (2 at head_dim 256) or not a
+     * power of two (48) */
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 8, .num_splits = 4, .with_lse = 1},
     {.dtype = F16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2000, 77}, .q_len = 2, .page_size = 48, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1, .check_splits = 1},
     {.dtype = BF16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {1111}, .q_len = 1, .page_size = 2, .num_splits = 2, .with_lse = 1},

@@ -208,8 +208,8 @@ static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
 
 /* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
  * the LOADS consecutive keys kr * LOADS + n (n < LOADS), kr = tid / CH, of
- * both K and V. A warp's copy instruction still covers two whole rows (the
- * 32 threads are two kr by 16 chunks, or one kr by 32), and a thread's keys
+ * both K and V. A warp's copy instruction still covers whole rows (its 32
+ * threads are 4, 2 or 1 kr by CH = 8, 16 or 32 chunks), and a thread's keys
  * of a tile sit on one page whenever page_size is a power of two >= LOADS
  * (measured: with keys RSTEP rows apart each needed its own page lookup,
  * ~28 instructions a key, bench/NOTES.md). */

@@ -404,45 +404,53 @@ static void item6_huge_page_ids(void **state) {
  * oracle runs on the same keys without the bad pages: q_len 1 (every row sees
  * every key), so leaving a page out equals dropping its column from the block
  * table and its keys from kv_len. Bad ids -1, num_pages, INT32_MAX and
- * INT32_MIN; pages whose keys are NaN in the pool (spares) must not be read.
- * Page sizes with one table entry per run of keys (16, 64) and one per key (1,
- * 8 below the 8-warp kernel's 16-key rows, 48 not a power of two); one split,
- * 3 and automatic; the 8-warp and (sm_count 1) 4-warp tensor-core kernels and
- * the fp32 kernel; a sequence whose pages are all bad (out 0, lse -inf). CPU:
- * the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
+ * INT32_MIN; the pool holds 3 pages of NaN past num_pages, so reading the id
+ * num_pages (even under a masked score: 0 * NaN) fails the check. Sequence 0
+ * has a bad page in its first tile, a run of >= 64 bad keys in the middle
+ * (so that a zero-filled but unmasked key would move lse past its tolerance
+ * even at page_size 1), one at key 520 (a later tile of split 0, the first of
+ * split 1 at 3 splits) and its last page; sequence 1 its first page; sequence
+ * 2 all its pages (out 0, lse -inf). Page sizes with one block_table read a
+ * thread a tile (16, 64, 8) and one a key (1, 48: below the tensor-core
+ * kernels' 4 or 8 keys a thread, or not a power of two); head_dim 64, 128
+ * and 256 (32 query heads on one kv head: two 16-row passes); one split, 3
+ * and automatic; the 8-warp and (sm_count 1) 4-warp tensor-core kernels and
+ * the fp32 kernel. CPU: the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
 static void item6_bad_page_ids(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
-  enum { B = 3, HQ = 8, HKV = 2 };
+  enum { B = 3 };
   const int32_t kv_len[B] = {1500, 777, 100};
-  const struct { fd_dtype dt; int d; } kinds[3] = {{BF16, 128}, {F16, 64}, {F32, 128}};
+  const struct { fd_dtype dt; int d, hq, hkv; } kinds[4] = {
+      {BF16, 128, 8, 2}, {F16, 64, 8, 2}, {F32, 128, 8, 2}, {BF16, 256, 32, 1}};
   const int32_t page_sizes[5] = {16, 64, 1, 8, 48};
   const int32_t bad_vals[4] = {-1, 0 /* num_pages */, INT32_MAX, INT32_MIN};
   int runs = 0;
-  for (int ki = 0; ki < 3; ki++)
+  for (int ki = 0; ki < 4; ki++)
     for (int pi = 0; pi < 5; pi++) {
       const fd_dtype dt = kinds[ki].dt;
-      const int D = kinds[ki].d, P = page_sizes[pi];
-      /* FD_TEST_QUICK (compute-sanitizer runs): page_size 16 and 8 (bf16), 16 (others) */
-      if (rel_quick() && !(pi == 0 || (pi == 3 && ki == 0))) continue;
+      const int D = kinds[ki].d, HQ = kinds[ki].hq, HKV = kinds[ki].hkv, P = page_sizes[pi];
+      /* FD_TEST_QUICK (compute-sanitizer runs, CUDA): page_size 16 and 1
+       * (bf16 head_dim 128), 16 (the others) */
+      if (rel_quick() && be == FD_BACKEND_CUDA && !(pi == 0 || (pi == 2 && ki == 0))) continue;
       const size_t es = fd_dtype_size(dt), page_elems = (size_t)P * HKV * D;
       const int32_t maxp = (kv_len[0] + P - 1) / P;
       uint64_t rng = env->seed ^ 0xbadbadull ^ (uint64_t)(ki * 8 + pi);
-      /* bad columns: sequence 0 its 2nd, a middle one and its last (partial
-       * unless P divides 1500); sequence 1 its first; sequence 2 all */
       int32_t *bt = malloc((size_t)B * maxp * sizeof *bt), *bt_ref = malloc((size_t)B * maxp * sizeof *bt);
       int32_t kv_ref[B];
       assert_true(bt && bt_ref);
       int32_t good = 0;
       for (int b = 0; b < B; b++) {
         const int32_t np = (kv_len[b] + P - 1) / P;
+        const int32_t mid = np / 2, run = P >= 64 ? 1 : 64 / P; /* the middle run of bad pages */
         int32_t nref = 0;
         kv_ref[b] = 0;
         for (int32_t c = 0; c < maxp; c++) {
           bt[b * maxp + c] = 0;
           bt_ref[b * maxp + c] = 0;
           if (c >= np) continue;
-          const int bad = (b == 0 && (c == 1 || c == np / 2 || c == np - 1)) || (b == 1 && c == 0) || b == 2;
+          const int bad = (b == 0 && (c == 1 || (c >= mid && c < mid + run) || c == 520 / P || c == np - 1)) ||
+                          (b == 1 && c == 0) || b == 2;
           const int32_t keys = kv_len[b] - c * P < P ? kv_len[b] - c * P : P;
           if (bad) {
             bt[b * maxp + c] = -2; /* set below, once num_pages is known */
@@ -454,16 +462,14 @@ static void item6_bad_page_ids(void **state) {
           }
         }
       }
-      const int32_t num_pages = good + 3; /* 3 spare pages of NaN */
+      const int32_t num_pages = good; /* pages good .. good+2 exist and hold NaN */
       int nbad = 0;
       for (int i = 0; i < B * maxp; i++)
         if (bt[i] == -2) {
           const int32_t v = bad_vals[nbad++ % 4];
           bt[i] = v == 0 ? num_pages : v;
         }
-      /* pool: page i of the run holds its keys at page perm... identity is
-       * enough here (the walk is the same); spares are NaN */
-      const size_t pool_elems = (size_t)num_pages * page_elems;
+      const size_t pool_elems = (size_t)(good + 3) * page_elems;
       unsigned char *k = malloc(pool_elems * es), *v = malloc(pool_elems * es), *q = malloc((size_t)B * HQ * D * es);
       assert_true(k && v && q);
       for (size_t i = 0; i < pool_elems; i++) {
@@ -479,7 +485,7 @@ static void item6_bad_page_ids(void **state) {
       p.page_size = P, p.max_pages_per_seq = maxp, p.num_pages = num_pages;
       fd_tensors host;
       memset(&host, 0, sizeof host);
-      const int64_t q3[3] = {HQ * D, HQ * D, D}, k3[3] = {(int64_t)page_elems, HKV * D, D};
+      const int64_t q3[3] = {(int64_t)HQ * D, (int64_t)HQ * D, D}, k3[3] = {(int64_t)page_elems, (int64_t)HKV * D, D};
       memcpy(host.q_strides, q3, sizeof q3), memcpy(host.k_strides, k3, sizeof k3),
           memcpy(host.v_strides, k3, sizeof k3);
       host.block_table_stride = maxp;
@@ -499,21 +505,22 @@ static void item6_bad_page_ids(void **state) {
       memset(&t, 0, sizeof t);
       t.q = dq, t.k_cache = dk, t.v_cache = dv, t.kv_len = dkv, t.block_table = dbt;
       unsigned char *out = malloc((size_t)B * HQ * D * es);
-      float lse[B * HQ];
-      assert_true(out != NULL);
+      float *lse = malloc((size_t)B * HQ * sizeof *lse);
+      assert_true(out && lse);
       const int32_t splits[3] = {1, 3, 0};
       for (int si = 0; si < 3; si++)
         for (int sm = 0; sm < 2; sm++) {
           if (be != FD_BACKEND_CUDA && (si > 0 || sm > 0)) continue;
-          if (rel_quick() && si != 1) continue;
+          if (be == FD_BACKEND_CUDA && rel_quick() && si != 1) continue;
           p.num_splits = splits[si];
           p.sm_count = sm ? 1 : 0;
           fd_plan plan;
           fd_error err;
           if (fd_plan_init(&plan, &p, &err) != FD_STATUS_OK) fail_msg("plan: %s", err.message);
           char what[160];
-          snprintf(what, sizeof what, "%s d%d page_size %d, %d bad pages, %d splits%s", dt == F32 ? "f32" : dt == F16 ? "f16" : "bf16", D, P,
-                   nbad, plan.num_splits, sm ? ", sm_count 1" : "");
+          snprintf(what, sizeof what, "%s d%d %d/%d heads page_size %d, %d bad pages, %d splits%s",
+                   dt == F32 ? "f32" : dt == F16 ? "f16" : "bf16", D, HQ, HKV, P, nbad, plan.num_splits,
+                   sm ? ", sm_count 1" : "");
           const fd_status st = rel_run_private(&plan, &t, 0xff, NULL, out, lse, &err);
           if (be != FD_BACKEND_CUDA) {
             if (st != FD_STATUS_INVALID_ARGUMENT || !strstr(err.message, "block_table"))
@@ -525,7 +532,7 @@ static void item6_bad_page_ids(void **state) {
             fail_msg("%s: wrong result", what);
           runs++;
         }
-      free(out), free(ref), free(ref_lse), free(k), free(v), free(q), free(bt), free(bt_ref);
+      free(out), free(lse), free(ref), free(ref_lse), free(k), free(v), free(q), free(bt), free(bt_ref);
       rel_free(be, dk), rel_free(be, dv), rel_free(be, dq), rel_free(be, dbt), rel_free(be, dkv);
     }
   if (be == FD_BACKEND_CUDA) printf("  %d runs with bad page ids matched the oracle without those pages\n", runs);
