@@ -4,7 +4,8 @@
  * paged bf16 KV cache, checked against a plain double-precision softmax
  * attention. Built and run by `make test` (ctest: example_decode_cpu).
  *
- *   cc examples/decode_cpu.c $(pkg-config --cflags --libs flashdecode) -lm
+ *   cc examples/decode_cpu.c $(pkg-config --cflags --libs flashdecode) -lm \
+ *      -Wl,-rpath,$PREFIX/lib     (PREFIX: where `cmake --install` put the library)
  *
  * Layouts (elements, row-major):
  *   q      [batch, q_len, num_heads_q, head_dim]        bf16 (uint16_t bits)
