@@ -103,6 +103,9 @@ fi
 
 if want bench && [ "${FD_PROFILE:-0}" = 1 ] && step "Nsight Compute: paged vs contiguous, one split" 60; then
   bash dev/cuda/profile.sh "$OUT/ncu" paged 2>&1 | tail -60
+  # one file: only about 8 files of $OUT come back from the device
+  for f in "$OUT"/ncu/ncu-*.txt; do echo "==== $(basename "$f")"; cat "$f"; done >"$OUT/ncu-all.txt"
+  rm -rf "$OUT/ncu"
 fi
 
 if want test && step "python tests and the SDPA-swap example" 70; then
