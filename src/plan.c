@@ -12,9 +12,9 @@
 #define FD_CHUNK_LEN 64
 /* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
 #define FD_MAX_AUTO_SPLITS 128
-/* CUDA, head_dim 64: keys x head_dim a block may hold for one block per
- * multiprocessor to be preferred over the occupancy calculator's count (see
- * auto_splits). */
+/* CUDA: keys x head_dim a block may hold for one block per multiprocessor
+ * to be preferred over the occupancy calculator's count when the 8-warp
+ * kernel does not apply (see auto_splits). */
 #define FD_ONE_BLOCK_PER_SM_ELEMS (1024 * 128)
 /* The automatic split count takes the smallest count whose wave efficiency
  * is at least this fraction of the best count's. */
@@ -64,8 +64,10 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
  * fp16/bf16, the count for one block per multiprocessor instead:
  * for head_dim >= 128 when the grid then fits the SMs with splits of >= 128
- * keys (what cuda_backend.cu needs to run the 8-warp kernel), for head_dim
- * 64 when each block's share is short. Measured on the H200
+ * keys (what cuda_backend.cu needs to run the 8-warp kernel), and at any
+ * head_dim when each block's share is short (at most
+ * FD_ONE_BLOCK_PER_SM_ELEMS keys x head_dim: the B=1 1k row's 16 splits of
+ * 64 keys; 8009560 sweep). Measured on the H200
  * (bench/NOTES.md, 61bfe9d sweep): at B=1, 8 kv heads, 16 splits of the
  * 8-warp kernel beat 32 of the 4-warp one from 16k to 128k keys (d256 too);
  * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel

@@ -308,7 +308,7 @@ static FD_INLINE FD_AVX2 void transpose4_lanes(const __m256 in[4], __m256 out[4]
   out[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
 }
 
-/* Key j of the block (padded: see cpu_kernels.h). */
+/* Key j of the block (padded to a multiple of 32 keys: see cpu_kernels.h). */
 static FD_INLINE const char *key_at(const fd_cpu_block *b, int j) {
   return (const char *)b->keys[j] + b->key_off;
 }

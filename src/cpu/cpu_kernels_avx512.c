@@ -537,7 +537,7 @@ static FD_INLINE FD_AVX512 __m256 load8_cols(const char *p, __mmask8 dm, const i
   }
 }
 
-/* Key j of the block (j < FD_CPU_KEY_BLOCK: the padding repeats the last). */
+/* Key j of the block (padded to a multiple of 32 keys: see cpu_kernels.h). */
 static FD_INLINE const char *key_at(const fd_cpu_block *b, int j) {
   return (const char *)b->keys[j] + b->key_off;
 }
