@@ -91,6 +91,7 @@
 #include "kernel_params.cuh"
 #include "device_util.cuh"
 #include "pass_output.cuh"
+#include "schedule.cuh"
 #include "split.h"
 
 #define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
@@ -117,7 +118,10 @@ struct fd_mma_cfg {
   static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
-  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
+  /* The persistent schedule's order (schedule.cuh): 4-warp blocks only. */
+  static constexpr size_t SCHED_BYTES = NW == 4 ? FD_SCHED_SMEM_BYTES : 0;
+  static constexpr size_t PASS_SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
+  static constexpr size_t SMEM = PASS_SMEM + SCHED_BYTES;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
   static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
   /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
@@ -678,19 +682,37 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
    * waits for this grid's completion (griddepcontrol.wait) before reading. */
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
-  const int split = blockIdx.x;
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  int begin, end;
-  fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
-  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
-
+  /* The grid: block (split, hk, b), one item. Persistent (sched_blocks > 0,
+   * 4-warp blocks): the block's items of the longest-first order, round by
+   * round (schedule.cuh). One call site of the pass either way. */
+  const bool persistent = NW == 4 && p.sched_blocks > 0;
+  int *sched = reinterpret_cast<int *>(fd_mma_smem + fd_mma_cfg<D, NW>::PASS_SMEM);
+  const int items = persistent ? fd_sched_build(p, sched) : 1;
   const int rows_total = p.group * p.q_len;
-  for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-    fd_split_mma_pass<T, D, NW>(p, b, hk, split, kv, begin, end, row0,
-                                min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+  for (int round = 0;; round++) {
+    int b, hk, split, splits;
+    if (persistent) {
+      const int64_t item = fd_sched_index(round, (int)blockIdx.x, (int)gridDim.x);
+      if (item >= items) break; /* block-uniform; later rounds lie further out */
+      fd_sched_item(p, sched, (int)item, &b, &hk, &split, &splits);
+    } else {
+      if (round > 0) break;
+      split = blockIdx.x;
+      hk = blockIdx.y;
+      b = blockIdx.z;
+      splits = 0;
+    }
+    int kv = __ldg(p.kv_len + b);
+    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+    if (!persistent) splits = fd_seq_splits(kv, p.num_splits, p.split_len);
+    int begin, end;
+    fd_split_range(kv, p.chunk_len, splits, split, &begin, &end);
+    if (p.num_splits > 1 && begin >= end) continue; /* past the last key: the combine skips it */
+
+    for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+      fd_split_mma_pass<T, D, NW>(p, b, hk, split, kv, begin, end, row0,
+                                  min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+  }
 }
 
 template <typename T, int D, int NW>
@@ -712,7 +734,10 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
+  if (p->sched_blocks > 0 && NW == 4)
+    cfg.gridDim = dim3((unsigned)p->sched_blocks);
+  else
+    cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
   cfg.blockDim = dim3(fd_mma_cfg<D, NW>::THREADS);
   cfg.dynamicSmemBytes = fd_mma_cfg<D, NW>::SMEM;
   cfg.stream = stream;
