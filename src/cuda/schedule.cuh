@@ -35,9 +35,11 @@
 
 #define FD_SCHED_BUCKETS 64
 
-/* Shared-memory bytes of the schedule: order[FD_SCHED_MAX_BATCH],
- * prefix[FD_SCHED_MAX_BATCH + 1], bucket counts[FD_SCHED_BUCKETS]. */
-#define FD_SCHED_SMEM_BYTES ((2 * FD_SCHED_MAX_BATCH + 1 + FD_SCHED_BUCKETS) * 4)
+/* Shared-memory ints of the schedule: order[FD_SCHED_MAX_BATCH],
+ * prefix[FD_SCHED_MAX_BATCH + 1], bucket counts[FD_SCHED_BUCKETS], then the
+ * block's current item (b, hk, split) at FD_SCHED_ITEM_OFFSET. */
+#define FD_SCHED_ITEM_OFFSET (2 * FD_SCHED_MAX_BATCH + 1 + FD_SCHED_BUCKETS)
+#define FD_SCHED_SMEM_BYTES ((FD_SCHED_ITEM_OFFSET + 3) * 4)
 
 /* kv_len[b] clamped to [0, kv_capacity], as every kernel reads it. */
 static __device__ __forceinline__ int fd_sched_kv(const fd_kernel_params &p, int b) {
