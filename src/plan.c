@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "split.h"
 
 /* Keys per chunk: split boundaries fall on multiples of this, and the CUDA
  * kernels' key tiles (16 to 128 keys) start on them. */
@@ -60,44 +59,6 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* CUDA persistent schedule: split length aimed at this many items per slot
- * of the GPU (two 4-warp blocks an SM), so the longest-first order has short
- * items left for the tail. */
-#define FD_SCHED_ITEMS_PER_SLOT 4
-
-/* CUDA, fp16/bf16, a kv_len_hint whose longest length is above 1.5x the mean,
- * batch <= FD_SCHED_MAX_BATCH: each sequence gets its own split count
- * (fd_seq_splits, split.h) of splits of about split_len keys, split_len aimed
- * at FD_SCHED_ITEMS_PER_SLOT items a slot, and the kernel runs them as one
- * persistent block a slot, longest first (schedule.cuh). A schedule model of
- * the Azure trace batch (bench/NOTES.md) put it 17-21 % below one split count
- * for all. Leaves the outputs alone (the grid plan stays) when the hint gives
- * less than one item a slot. */
-static void ragged_schedule(const fd_problem *p, const int32_t *hint, int64_t longest,
-                            int64_t total, int32_t slots, int32_t blocks_per_sm,
-                            int32_t *splits, int32_t *split_len, int32_t *sched_blocks) {
-  if (p->batch > FD_SCHED_MAX_BATCH || total <= 0 || longest * 2 * p->batch <= 3 * total) return;
-  const int64_t blocks = (int64_t)slots * (blocks_per_sm > 1 ? blocks_per_sm : 1);
-  int64_t len = ceil_div(total * p->num_heads_kv, blocks * FD_SCHED_ITEMS_PER_SLOT);
-  len = ceil_div(len, FD_CHUNK_LEN) * FD_CHUNK_LEN;
-  if (len < 2 * FD_CHUNK_LEN) len = 2 * FD_CHUNK_LEN;
-  const int64_t longest_len = ceil_div(longest, FD_CHUNK_LEN) * FD_CHUNK_LEN;
-  if (len > longest_len) len = longest_len;
-  int64_t s = ceil_div(longest, len);
-  if (s > FD_MAX_AUTO_SPLITS) {
-    s = FD_MAX_AUTO_SPLITS;
-    len = ceil_div(ceil_div(longest, s), FD_CHUNK_LEN) * FD_CHUNK_LEN;
-  }
-  if ((int64_t)p->batch * p->num_heads_kv * s > INT32_MAX) return;
-  int64_t items = 0;
-  for (int32_t b = 0; b < p->batch; b++)
-    items += (int64_t)fd_seq_splits(hint[b], (int32_t)s, (int32_t)len) * p->num_heads_kv;
-  if (items < blocks) return;
-  *splits = (int32_t)s;
-  *split_len = (int32_t)len;
-  *sched_blocks = (int32_t)blocks;
-}
 
 /* The automatic split count for `items` work items of `chunks` chunks each:
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
@@ -213,7 +174,6 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   }
 
   /* kv_len hints: sized from the longest. */
-  const int32_t *hint = p.kv_len_hint;
   int64_t longest = p.kv_capacity;
   int64_t total = (int64_t)p.kv_capacity * p.batch;
   if (p.kv_len_hint) {
@@ -302,9 +262,6 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       if (want > hint_chunks) want = (double)hint_chunks;
       if (want > splits) splits = (int32_t)want;
     }
-    if (hint && backend == FD_BACKEND_CUDA && p.dtype != FD_DTYPE_F32)
-      ragged_schedule(&p, hint, longest, total, slots, blocks_per_sm, &splits, &plan->split_len,
-                      &plan->sched_blocks);
   } else {
     splits = p.num_splits;
   }
@@ -312,9 +269,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
   if (splits < 1) splits = 1;
   plan->num_splits = splits;
-  if (plan->split_len > 0) {
-    plan->split_keys = plan->split_len;
-  } else {
+  {
     const int64_t chunks = ceil_div(longest, FD_CHUNK_LEN);
     const int64_t keys = ceil_div(chunks > 0 ? chunks : 1, splits) * FD_CHUNK_LEN;
     plan->split_keys = keys > INT32_MAX ? INT32_MAX : (int32_t)keys;

@@ -20,7 +20,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -259,8 +258,6 @@ static void test_plan_explicit_and_hint(void **state) {
    * slots); either is more than the capacity-sized wave count (4 of 8). */
   assert_int_equal(plan_ok(&p).num_splits, 4);
   assert_int_equal(full.num_splits, 8);
-  assert_int_equal(full.split_len, 0); /* one split count for all (the CUDA-only schedule) */
-  assert_int_equal(full.sched_blocks, 0);
   /* One thread: nothing to gain from splitting a ragged batch. */
   p.num_threads = 1;
   p.kv_len_hint = long_hint;
@@ -319,74 +316,12 @@ static void test_plan_cuda_simulated(void **state) {
   }
 }
 
-/* Ragged hints on CUDA (fp16/bf16): a split count per sequence and the
- * persistent schedule; every other plan keeps the split grid. */
-static void test_plan_cuda_ragged_schedule(void **state) {
-  (void)state;
-  if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    print_message("CUDA backend not available: ragged CUDA plans not checked\n");
-    skip();
-  }
-  enum { B = 64 };
-  int32_t ragged[B], uniform[B];
-  for (int b = 0; b < B; b++) {
-    ragged[b] = b < 7 ? 4200 - 3 * b : 113 + 7 * b; /* the shape of the Azure trace batch */
-    uniform[b] = 4096;
-  }
-  fd_problem p = problem(FD_BACKEND_CUDA, B, 8, 8192);
-  p.sm_count = 132;
-  p.kv_len_hint = ragged;
-  const fd_plan plan = plan_ok(&p);
-  assert_true(plan.sched_blocks > 0);
-  assert_int_equal(plan.sched_blocks % 132, 0); /* whole multiprocessors */
-  assert_true(plan.split_len >= 2 * plan.chunk_len);
-  assert_int_equal(plan.split_len % plan.chunk_len, 0);
-  /* The longest sequence gets every split; each split about split_len keys. */
-  assert_int_equal(plan.num_splits, (4200 + plan.split_len - 1) / plan.split_len);
-  assert_true(plan.num_splits > 1);
-  check_workspace_layout(&plan);
-
-  /* Not ragged, fp32, an explicit count, more than FD_SCHED_MAX_BATCH
-   * sequences, or less than an item a slot: the split grid. */
-  fd_problem q = p;
-  q.kv_len_hint = uniform;
-  fd_plan other = plan_ok(&q);
-  assert_int_equal(other.sched_blocks, 0);
-  assert_int_equal(other.split_len, 0);
-  q = p;
-  q.dtype = FD_DTYPE_F32;
-  other = plan_ok(&q);
-  assert_int_equal(other.sched_blocks, 0);
-  assert_int_equal(other.split_len, 0);
-  q = p;
-  q.num_splits = 4;
-  other = plan_ok(&q);
-  assert_int_equal(other.sched_blocks, 0);
-  assert_int_equal(other.num_splits, 4);
-  const int32_t pair[2] = {8192, 1};
-  q = problem(FD_BACKEND_CUDA, 2, 1, 8192);
-  q.sm_count = 132;
-  q.kv_len_hint = pair;
-  assert_int_equal(plan_ok(&q).sched_blocks, 0);
-  int32_t *big = malloc(513 * sizeof *big);
-  assert_non_null(big);
-  for (int b = 0; b < 513; b++) big[b] = b % 9 == 0 ? 8000 : 100;
-  q = problem(FD_BACKEND_CUDA, 513, 8, 8192);
-  q.sm_count = 132;
-  q.kv_len_hint = big;
-  assert_int_equal(plan_ok(&q).sched_blocks, 0);
-  big[512] = 0;
-  q.batch = 512;
-  assert_true(plan_ok(&q).sched_blocks > 0);
-  free(big);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worked_values),         cmocka_unit_test(test_bounds_and_properties),
       cmocka_unit_test(test_monotonic_in_sm_count), cmocka_unit_test(test_degenerate_inputs),
       cmocka_unit_test(test_plan_cpu),              cmocka_unit_test(test_plan_explicit_and_hint),
-      cmocka_unit_test(test_plan_cuda_simulated),   cmocka_unit_test(test_plan_cuda_ragged_schedule),
+      cmocka_unit_test(test_plan_cuda_simulated),
   };
   return cmocka_run_group_tests_name("heuristic", tests, NULL, NULL);
 }

@@ -26,8 +26,7 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
   const int32_t tok = (int32_t)(row % p->q_len);
   const int32_t h = (int32_t)(row / p->q_len % p->num_heads_q);
   const int32_t b = (int32_t)(row / ((int64_t)p->q_len * p->num_heads_q));
-  const int32_t active = fd_active_splits(
-      t->kv_len[b], plan->chunk_len, fd_seq_splits(t->kv_len[b], num_splits, plan->split_len));
+  const int32_t active = fd_active_splits(t->kv_len[b], plan->chunk_len, num_splits);
   const float *ml = partial_ml + row * num_splits * 2;
   const float *o = partial_o + row * num_splits * head_dim;
 

@@ -290,10 +290,9 @@ static double run_share(const cpu_call *c, int share, int shares, double total) 
   const double hi = share < 0 ? 0.0 : total * (share + 1) / shares;
   double prefix = 0.0;
   for (int32_t b = 0; b < plan->problem.batch; b++) {
-    const int32_t seq_splits = fd_seq_splits(c->t->kv_len[b], num_splits, plan->split_len);
-    for (int32_t s = 0; s < seq_splits; s++) {
+    for (int32_t s = 0; s < num_splits; s++) {
       int32_t begin, end;
-      fd_split_range(c->t->kv_len[b], plan->chunk_len, seq_splits, s, &begin, &end);
+      fd_split_range(c->t->kv_len[b], plan->chunk_len, num_splits, s, &begin, &end);
       if (num_splits > 1 && begin == end) continue;
       const double cost = (double)(end - begin) + FD_CPU_ITEM_OVERHEAD;
       const double span = cost * num_heads_kv;

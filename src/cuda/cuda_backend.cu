@@ -17,7 +17,6 @@
 
 #include "internal.h"
 #include "kernel_params.cuh"
-#include "split.h"
 
 /* Turns a failed runtime call into FD_STATUS_BACKEND_ERROR (clearing it). */
 static fd_status cuda_fail(fd_error *err, const char *what, cudaError_t e) {
@@ -128,13 +127,6 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_capacity = plan->kv_capacity;
   kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
-  kp->split_len = plan->split_len;
-  /* The persistent schedule's order fits FD_SCHED_MAX_BATCH sequences
-   * (fd_plan_init never sets it otherwise; a plan is plain data). */
-  kp->sched_blocks = pr->dtype != FD_DTYPE_F32 && plan->split_len > 0 &&
-                             pr->batch <= FD_SCHED_MAX_BATCH
-                         ? plan->sched_blocks
-                         : 0;
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
 }
 
@@ -173,9 +165,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     /* A grid no larger than the GPU runs one block per SM whichever kernel
      * runs it: take the 8-warp one, twice the bytes in flight. */
     const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
-    const int wide = kp.sched_blocks == 0 &&
-                     fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys);
-    e = fd_split_mma_launch(&kp, wide, s);
+    e = fd_split_mma_launch(&kp, fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys), s);
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";

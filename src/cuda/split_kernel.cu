@@ -461,8 +461,7 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.b = blockIdx.z;
   int kv = p.kv_len[bp.b];
   bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  fd_split_range(bp.kv, p.chunk_len, fd_seq_splits(bp.kv, p.num_splits, p.split_len), bp.split,
-                 &bp.begin, &bp.end);
+  fd_split_range(bp.kv, p.chunk_len, p.num_splits, bp.split, &bp.begin, &bp.end);
   if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
 
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no

@@ -91,7 +91,6 @@
 #include "kernel_params.cuh"
 #include "device_util.cuh"
 #include "pass_output.cuh"
-#include "schedule.cuh"
 #include "split.h"
 
 #define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
@@ -119,12 +118,10 @@ struct fd_mma_cfg {
   static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
   static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
   static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
-  /* The persistent variant (4 warps) adds the schedule (schedule.cuh) after it. */
-  static constexpr size_t SCHED_SMEM = SMEM + FD_SCHED_SMEM_BYTES;
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
   static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
   /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
-  static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SCHED_SMEM + 1024) <= 233472), "shared memory");
+  static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SMEM + 1024) <= 233472), "shared memory");
   static_assert(NW == 4 || NW == 8, "warps");
   static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
   static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
@@ -339,28 +336,11 @@ static __device__ __forceinline__ int fd_row_limit(int r, int row0, int pass_row
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-/* The block's item: (split, kv head, sequence) = blockIdx (x, y, z) in the
- * grid; the persistent variant (SCHED) reads them from shared memory where
- * they are used (volatile: not kept in registers across the tile loop, which
- * measured 14 % slower on the Azure batch when they were, bench/NOTES.md). */
-template <bool SCHED>
-static __device__ __forceinline__ int fd_item_b(const volatile int *item) {
-  return SCHED ? item[0] : (int)blockIdx.z;
-}
-template <bool SCHED>
-static __device__ __forceinline__ int fd_item_hk(const volatile int *item) {
-  return SCHED ? item[1] : (int)blockIdx.y;
-}
-template <bool SCHED>
-static __device__ __forceinline__ int fd_item_split(const volatile int *item) {
-  return SCHED ? item[2] : (int)blockIdx.x;
-}
-
-template <typename T, int D, int NW, bool SCHED>
-static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p,
-                                                         const volatile int *item, int kv,
-                                                         int begin, int end, int row0,
-                                                         int pass_rows, unsigned char *smem) {
+template <typename T, int D, int NW>
+static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
+                                                         int split, int kv, int begin, int end,
+                                                         int row0, int pass_rows,
+                                                         unsigned char *smem) {
   using C = fd_mma_cfg<D, NW>;
   constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT, KS = C::KS;
   constexpr int ROWS = FD_MMA_ROWS;
@@ -383,7 +363,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   const int g = lane >> 2; /* accumulator rows g and g + 8 */
   const int qd = lane & 3; /* accumulator columns 2 qd, 2 qd + 1 */
   const int q_len = p.q_len;
-  const int hk = fd_item_hk<SCHED>(item);
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
 
@@ -426,7 +405,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         const int gi = (row0 + r) / q_len;
         const int t = (row0 + r) - gi * q_len;
         const int64_t h = (int64_t)hk * p.group + gi;
-        src += (int64_t)fd_item_b<SCHED>(item) * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
+        src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
                c * 8;
       }
       fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
@@ -440,7 +419,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const bool check_pages = paged && p.num_pages > 0;
     const int pshift =
         paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
-    const int b = fd_item_b<SCHED>(item);
     const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
     /* a thread's LOADS keys of a tile on one page: one id a tile */
     const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
@@ -684,15 +662,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   __syncthreads();
 
-  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, fd_item_b<SCHED>(item),
-                                                           fd_item_hk<SCHED>(item),
-                                                           fd_item_split<SCHED>(item), row0,
-                                                           pass_rows, sO,
+  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
                                                            &sFin[0].x, &sFin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
 }
 
-template <typename T, int D, int NW, bool SCHED>
+template <typename T, int D, int NW>
 __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
@@ -703,78 +678,43 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
    * waits for this grid's completion (griddepcontrol.wait) before reading. */
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
+  int kv = __ldg(p.kv_len + b);
+  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int begin, end;
+  fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
+  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+
   const int rows_total = p.group * p.q_len;
-  if constexpr (SCHED) {
-    /* Persistent: the block's items of the longest-first order, round by
-     * round (schedule.cuh); the item goes through shared memory. */
-    int *sched = reinterpret_cast<int *>(fd_mma_smem + fd_mma_cfg<D, NW>::SMEM);
-    volatile int *item = sched + FD_SCHED_ITEM_OFFSET;
-    const int items = fd_sched_build(p, sched);
-    for (int round = 0;; round++) {
-      const int64_t idx = fd_sched_index(round, (int)blockIdx.x, (int)gridDim.x);
-      if (idx >= items) break; /* block-uniform; later rounds lie further out */
-      int b, hk, split, splits;
-      fd_sched_item(p, sched, (int)idx, &b, &hk, &split, &splits);
-      if (threadIdx.x == 0) {
-        item[0] = b;
-        item[1] = hk;
-        item[2] = split;
-      }
-      __syncthreads(); /* the item is read in the pass (the last pass ended with a barrier) */
-      const int kv = fd_sched_kv(p, b);
-      int begin, end;
-      fd_split_range(kv, p.chunk_len, splits, split, &begin, &end);
-      if (p.num_splits > 1 && begin >= end) continue; /* an empty sequence's item */
-      for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-        fd_split_mma_pass<T, D, NW, true>(p, item, kv, begin, end, row0,
-                                          min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
-    }
-  } else {
-    const int split = blockIdx.x;
-    const int b = blockIdx.z;
-    int kv = __ldg(p.kv_len + b);
-    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-    int begin, end;
-    fd_split_range(kv, p.chunk_len, fd_seq_splits(kv, p.num_splits, p.split_len), split, &begin,
-                   &end);
-    if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
-
-    for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-      fd_split_mma_pass<T, D, NW, false>(p, nullptr, kv, begin, end, row0,
-                                         min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
-  }
+  for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+    fd_split_mma_pass<T, D, NW>(p, b, hk, split, kv, begin, end, row0,
+                                min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
 }
 
-template <typename T, int D, int NW, bool SCHED>
-static constexpr size_t fd_split_mma_smem(void) {
-  return SCHED ? fd_mma_cfg<D, NW>::SCHED_SMEM : fd_mma_cfg<D, NW>::SMEM;
-}
-
-template <typename T, int D, int NW, bool SCHED>
+template <typename T, int D, int NW>
 static cudaError_t fd_split_mma_prepare(void) {
-  constexpr size_t smem = fd_split_mma_smem<T, D, NW, SCHED>();
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, SCHED>,
+  constexpr size_t smem = fd_mma_cfg<D, NW>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory (two 4-warp blocks
    * or one 8-warp block per SM). */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, SCHED>,
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D, int NW, bool SCHED>
+template <typename T, int D, int NW>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, NW, SCHED>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW>();
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
-  if (SCHED)
-    cfg.gridDim = dim3((unsigned)p->sched_blocks);
-  else
-    cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
+  cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
   cfg.blockDim = dim3(fd_mma_cfg<D, NW>::THREADS);
-  cfg.dynamicSmemBytes = fd_split_mma_smem<T, D, NW, SCHED>();
+  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW>::SMEM;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   memset(attr, 0, sizeof attr);
@@ -783,17 +723,16 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const fd_kernel_params params = *p;
-  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW, SCHED>, params);
+  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW>, params);
   if (le != cudaSuccess) return le;
   return cudaGetLastError();
 }
 
 template <typename T, int D>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, 4, false>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
-                                                       fd_split_mma_kernel<T, D, 4, false>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D, 4>,
                                                        fd_mma_cfg<D, 4>::THREADS,
                                                        fd_mma_cfg<D, 4>::SMEM);
 }
@@ -801,9 +740,8 @@ static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
 template <typename T, int D>
 static cudaError_t fd_split_mma_launch_wide(const fd_kernel_params *p, int wide,
                                             cudaStream_t stream) {
-  if (wide) return fd_split_mma_launch_instance<T, D, 8, false>(p, stream);
-  return p->sched_blocks > 0 ? fd_split_mma_launch_instance<T, D, 4, true>(p, stream)
-                             : fd_split_mma_launch_instance<T, D, 4, false>(p, stream);
+  return wide ? fd_split_mma_launch_instance<T, D, 8>(p, stream)
+              : fd_split_mma_launch_instance<T, D, 4>(p, stream);
 }
 
 template <typename T>
