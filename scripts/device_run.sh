@@ -14,7 +14,8 @@
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
 #   FD_BENCH_SHAPES=a,b: only shapes whose name has a or b);
 #   FD_EXP_CPU=1: the CPU benchmark too; FD_EXP_SAN=GLOB: memcheck and
-#   racecheck of the GPU grid cases matching GLOB.
+#   racecheck (FD_EXP_SAN_TOOLS="memcheck ...": those) of the GPU grid cases
+#   matching GLOB; FD_EXP_CTEST=REGEX: only the GPU tests REGEX matches.
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
 # carried with the call.
@@ -81,11 +82,12 @@ if want test && step "compute-sanitizer: GPU grid" 90; then
 fi
 
 if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then
-  (cd build && ctest --output-on-failure -j 2 -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1 || status=1
+  (cd build && ctest --output-on-failure -j 2 -L gpu --timeout 300 ${FD_EXP_CTEST:+-R "$FD_EXP_CTEST"}) \
+    >/tmp/fd-ctest.txt 2>&1 || status=1
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | tail -20
 fi
 if [ "$MODE" = exp ] && [ -n "${FD_EXP_SAN:-}" ] && step "compute-sanitizer (exp): GPU grid, filter $FD_EXP_SAN" 60; then
-  for tool in memcheck racecheck; do san build/tests/test_gpu_grid $tool "$FD_EXP_SAN"; done
+  for tool in ${FD_EXP_SAN_TOOLS:-memcheck racecheck}; do san build/tests/test_gpu_grid $tool "$FD_EXP_SAN"; done
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
   python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
