@@ -36,13 +36,6 @@
  *   ceil(chunks / S) consecutive chunks, and splits past the last key are
  *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
  *   graphs), and a plan made from the step's real lengths splits them well.
- *   Ragged batches: a CUDA plan (fp16/bf16) made from a kv_len_hint whose
- *   longest length is well above the mean gives each sequence its own split
- *   count, S_b = min(S, max(1, ceil(L / plan.split_len))), in place of S, so
- *   every split holds about split_len keys and short sequences are not cut
- *   into splits of a few keys (per-request KV chunks, as in FlashInfer's
- *   load-balanced plan, Ye et al., 2025). Still computed from the kv_len the
- *   call sees, so any kv_len up to kv_capacity is exact.
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -228,10 +221,6 @@ typedef struct fd_plan {
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
   size_t ws_counters;     /* uint32 [batch*num_heads_kv] */
-  int32_t split_len;      /* (internal) 0: every sequence gets num_splits
-                             splits; > 0 (CUDA plans for ragged kv_len_hint):
-                             sequence b gets min(num_splits, max(1,
-                             ceil(kv_len[b] / split_len))), see HOW */
 } fd_plan;
 
 /*

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "split.h"
 
 /* Keys per chunk: split boundaries fall on multiples of this, and the CUDA
  * kernels' key tiles (16 to 128 keys) start on them. */
@@ -60,7 +59,6 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 
 /* The automatic split count for `items` work items of `chunks` chunks each:
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
@@ -263,19 +261,6 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;
       if (want > splits) splits = (int32_t)want;
-      /* CUDA (fp16/bf16): every sequence gets its own split count
-       * (fd_seq_splits, split.h) of splits of split_len keys: that half
-       * share, or the longest sequence's split if longer. Short sequences
-       * then run as one block instead of `splits` blocks of a few keys, each
-       * with its own prologue and epilogue. Measured on the Azure batch
-       * (bench/NOTES.md, session 5): 87.3 us against 91.8 with 4 splits for
-       * all; split_len from a quarter share (8 splits) 89.0. */
-      if (backend == FD_BACKEND_CUDA && p.dtype != FD_DTYPE_F32 && splits > 1) {
-        int64_t len = ceil_div((int64_t)ceil(even / 2.0), FD_CHUNK_LEN) * FD_CHUNK_LEN;
-        const int64_t need = fd_split_len((int32_t)longest, FD_CHUNK_LEN, splits);
-        if (len < need) len = need;
-        plan->split_len = len > INT32_MAX ? INT32_MAX : (int32_t)len;
-      }
     }
   } else {
     splits = p.num_splits;
@@ -284,9 +269,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
   if (splits < 1) splits = 1;
   plan->num_splits = splits;
-  if (plan->split_len > 0) {
-    plan->split_keys = plan->split_len;
-  } else {
+  {
     const int64_t chunks = ceil_div(longest, FD_CHUNK_LEN);
     const int64_t keys = ceil_div(chunks > 0 ? chunks : 1, splits) * FD_CHUNK_LEN;
     plan->split_keys = keys > INT32_MAX ? INT32_MAX : (int32_t)keys;

@@ -14,18 +14,6 @@
 #define FD_HD static inline
 #endif
 
-/* The split count of one sequence of kv_len keys: the plan's num_splits, or,
- * when the plan gives a split length (split_len > 0: CUDA plans for ragged
- * kv_len_hint, see plan.c), ceil(kv_len / split_len) clamped to
- * [1, num_splits], so short sequences get fewer splits than long ones. The
- * partial arrays keep num_splits slots a row either way. */
-FD_HD int32_t fd_seq_splits(int32_t kv_len, int32_t num_splits, int32_t split_len) {
-  if (split_len <= 0) return num_splits;
-  if (kv_len <= 0) return 1;
-  int64_t s = ((int64_t)kv_len + split_len - 1) / split_len;
-  return s < num_splits ? (int32_t)s : num_splits;
-}
-
 /* Keys per split for a sequence of kv_len keys: a whole number of chunks. */
 FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
   /* 64-bit: kv_len + chunk_len - 1 overflows int32 near 2^31. */

@@ -93,25 +93,6 @@ static const fd_case gpu_extra[] = {
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {3001}, .q_len = 1, .page_size = 8, .num_splits = 4, .with_lse = 1},
     {.dtype = F16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2000, 77}, .q_len = 2, .page_size = 48, .layout = NONCONTIG, .num_splits = 3, .with_lse = 1, .check_splits = 1},
     {.dtype = BF16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {1111}, .q_len = 1, .page_size = 2, .num_splits = 2, .with_lse = 1},
-    /* ragged batches planned from kv_len_hint: a split count per sequence
-     * (plan.split_len, split.h), on simulated small GPUs so that the hints
-     * give several splits; hint 2 plans for shorter sequences than the run
-     * sees (splits longer than split_len, counts capped at num_splits);
-     * 64 sequences; fp32 keeps one count for all */
-    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 16,
-     .kv_len = {1, 17, 64, 65, 100, 255, 256, 257, 1000, 1023, 2048, 3000, 4099, 0, 5, 8191}, .q_len = 1, .with_lse = 1, .sm_count = 16, .hint = 1, .expect_split_len = 1, .check_splits = 1},
-    {.dtype = F16, .head_dim = 64, .num_heads_q = 16, .num_heads_kv = 2, .batch = 9,
-     .kv_len = {5000, 3, 70, 129, 1, 0, 640, 2000, 4097}, .q_len = 3, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .sm_count = 4, .hint = 2, .expect_split_len = 1},
-    {.dtype = BF16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 1, .batch = 12,
-     .kv_len = {3001, 7, 1500, 64, 65, 900, 0, 2222, 128, 129, 6000, 33}, .q_len = 2, .page_size = 64, .with_lse = 1, .sm_count = 3, .hint = 1, .expect_split_len = 1, .check_splits = 1},
-    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 64,
-     .kv_len = {700, 65, 3000, 127, 5003, 3000, 3000, 1500, 300, 1, 9000, 5003, 64, 1500, 1, 63,
-                2, 127, 129, 64, 128, 300, 2, 700, 64, 1, 3000, 64, 128, 65, 63, 5003,
-                128, 63, 5003, 5003, 2, 63, 700, 700, 129, 63, 63, 1, 1, 64, 5003, 64,
-                63, 63, 65, 127, 64, 300, 1500, 1500, 64, 63, 3000, 64, 128, 65, 1, 127},
-     .q_len = 1, .with_lse = 1, .sm_count = 8, .hint = 1, .expect_split_len = 1, .check_splits = 1},
-    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 9,
-     .kv_len = {5000, 3, 70, 129, 1, 0, 640, 2000, 4097}, .q_len = 1, .with_lse = 1, .sm_count = 4, .hint = 1},
 };
 
 /* CPU only: head_dim <= 8, where the SIMD kernels transpose keys into lanes
@@ -179,7 +160,6 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
       if (cases[i].dtype == F32) continue;
       fd_case c = cases[i];
       c.sm_count = 1;
-      c.expect_split_len = 0; /* one SM: the hints may ask for one split */
       cases[n++] = c;
     }
   }

@@ -199,10 +199,6 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->strict) n += snprintf(buf + n, size - (size_t)n, "/strict");
   if (n < 0 || (size_t)n >= size) return;
-  if (c->hint) n += snprintf(buf + n, size - (size_t)n, "/hint%d", c->hint);
-  if (n < 0 || (size_t)n >= size) return;
-  if (c->expect_split_len) n += snprintf(buf + n, size - (size_t)n, "/seqsplits");
-  if (n < 0 || (size_t)n >= size) return;
   if (c->abs_floor != 0.0f) snprintf(buf + n, size - (size_t)n, "/abs%g", (double)c->abs_floor);
 }
 
@@ -338,7 +334,6 @@ typedef struct setup {
   const fd_case *c;
   fd_problem problem;
   int32_t kv_capacity, max_pages, num_pages, longest;
-  int32_t hint[FD_CASE_MAX_BATCH]; /* kv_len_hint when c->hint != 0 */
   int64_t q_strides[3], k_strides[3], v_strides[3], out_strides[3], lse_strides[3];
   int64_t bt_stride;
   int64_t out_elems, lse_elems;
@@ -467,13 +462,6 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->softmax_scale = c->softmax_scale;
   p->num_threads = c->num_threads;
   p->sm_count = c->sm_count;
-  if (c->hint) {
-    for (int32_t b = 0; b < B; b++)
-      s->hint[b] = c->hint == 1 ? c->kv_len[b] : c->kv_len[b] / 3 + b % 5;
-    for (int32_t b = 0; b < B; b++)
-      if (s->hint[b] > s->kv_capacity) s->hint[b] = s->kv_capacity;
-    p->kv_len_hint = s->hint;
-  }
 
   const int64_t blocks = P > 0 ? s->num_pages : B;
   s->out_elems = s->mis + B * s->out_strides[0];
@@ -937,14 +925,6 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   if (plan_for(&rep, &s, c->backend, c->num_splits, &plan) ||
       plan_for(&rep, &s, FD_BACKEND_REFERENCE, 1, &ref_plan))
     goto done;
-
-  /* Split counts per sequence where the case expects them (and never on
-   * another backend). */
-  if (c->expect_split_len && plan.split_len <= 0)
-    fail_at(&rep, "plan.split_len %d: the case expects split counts per sequence (%d splits)",
-            plan.split_len, plan.num_splits);
-  if (c->backend != FD_BACKEND_CUDA && plan.split_len != 0)
-    fail_at(&rep, "plan.split_len %d on a non-CUDA backend", plan.split_len);
 
   /* An explicit split count is honoured, clamped to the chunks and FD_MAX_SPLITS. */
   const int64_t chunks = s.kv_capacity > 0 ? ceil_div64(s.kv_capacity, plan.chunk_len) : 1;

@@ -64,11 +64,6 @@ typedef struct fd_case {
   float abs_floor;                     /* an absolute error also allowed per element (0 = none):
                                           rows of a few values can cancel to nearly 0, where the
                                           relative floor says nothing (head_dim < 16) */
-  int32_t hint;                        /* fd_problem.kv_len_hint: 0 none; 1 the case's kv_len; 2
-                                          kv_len / 3 + b % 5 (the run sees other lengths than
-                                          the plan was made for) */
-  int expect_split_len;                /* CUDA: the plan must give sequences their own split
-                                          counts (plan.split_len > 0) */
   /* Extra checks; they do not change the inputs. */
   int check_splits;      /* also run with num_splits = 1 (or 7 when the case has 1) and compare */
   int check_determinism; /* run twice (different workspace garbage), outputs bitwise equal */

@@ -20,7 +20,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -259,7 +258,6 @@ static void test_plan_explicit_and_hint(void **state) {
    * slots); either is more than the capacity-sized wave count (4 of 8). */
   assert_int_equal(plan_ok(&p).num_splits, 4);
   assert_int_equal(full.num_splits, 8);
-  assert_int_equal(full.split_len, 0); /* one split count for all (split counts per sequence: CUDA) */
   /* One thread: nothing to gain from splitting a ragged batch. */
   p.num_threads = 1;
   p.kv_len_hint = long_hint;
@@ -318,62 +316,12 @@ static void test_plan_cuda_simulated(void **state) {
   }
 }
 
-/* Ragged hints on CUDA (fp16/bf16): a split count per sequence; every
- * other plan keeps one count for all. */
-static void test_plan_cuda_ragged_split_len(void **state) {
-  (void)state;
-  if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    print_message("CUDA backend not available: ragged CUDA plans not checked\n");
-    skip();
-  }
-  enum { B = 64 };
-  int32_t ragged[B], uniform[B];
-  int64_t total = 0;
-  for (int b = 0; b < B; b++) {
-    ragged[b] = b < 7 ? 4200 - 3 * b : 113 + 7 * b; /* the shape of the Azure trace batch */
-    uniform[b] = 4096;
-    total += ragged[b];
-  }
-  fd_problem p = problem(FD_BACKEND_CUDA, B, 8, 8192);
-  p.sm_count = 132;
-  p.kv_len_hint = ragged;
-  const fd_plan plan = plan_ok(&p);
-  assert_true(plan.num_splits > 1);
-  assert_int_equal(plan.split_len % plan.chunk_len, 0);
-  /* The longest sequence gets every split, none longer than split_len. */
-  assert_int_equal(plan.num_splits, (4200 + plan.split_len - 1) / plan.split_len);
-  /* At least half an even share of the machine's block slots. */
-  assert_true((int64_t)plan.split_len * 132 * 2 * 2 >= total * 8);
-  check_workspace_layout(&plan);
-
-  /* Not ragged, fp32, an explicit count: one count for all. */
-  fd_problem q = p;
-  q.kv_len_hint = uniform;
-  assert_int_equal(plan_ok(&q).split_len, 0);
-  q = p;
-  q.dtype = FD_DTYPE_F32;
-  assert_int_equal(plan_ok(&q).split_len, 0);
-  q = p;
-  q.num_splits = 4;
-  fd_plan forced = plan_ok(&q);
-  assert_int_equal(forced.split_len, 0);
-  assert_int_equal(forced.num_splits, 4);
-  /* One long and one tiny sequence: planned like the long one alone. */
-  const int32_t pair[2] = {16384, 1};
-  q = problem(FD_BACKEND_CUDA, 2, 8, 16384);
-  q.sm_count = 132;
-  q.kv_len_hint = pair;
-  fd_problem alone = problem(FD_BACKEND_CUDA, 1, 8, 16384);
-  alone.sm_count = 132;
-  assert_true(plan_ok(&q).num_splits <= plan_ok(&alone).num_splits);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worked_values),         cmocka_unit_test(test_bounds_and_properties),
       cmocka_unit_test(test_monotonic_in_sm_count), cmocka_unit_test(test_degenerate_inputs),
       cmocka_unit_test(test_plan_cpu),              cmocka_unit_test(test_plan_explicit_and_hint),
-      cmocka_unit_test(test_plan_cuda_simulated),   cmocka_unit_test(test_plan_cuda_ragged_split_len),
+      cmocka_unit_test(test_plan_cuda_simulated),
   };
   return cmocka_run_group_tests_name("heuristic", tests, NULL, NULL);
 }

@@ -3,9 +3,8 @@
  *
  * GRID  ceil(rows / 4) blocks of 128 threads, one warp per partial row
  *   row = (b * num_heads_q + h) * q_len + t. Lane i covers d = 4 * i + 128 * k.
- *   Only splits s < fd_active_splits(kv_len[b], chunk_len, S_b) are read,
- *   S_b = fd_seq_splits(kv_len[b], num_splits, split_len) (split.h; the
- *   split kernel never writes the others):
+ *   Only splits s < fd_active_splits(kv_len[b], chunk_len, num_splits) are
+ *   read (the split kernel never writes the others):
  *     m* = max_s m_s,  w_s = exp(m_s - m*),  l* = sum_s w_s l_s,
  *     out = (sum_s w_s O_s) / l*,  lse = m* + log(l*).
  *   m_s is in natural-log units. A row with m* = -inf (no visible key) gets
@@ -59,7 +58,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
 
   int kv = p.kv_len[b];
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  const int active = fd_active_splits(kv, p.chunk_len, fd_seq_splits(kv, S, p.split_len));
+  const int active = fd_active_splits(kv, p.chunk_len, S);
 
   /* The partials are the split kernel's: wait for its grid (no-op without PDL). */
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

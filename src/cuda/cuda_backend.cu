@@ -127,7 +127,6 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_capacity = plan->kv_capacity;
   kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
-  kp->split_len = plan->split_len;
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
 }
 

@@ -39,9 +39,7 @@ typedef struct fd_kernel_params {
   int32_t num_pages;          /* 0 = unknown: page ids are not checked */
   int32_t kv_capacity;        /* kv_len is clamped to [0, kv_capacity] on the device */
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
-  int32_t num_splits;         /* plan->num_splits: partial slots a row */
-  int32_t split_len;          /* plan->split_len: sequence b has fd_seq_splits(kv_len[b],
-                                 num_splits, split_len) splits (split.h) */
+  int32_t num_splits;         /* plan->num_splits */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
 } fd_kernel_params;
 

@@ -3,8 +3,8 @@
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads per
  *   (split s, kv head hk, sequence b). The block runs the online softmax over
- *   keys [begin, end) = fd_split_range(kv_len[b], chunk_len, S_b, s), S_b =
- *   fd_seq_splits(kv_len[b], num_splits, split_len) (split.h), for EVERY query row of kv head hk, so each key and value is read from HBM
+ *   keys [begin, end) = fd_split_range(kv_len[b], chunk_len, num_splits, s)
+ *   for EVERY query row of kv head hk, so each key and value is read from HBM
  *   once per block. Rows of the block: r = gi * q_len + t for query head
  *   h = hk * group + gi and query token t (head-major, the order of the
  *   partial arrays, so partial row = (b * num_heads_q + hk * group) * q_len + r).
@@ -461,8 +461,7 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.b = blockIdx.z;
   int kv = p.kv_len[bp.b];
   bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  fd_split_range(bp.kv, p.chunk_len, fd_seq_splits(bp.kv, p.num_splits, p.split_len), bp.split,
-                 &bp.begin, &bp.end);
+  fd_split_range(bp.kv, p.chunk_len, p.num_splits, bp.split, &bp.begin, &bp.end);
   if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
 
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no

@@ -5,9 +5,7 @@
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
  *   s, kv head hk, sequence b), over keys [begin, end) =
- *   fd_split_range(kv_len[b], chunk_len, S_b, s), S_b = fd_seq_splits(kv_len[b],
- *   num_splits, split_len) (num_splits unless the plan gives sequences their
- *   own counts; blocks past S_b exit at once), for EVERY query row
+ *   fd_split_range(kv_len[b], chunk_len, num_splits, s), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
  *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
@@ -686,8 +684,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
   int kv = __ldg(p.kv_len + b);
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
   int begin, end;
-  fd_split_range(kv, p.chunk_len, fd_seq_splits(kv, p.num_splits, p.split_len), split, &begin,
-                 &end);
+  fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
   if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
   const int rows_total = p.group * p.q_len;

@@ -245,11 +245,10 @@ def test_struct_sizes_match_the_header_on_lp64():
     from flashdecode import _lib
 
     assert ctypes.sizeof(_lib.FdProblem) == 72
-    assert ctypes.sizeof(_lib.FdPlan) == 152
+    assert ctypes.sizeof(_lib.FdPlan) == 144
     assert ctypes.sizeof(_lib.FdTensors) == 184
     assert ctypes.sizeof(_lib.FdError) == 260
     assert _lib.FdPlan.workspace_size.offset == 104 and _lib.FdPlan.ws_counters.offset == 136
-    assert _lib.FdPlan.split_len.offset == 144
 
 
 def test_version_and_backends():

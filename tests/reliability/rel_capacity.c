@@ -167,20 +167,6 @@ static void item11_split_ranges_near_int32_max(void **state) {
       }
       if (next != L)
         fail_msg("fd_split_range(kv_len %d, %d splits): the splits end at %lld", L, S, (long long)next);
-      /* A sequence's own split count (ragged CUDA plans): ceil(L / split_len)
-       * in [1, S]; split_len 0 keeps S. */
-      const int32_t split_lens[] = {0, 128, 4096, INT32_MAX - 63, INT32_MAX};
-      for (size_t si = 0; si < sizeof split_lens / sizeof *split_lens; si++) {
-        const int32_t sl = split_lens[si];
-        int64_t want = sl == 0 ? S : ((int64_t)L + sl - 1) / sl;
-        if (want > S) want = S;
-        if (want < 1) want = 1;
-        if (fd_seq_splits(L, S, sl) != want)
-          fail_msg("fd_seq_splits(%d, %d, %d) = %d, want %lld", L, S, sl, fd_seq_splits(L, S, sl),
-                   (long long)want);
-        if (sl > 0 && fd_seq_splits(0, S, sl) != 1)
-          fail_msg("fd_seq_splits(0, %d, %d) = %d, want 1", S, sl, fd_seq_splits(0, S, sl));
-      }
     }
 }
 
