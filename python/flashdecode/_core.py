@@ -7,6 +7,7 @@ caller supplies the output buffers, a workspace allocator and the stream.
 """
 import ctypes
 import functools
+import math
 
 import numpy as np
 
@@ -32,7 +33,9 @@ def parse_device(device, what="device"):
 
 
 def _int32(name, value):
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):
+        raise TypeError("%s: expected an int, got bool" % name)
+    if not isinstance(value, int):
         try:
             value = int(value.__index__())
         except AttributeError:
@@ -47,6 +50,8 @@ def resolve_scale(softmax_scale):
     if softmax_scale is None:
         return 0.0
     scale = float(softmax_scale)
+    if math.isfinite(scale) and abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError("softmax_scale: %r overflows float32 (the C API's type)" % scale)
     if scale != 0.0 and float(np.float32(scale)) == 0.0:
         raise ValueError("softmax_scale: %r rounds to 0 in float32 (the C API would read it "
                          "as 0, i.e. the default)" % scale)
@@ -107,6 +112,8 @@ def _backend_of(device):
 
 def _host_kv_len_max(kv_len, batch, capacity):
     """Longest kv_len, read from host memory, clamped into [0, capacity]."""
+    if batch < 1:
+        return 0  # (the plan refuses the batch with the C library's message)
     values = (ctypes.c_int32 * batch).from_address(kv_len.ptr)
     return min(max(max(values), 0), capacity)
 

@@ -1,6 +1,7 @@
 """_plan.py — DecodePlan: plan once per decode step, run per layer."""
 import ctypes
 import sys
+import threading
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def _signature(x):
     global _torch_tensor
     t = type(x)
     if t is _NDARRAY:
-        return (t, x.shape, x.strides, x.dtype)
+        return (t, x.shape, x.strides, x.dtype, x.flags.aligned)
     if t is _torch_tensor:
         return (t, x.shape, x.stride(), x.dtype, True if x.is_cpu else x.device)
     if x is None:
@@ -46,7 +47,7 @@ def _output_signature(x):
     """_signature of out or lse, numpy's writeable flag included (run() refuses read-only
     outputs)."""
     if type(x) is _NDARRAY:
-        return (_NDARRAY, x.shape, x.strides, x.dtype, x.flags.writeable)
+        return (_NDARRAY, x.shape, x.strides, x.dtype, x.flags.aligned, x.flags.writeable)
     return _signature(x)
 
 
@@ -255,6 +256,9 @@ class DecodePlan:
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
         self._on_cuda = self._device != "cpu"
+        # CPU runs use the one workspace synchronously: concurrent calls on one
+        # plan take turns (a CUDA run only enqueues; see run()'s Notes)
+        self._cpu_lock = threading.Lock() if not self._on_cuda and self._ws_size else None
         self._checked = {}  # call signature -> _Checked (see _signature)
         self._last = None, None  # the last signature served from _checked, and its entry
 
@@ -428,6 +432,12 @@ class DecodePlan:
         (and block_table) change. The CPU backend runs synchronously and
         checks kv_len and the page ids first.
 
+        Runs of one plan share its workspace. On the CPU, calls from several
+        threads take turns (a lock); for parallel CPU calls give each thread
+        its own plan. On CUDA, runs of one plan must not overlap on the
+        device: enqueue them on one stream (or give each stream its own plan
+        or ``workspace``).
+
         Every call checks its arguments; the plan remembers the outcome for
         the last few combinations of argument types, shapes, strides, dtypes
         and devices (numpy arrays and torch tensors), so that a repeated call
@@ -481,7 +491,11 @@ class DecodePlan:
         if self._on_cuda:  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         err = _FdError()
-        status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+        if self._cpu_lock is None:
+            status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+        else:
+            with self._cpu_lock:
+                status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
         if status:
             _lib.check(status, err)
         return out
@@ -521,7 +535,12 @@ class DecodePlan:
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
-        _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
+        if self._cpu_lock is None:
+            _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
+        else:
+            with self._cpu_lock:
+                _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size,
+                             stream)
         if foreign is not None:
             return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
         return out

@@ -100,6 +100,9 @@ def describe(x, name):
                 raise ValueError("%s: byte stride %d is not a multiple of the element size %d "
                                  "(an unaligned view); pass a copy" % (name, s, itemsize))
             strides.append(s // itemsize)
+        if not x.flags.aligned:
+            raise ValueError("%s: the array's address is not a multiple of its element size %d "
+                             "(an unaligned view); pass a copy" % (name, itemsize))
         return TensorInfo(x, "numpy", tuple(x.shape), tuple(strides),
                           _numpy_dtype_name(x.dtype), "cpu")
     raise TypeError("%s: expected a torch.Tensor or a numpy.ndarray (or an object with "

@@ -19,6 +19,7 @@ torch's caching allocator on that stream.
 """
 from typing import Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -107,19 +108,44 @@ def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax
     _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse)
 
 
+_INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
+
+
 def _as_index_tensor(x, name, q, batch_vector):
-    """kv_len / block_table as an int32 tensor on q's device (a copy only if needed)."""
+    """kv_len / block_table as an int32 tensor on q's device (a copy only if needed).
+
+    Wider integers are never wrapped: host values outside the int32 range raise
+    ValueError; a CUDA tensor's are saturated to the int32 limits on the device
+    (checking them would synchronise with the host), so they act as any other
+    out-of-range kv_len or page id does there (clamped, or skipped).
+    """
     if not isinstance(x, Tensor):
         if batch_vector and isinstance(x, int) and not isinstance(x, bool):
+            if not _INT32_MIN <= x <= _INT32_MAX:
+                raise ValueError("%s: %d is outside the int32 range" % (name, x))
             return torch.full((q.shape[0],), x, dtype=torch.int32, device=q.device)
         try:
-            return torch.as_tensor(x, dtype=torch.int32, device=q.device)
-        except (TypeError, ValueError, RuntimeError) as exc:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
             raise TypeError("%s: expected an int32 tensor, got %s (%s)"
                             % (name, type(x).__name__, exc)) from None
+        if arr.size and arr.dtype.kind not in "iu":
+            raise TypeError("%s: expected an int32 tensor, got %s of %s"
+                            % (name, type(x).__name__, arr.dtype))
+        if arr.size and (arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
+            raise ValueError("%s: values outside the int32 range" % name)
+        return torch.as_tensor(arr.astype(np.int32), device=q.device)
     if x.dtype != torch.int32:
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))
+        if x.device.type != "cuda":
+            if x.numel() and (int(x.min()) < _INT32_MIN or int(x.max()) > _INT32_MAX):
+                raise ValueError("%s: values outside the int32 range" % name)
+        elif x.dtype == torch.int64:
+            x = x.clamp(_INT32_MIN, _INT32_MAX)
+        elif x.dtype not in (torch.int8, torch.int16, torch.uint8):
+            raise TypeError("%s: dtype %s on a CUDA device, expected int32 (or int64)"
+                            % (name, x.dtype))
         x = x.to(torch.int32)
     if x.device != q.device:
         x = x.to(q.device)

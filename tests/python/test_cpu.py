@@ -394,3 +394,82 @@ def test_dlpack_foreign_bfloat16_goes_through_torch():
     q, k, v, kv_len, _ = torch_inputs(case, torch.bfloat16)
     out = flashdecode.decode(*(_Foreign(x) for x in (q, k, v, kv_len)))
     assert torch.equal(out, flashdecode.decode(q, k, v, kv_len))
+
+
+@needs_torch
+@pytest.mark.parametrize("make", [
+    lambda: torch.tensor([2**32 + 5]),           # int64 tensor: would wrap to 5
+    lambda: torch.tensor([-2**32 + 7]),          # would wrap to 7
+    lambda: np.array([2**32 + 5]),               # numpy int64 with a torch q
+    lambda: [2**32 + 5],
+    lambda: 2**32 + 5,
+])
+def test_torch_index_values_outside_int32_are_refused(make):
+    q = torch.randn(1, 1, 4, 16)
+    k = torch.randn(1, 64, 2, 16)
+    with pytest.raises(ValueError, match="kv_len.*int32 range"):
+        flashdecode.decode(q, k, k, make())
+    # a page id that would wrap onto a real page
+    kp = torch.randn(8, 16, 2, 16)
+    with pytest.raises(ValueError, match="block_table.*int32 range"):
+        flashdecode.decode(q, kp, kp, [20], block_table=torch.tensor([[2**32 + 3, 1]]))
+    # in range, int64 gives the int32 result
+    want = flashdecode.decode(q, k, k, torch.tensor([5], dtype=torch.int32))
+    assert torch.equal(flashdecode.decode(q, k, k, torch.tensor([5])), want)
+
+
+def test_unaligned_numpy_array_is_refused():
+    buf = np.zeros(2 * 1 * 4 * 8 * 4 + 1, np.uint8)
+    q = np.ndarray((2, 1, 4, 8), np.float32, buffer=buf, offset=1)
+    assert not q.flags.aligned
+    k = np.random.default_rng(1).standard_normal((2, 16, 2, 8), dtype=np.float32)
+    kv_len = np.array([10, 5], np.int32)
+    with pytest.raises(ValueError, match="q: the array's address"):
+        flashdecode.decode(q, k, k, kv_len)
+    plan = flashdecode.DecodePlan(batch=2, num_heads_q=4, num_heads_kv=2, head_dim=8,
+                                  dtype=np.float32, kv_capacity=16, device="cpu")
+    plan.run(q.copy(), k, k, kv_len)  # an aligned call first (cached checks)
+    with pytest.raises(ValueError, match="q: the array's address"):
+        plan.run(q, k, k, kv_len)
+
+
+def test_plan_runs_from_threads_take_turns_on_the_cpu():
+    """Runs of one CPU plan share its workspace: concurrent calls must not mix it up."""
+    import threading
+    plan = flashdecode.DecodePlan(batch=1, num_heads_q=8, num_heads_kv=2, head_dim=64,
+                                  dtype=np.float32, kv_capacity=4096, device="cpu",
+                                  num_splits=16, num_threads=1)
+    assert plan.workspace_size > 0
+    rng = np.random.default_rng(2)
+    inputs = [tuple(rng.standard_normal(shape, dtype=np.float32)
+                    for shape in ((1, 1, 8, 64), (1, 4096, 2, 64), (1, 4096, 2, 64)))
+              for _ in range(4)]
+    kv_len = np.array([4096], np.int32)
+    want = [plan.run(q, k, v, kv_len).copy() for q, k, v in inputs]
+    wrong = []
+
+    def worker(i):
+        for _ in range(20):
+            if not np.array_equal(plan.run(*inputs[i], kv_len), want[i]):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_argument_slips_name_the_argument():
+    q = np.random.default_rng(3).standard_normal((1, 1, 4, 16), dtype=np.float32)
+    k = np.random.default_rng(4).standard_normal((1, 64, 2, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match="softmax_scale: 1e\\+50 overflows float32"):
+        flashdecode.decode(q, k, k, [5], softmax_scale=1e50)
+    with pytest.raises(TypeError, match="batch: expected an int, got bool"):
+        flashdecode.DecodePlan(batch=True, num_heads_q=4, num_heads_kv=2, head_dim=16,
+                               dtype=np.float32, kv_capacity=64, device="cpu")
+    if torch is not None:
+        qt, kt = torch.randn(0, 1, 4, 16), torch.randn(0, 64, 2, 16)
+        with pytest.raises(ValueError, match="batch: 0, must be >= 1"):
+            flashdecode.decode(qt, kt, kt, torch.zeros(0, dtype=torch.int32))
