@@ -58,7 +58,8 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         Keys in the cache per sequence (``cache_seqlens``), the q_len new
         tokens included; ``0 <= kv_len[b] <= kv_capacity``. Other integer
         dtypes, host lists and a tensor on another device are converted (a
-        copy).
+        copy); values outside the int32 range raise ValueError on the host
+        and saturate to the int32 limits in a CUDA (int64) tensor, never wrap.
     block_table : int32 tensor/array, shape [batch, max_pages_per_seq], optional
         Paged caches only: key ``j`` of sequence ``b`` lives in page
         ``block_table[b, j // page_size]`` at position ``j % page_size``.

@@ -111,13 +111,20 @@ def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 
 
+def _compiling():
+    """True while torch.compile traces (a host read of values would break the graph)."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and getattr(compiler, "is_compiling", lambda: False)())
+
+
 def _as_index_tensor(x, name, q, batch_vector):
     """kv_len / block_table as an int32 tensor on q's device (a copy only if needed).
 
     Wider integers are never wrapped: host values outside the int32 range raise
-    ValueError; a CUDA tensor's are saturated to the int32 limits on the device
-    (checking them would synchronise with the host), so they act as any other
-    out-of-range kv_len or page id does there (clamped, or skipped).
+    ValueError; a CUDA tensor's (and any int64 tensor's under torch.compile) are
+    saturated to the int32 limits on the device (checking them would
+    synchronise with the host), so they act as any other out-of-range kv_len or
+    page id does there (clamped, or skipped).
     """
     if not isinstance(x, Tensor):
         if batch_vector and isinstance(x, int) and not isinstance(x, bool):
@@ -138,7 +145,7 @@ def _as_index_tensor(x, name, q, batch_vector):
     if x.dtype != torch.int32:
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))
-        if x.device.type != "cuda":
+        if x.device.type != "cuda" and not _compiling():
             if x.numel() and (int(x.min()) < _INT32_MIN or int(x.max()) > _INT32_MAX):
                 raise ValueError("%s: values outside the int32 range" % name)
         elif x.dtype == torch.int64:
