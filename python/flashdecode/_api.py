@@ -159,17 +159,10 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
 def as_index_array(x, name, batch):
     """kv_len / block_table as an int32 numpy array (a copy only if needed)."""
     if isinstance(x, int) and not isinstance(x, bool) and batch is not None:
-        return np.full((batch,), x, dtype=np.int32)
+        return np.full((batch,), _core.index_array(x, name), dtype=np.int32)
     if is_torch_tensor(x):
         return x  # describe() reports its dtype/device if wrong
-    arr = np.asarray(x)
-    if arr.dtype != np.int32:
-        if arr.dtype.kind not in "iu":
-            raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))
-        if arr.size and (arr.min() < -2**31 or arr.max() > 2**31 - 1):
-            raise ValueError("%s: values outside the int32 range" % name)
-        arr = arr.astype(np.int32)
-    return np.ascontiguousarray(arr)
+    return np.ascontiguousarray(_core.index_array(x, name))
 
 
 def _writable(x, name):

@@ -45,6 +45,20 @@ def _int32(name, value):
     return value
 
 
+def index_array(x, name):
+    """Host kv_len / block_table values (an int, list or array) as int32 numpy data:
+    TypeError for a non-integer dtype, ValueError for values outside the int32
+    range (they are never wrapped)."""
+    arr = np.asarray(x)
+    if arr.dtype != np.int32:
+        if arr.dtype.kind not in "iu":
+            raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))
+        if arr.size and (arr.min() < -_INT32_MAX - 1 or arr.max() > _INT32_MAX):
+            raise ValueError("%s: values outside the int32 range" % name)
+        arr = arr.astype(np.int32)
+    return arr
+
+
 def resolve_scale(softmax_scale):
     """None -> 0.0 (the C default, 1/sqrt(head_dim)); explicit 0 is refused."""
     if softmax_scale is None:

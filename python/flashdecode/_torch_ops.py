@@ -128,20 +128,14 @@ def _as_index_tensor(x, name, q, batch_vector):
     """
     if not isinstance(x, Tensor):
         if batch_vector and isinstance(x, int) and not isinstance(x, bool):
-            if not _INT32_MIN <= x <= _INT32_MAX:
-                raise ValueError("%s: %d is outside the int32 range" % (name, x))
-            return torch.full((q.shape[0],), x, dtype=torch.int32, device=q.device)
+            return torch.full((q.shape[0],), int(_core.index_array(x, name)), dtype=torch.int32,
+                              device=q.device)
         try:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
             raise TypeError("%s: expected an int32 tensor, got %s (%s)"
                             % (name, type(x).__name__, exc)) from None
-        if arr.size and arr.dtype.kind not in "iu":
-            raise TypeError("%s: expected an int32 tensor, got %s of %s"
-                            % (name, type(x).__name__, arr.dtype))
-        if arr.size and (arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
-            raise ValueError("%s: values outside the int32 range" % name)
-        return torch.as_tensor(arr.astype(np.int32), device=q.device)
+        return torch.as_tensor(_core.index_array(arr, name), device=q.device)
     if x.dtype != torch.int32:
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))

@@ -433,34 +433,6 @@ def test_unaligned_numpy_array_is_refused():
         plan.run(q, k, k, kv_len)
 
 
-def test_plan_runs_from_threads_take_turns_on_the_cpu():
-    """Runs of one CPU plan share its workspace: concurrent calls must not mix it up."""
-    import threading
-    plan = flashdecode.DecodePlan(batch=1, num_heads_q=8, num_heads_kv=2, head_dim=64,
-                                  dtype=np.float32, kv_capacity=4096, device="cpu",
-                                  num_splits=16, num_threads=1)
-    assert plan.workspace_size > 0
-    rng = np.random.default_rng(2)
-    inputs = [tuple(rng.standard_normal(shape, dtype=np.float32)
-                    for shape in ((1, 1, 8, 64), (1, 4096, 2, 64), (1, 4096, 2, 64)))
-              for _ in range(4)]
-    kv_len = np.array([4096], np.int32)
-    want = [plan.run(q, k, v, kv_len).copy() for q, k, v in inputs]
-    wrong = []
-
-    def worker(i):
-        for _ in range(20):
-            if not np.array_equal(plan.run(*inputs[i], kv_len), want[i]):
-                wrong.append(i)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not wrong
-
-
 def test_argument_slips_name_the_argument():
     q = np.random.default_rng(3).standard_normal((1, 1, 4, 16), dtype=np.float32)
     k = np.random.default_rng(4).standard_normal((1, 64, 2, 16), dtype=np.float32)

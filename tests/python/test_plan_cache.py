@@ -174,10 +174,14 @@ def test_the_cache_is_bounded():
                    kv_len)
 
 
-def test_threads_share_a_plan():
-    # ctypes releases the GIL in fd_run: runs of one plan overlap, each with its own arrays
+@pytest.mark.parametrize("num_splits", [0, 16])
+def test_threads_share_a_plan(num_splits):
+    # ctypes releases the GIL in fd_run: runs of one plan overlap, each with its own arrays;
+    # with splits they share the plan's workspace and must take turns
     cap = 2048
-    plan = plan_for(kv_capacity=cap)
+    plan = plan_for(kv_capacity=cap, num_splits=num_splits)
+    if num_splits:
+        assert plan.workspace_size > 0
     sets = [inputs(10 + i, cap=cap, lens=(cap - 300 * i, cap - 1 - 200 * i)) for i in range(4)]
     want = [plan.run(*x) for x in sets]
     for w, x in zip(want, sets):
