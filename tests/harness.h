@@ -144,6 +144,10 @@ int fd_case_data_run(fd_case_data *d, const fd_plan *plan, unsigned char ws_fill
  * (dense [batch][num_heads_q][q_len]). */
 const double *fd_case_data_ref_out(const fd_case_data *d);
 const double *fd_case_data_ref_lse(const fd_case_data *d);
+/* The out check of fd_case_data_run alone, on a dense out (as
+ * fd_case_output.out), without printing: the number of rows that fail it
+ * (tests/test_tolerance.c, which shows the bound can fail). */
+int fd_case_data_check_out(const fd_case_data *d, const double *out);
 /* The case's name (as fd_case_name). */
 const char *fd_case_data_name(const fd_case_data *d);
 
