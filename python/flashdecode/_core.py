@@ -50,6 +50,8 @@ def index_array(x, name):
     TypeError for a non-integer dtype, ValueError for values outside the int32
     range (they are never wrapped)."""
     arr = np.asarray(x)
+    if arr.size == 0 and not hasattr(x, "dtype"):
+        arr = arr.astype(np.int32)  # an empty list has no element type: numpy says float64
     if arr.dtype != np.int32:
         if arr.dtype.kind not in "iu":
             raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))

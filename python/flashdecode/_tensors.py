@@ -148,6 +148,8 @@ def _check_device(t, name, device):
 def _check_rows(t, name, output):
     """head_dim unit-stride; strides the C API can take for dims 0..2."""
     shape, strides = t.shape, t.strides
+    if 0 in tuple(shape):
+        return  # nothing to read (numpy may report 0 strides): the C library names the 0 size
     if shape[3] > 1 and strides[3] != 1:
         raise ValueError("%s: the head_dim dimension must be unit-stride (its stride is %d); "
                          "pass a contiguous tensor" % (name, strides[3]))

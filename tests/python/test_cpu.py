@@ -161,8 +161,16 @@ def test_c_error_page_id_out_of_range():
      ValueError, r"out: "),
     (lambda a: a.update(scale=0.0), ValueError, r"softmax_scale: 0 is not supported"),
     (lambda a: a.update(scale=1e-46), ValueError, r"softmax_scale: 1e-46 rounds to 0"),
+    # zero-size arrays: the zero dimension is named, not a stride numpy reports for them
+    (lambda a: a.update(q=a["q"][:, :, :0]), ValueError, r"num_heads_q: 0, must be >= 1"),
+    (lambda a: a.update(k=a["k"][:, :, :0], v=a["v"][:, :, :0]), ValueError,
+     r"num_heads_kv: 0, must be >= 1"),
+    (lambda a: a.update(q=a["q"][..., :0], k=a["k"][..., :0], v=a["v"][..., :0]), ValueError,
+     r"head_dim: 0, must be"),
+    (lambda a: a.update(kv_len=[]), ValueError, r"kv_len: shape \(0,\), expected \(2,\)"),
 ], ids=["q-f64", "k-dtype", "q-list", "kv_len-float", "kv_len-len", "v-shape", "q-stride",
-        "q-rank", "k-batch", "q_len-0", "out-shape", "out-broadcast", "scale-0", "scale-tiny"])
+        "q-rank", "k-batch", "q_len-0", "out-shape", "out-broadcast", "scale-0", "scale-tiny",
+        "heads-0", "heads_kv-0", "head_dim-0", "kv_len-empty-list"])
 def test_python_checks(mutate, exc, pattern):
     q, k, v, kv_len = small()
     args = dict(q=q, k=k, v=v, kv_len=kv_len, out=None, scale=None)
