@@ -605,46 +605,10 @@ static size_t lse_index(const fd_case *c, int32_t b, int32_t h, int32_t t) {
 
 /* ---- The plain low-precision attention (the calibration baseline) -------------- */
 
-/* The score rounding term of one row (see TOLERANCE): max_i sum_j p_j e_j
- * |v_ji - out_i| in float64 with the exact softmax p (scratch: p and e of n
- * keys, out of D values). */
-static void score_bound(const setup *s, int32_t b, int32_t t, int32_t h, float scale, double *p,
-                        double *e, double *o, double *bound) {
-  const fd_case *c = s->c;
-  const fd_dtype dt = c->dtype;
-  const int32_t D = c->head_dim, n = visible_keys(c, b, t), hk = h / (c->num_heads_q / c->num_heads_kv);
-  const int64_t qo = q_offset(s, b, t, h);
-  double m = -INFINITY, l = 0.0;
-  for (int32_t j = 0; j < n; j++) {
-    const int64_t ko = kv_offset(s, s->k_strides, b, j, hk);
-    double dot = 0.0, t2 = 0.0;
-    for (int32_t i = 0; i < D; i++) {
-      dot += fd_load_elem(s->q.data, dt, qo + i) * fd_load_elem(s->k.data, dt, ko + i);
-      t2 += dot * dot; /* the prefix sums t_k */
-    }
-    p[j] = (double)scale * dot;
-    e[j] = LAMBDA_SCORE * 0x1p-24 * (fabs((double)scale) * sqrt(t2) + 2.0 * fabs(p[j]));
-    if (p[j] > m) m = p[j];
-  }
-  for (int32_t j = 0; j < n; j++) l += (p[j] = exp(p[j] - m));
-  for (int32_t i = 0; i < D; i++) o[i] = 0.0;
-  for (int32_t j = 0; j < n; j++) {
-    p[j] /= l;
-    const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
-    for (int32_t i = 0; i < D; i++) o[i] += p[j] * fd_load_elem(s->v.data, dt, vo + i);
-  }
-  double sum[256] = {0}, worst = 0.0;
-  for (int32_t j = 0; j < n; j++) {
-    const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
-    for (int32_t i = 0; i < D; i++) sum[i] += p[j] * e[j] * fabs(fd_load_elem(s->v.data, dt, vo + i) - o[i]);
-  }
-  for (int32_t i = 0; i < D; i++)
-    if (sum[i] > worst) worst = sum[i];
-  *bound = worst;
-}
-
-/* Also the row's score rounding bound (see TOLERANCE) into bound[row],
- * row = dense_index / head_dim. */
+/* The textbook attention in low precision (see TOLERANCE) into out, and in
+ * the same passes over k and v the row's score rounding term into
+ * bound[row] (row = dense_index / head_dim): max_i sum_j p_j e_j
+ * |v_ji - out_i|, with the exact softmax p and out in float64. */
 static int plain_attention(const setup *s, float scale, double *out /* dense [B][T][Hq][D] */,
                            double *bound /* [B][T][Hq] */) {
   const fd_case *c = s->c;
@@ -652,14 +616,15 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
   const int32_t D = c->head_dim, group = c->num_heads_q / c->num_heads_kv;
   const size_t n_max = (size_t)(s->longest > 0 ? s->longest : 1);
   float *p = malloc(n_max * sizeof *p);
-  double *pd = malloc(2 * n_max * sizeof *pd), *sj = pd + n_max;
+  double *pe = malloc(2 * n_max * sizeof *pe), *e = pe + n_max; /* exact p_j, e_j */
   float qs[256], acc[256], kv[256];
-  double od[256];
-  if (!p || !pd) {
+  double qd[256], od[256], sum[256];
+  if (!p || !pe) {
     free(p);
-    free(pd);
+    free(pe);
     return -1;
   }
+  const double u = 0x1p-24, scale_d = (double)scale;
   for (int32_t b = 0; b < c->batch; b++)
     for (int32_t t = 0; t < c->q_len; t++)
       for (int32_t h = 0; h < c->num_heads_q; h++) {
@@ -672,32 +637,56 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
           continue;
         }
         const int64_t qo = q_offset(s, b, t, h);
-        score_bound(s, b, t, h, scale, pd, sj, od, row_bound);
-        for (int32_t i = 0; i < D; i++) qs[i] = round_to(dt, (float)fd_load_elem(s->q.data, dt, qo + i) * scale);
+        for (int32_t i = 0; i < D; i++) {
+          qd[i] = fd_load_elem(s->q.data, dt, qo + i);
+          qs[i] = round_to(dt, (float)qd[i] * scale);
+        }
         float m = -INFINITY;
+        double md = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
           const int64_t ko = kv_offset(s, s->k_strides, b, j, hk);
           float dot = 0.0f;
-          for (int32_t i = 0; i < D; i++) dot += qs[i] * (float)fd_load_elem(s->k.data, dt, ko + i);
+          double dd = 0.0, t2 = 0.0; /* exact q . k_j and the sum of its squared prefix sums */
+          for (int32_t i = 0; i < D; i++) {
+            const float kf = fd_load_elem(s->k.data, dt, ko + i);
+            dot += qs[i] * kf;
+            dd += qd[i] * kf;
+            t2 += dd * dd;
+          }
           p[j] = round_to(dt, dot);
           if (p[j] > m) m = p[j];
+          pe[j] = scale_d * dd;
+          e[j] = LAMBDA_SCORE * u * (fabs(scale_d) * sqrt(t2) + 2.0 * fabs(pe[j]));
+          if (pe[j] > md) md = pe[j];
         }
         float l = 0.0f;
+        double ld = 0.0;
         for (int32_t j = 0; j < n; j++) {
           p[j] = expf(p[j] - m);
           l += p[j];
+          ld += (pe[j] = exp(pe[j] - md));
         }
-        for (int32_t i = 0; i < D; i++) acc[i] = 0.0f;
+        for (int32_t i = 0; i < D; i++) acc[i] = 0.0f, od[i] = 0.0, sum[i] = 0.0;
         for (int32_t j = 0; j < n; j++) {
           const float pj = round_to(dt, p[j] / l);
           const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
+          pe[j] /= ld;
           for (int32_t i = 0; i < D; i++) kv[i] = (float)fd_load_elem(s->v.data, dt, vo + i);
           for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
+          for (int32_t i = 0; i < D; i++) od[i] += pe[j] * kv[i];
         }
         for (int32_t i = 0; i < D; i++) o[i] = round_to(dt, acc[i]);
+        /* the bound needs the exact out: a second pass over v */
+        for (int32_t j = 0; j < n; j++) {
+          const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
+          const double w = pe[j] * e[j];
+          for (int32_t i = 0; i < D; i++) sum[i] += w * fabs(fd_load_elem(s->v.data, dt, vo + i) - od[i]);
+        }
+        for (int32_t i = 0; i < D; i++)
+          if (sum[i] > *row_bound) *row_bound = sum[i];
       }
   free(p);
-  free(pd);
+  free(pe);
   return 0;
 }
 
