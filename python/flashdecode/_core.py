@@ -49,7 +49,11 @@ def index_array(x, name):
     """Host kv_len / block_table values (an int, list or array) as int32 numpy data:
     TypeError for a non-integer dtype, ValueError for values outside the int32
     range (they are never wrapped)."""
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # ragged lists, objects numpy cannot read
+        raise TypeError("%s: expected int32 values, got %s (%s)"
+                        % (name, type(x).__name__, exc)) from None
     if arr.size == 0 and not hasattr(x, "dtype"):
         arr = arr.astype(np.int32)  # an empty list has no element type: numpy says float64
     if arr.dtype != np.int32:

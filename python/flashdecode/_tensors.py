@@ -228,6 +228,9 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
         if int(block_table.shape[0]) != g.batch:
             raise ValueError("block_table: shape %s, expected batch %d rows"
                              % (_shape_str(block_table.shape), g.batch))
+        if block_table.shape[1] == 0:
+            raise ValueError("block_table: shape %s has no page columns (max_pages_per_seq 0)"
+                             % _shape_str(block_table.shape))
         if block_table.shape[1] > 1 and block_table.strides[1] != 1:
             raise ValueError("block_table: its rows must be contiguous (column stride %d)"
                              % block_table.strides[1])
@@ -240,6 +243,9 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
         g.max_pages_per_seq = int(block_table.shape[1])
         if g.num_pages == 0:
             raise ValueError("k_cache: a paged cache with 0 pages")
+        if g.page_size == 0:
+            raise ValueError("k_cache: page_size (dimension 1) is 0 (the C API would read a "
+                             "contiguous cache)")
         g.kv_capacity = 0  # = max_pages_per_seq * page_size
     else:
         if int(k.shape[0]) != g.batch:

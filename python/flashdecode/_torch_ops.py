@@ -19,7 +19,6 @@ torch's caching allocator on that stream.
 """
 from typing import Optional, Tuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -130,12 +129,7 @@ def _as_index_tensor(x, name, q, batch_vector):
         if batch_vector and isinstance(x, int) and not isinstance(x, bool):
             return torch.full((q.shape[0],), int(_core.index_array(x, name)), dtype=torch.int32,
                               device=q.device)
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as exc:
-            raise TypeError("%s: expected an int32 tensor, got %s (%s)"
-                            % (name, type(x).__name__, exc)) from None
-        return torch.as_tensor(_core.index_array(arr, name), device=q.device)
+        return torch.as_tensor(_core.index_array(x, name), device=q.device)
     if x.dtype != torch.int32:
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))

@@ -135,6 +135,15 @@ def test_c_error_kv_len_out_of_range():
         flashdecode.decode(q, k, v, np.array([-1, 3], np.int32))
 
 
+def test_paged_cache_without_pages_or_page_columns():
+    case = Case("paged", 2, 1, 4, 2, 64, [20, 40], page_size=16, capacity=48)
+    q, k, v, kv_len, block_table = make_case(case)
+    with pytest.raises(ValueError, match=r"block_table: shape \(2, 0\) has no page columns"):
+        flashdecode.decode(q, k, v, kv_len, block_table=block_table[:, :0])
+    with pytest.raises(ValueError, match=r"k_cache: page_size \(dimension 1\) is 0"):
+        flashdecode.decode(q, k[:, :0], v[:, :0], np.zeros(2, np.int32), block_table=block_table)
+
+
 def test_c_error_page_id_out_of_range():
     case = Case("paged", 2, 1, 4, 2, 64, [20, 40], page_size=16, capacity=48)
     q, k, v, kv_len, block_table = make_case(case)
@@ -331,6 +340,10 @@ def test_torch_cpu_plan_and_out():
 def test_torch_cpu_errors():
     case = Case("torch-err", 2, 1, 4, 2, 64, [10, 20], capacity=32)
     q, k, v, kv_len, _ = torch_inputs(case, torch.float16)
+    with pytest.raises(ValueError, match=r"kv_len: shape \(0,\), expected \(2,\)"):
+        flashdecode.decode(q, k, v, [])  # an empty list is int32, not numpy's float64
+    with pytest.raises(TypeError, match=r"kv_len: expected int32 values, got list"):
+        flashdecode.decode(q, k, v, [[1], [1, 2]])
     with pytest.raises(TypeError, match=r"k_cache: dtype bfloat16"):
         flashdecode.decode(q, k.bfloat16(), v.bfloat16(), kv_len)
     with pytest.raises(ValueError, match=r"kv_len\[0\]: 40 is outside"):
