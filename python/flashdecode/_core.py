@@ -14,7 +14,7 @@ import numpy as np
 from . import _lib
 from ._tensors import FD_DTYPE, check_call, fill_tensors
 
-_INT32_MAX = 2**31 - 1
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1  # (shared with _torch_ops)
 
 
 def parse_device(device, what="device"):
@@ -40,7 +40,7 @@ def _int32(name, value):
             value = int(value.__index__())
         except AttributeError:
             raise TypeError("%s: expected an int, got %s" % (name, type(value).__name__)) from None
-    if not -_INT32_MAX - 1 <= value <= _INT32_MAX:
+    if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError("%s: %d does not fit int32" % (name, value))
     return value
 
@@ -59,7 +59,7 @@ def index_array(x, name):
     if arr.dtype != np.int32:
         if arr.dtype.kind not in "iu":
             raise TypeError("%s: dtype %s, expected int32" % (name, arr.dtype))
-        if arr.size and (arr.min() < -_INT32_MAX - 1 or arr.max() > _INT32_MAX):
+        if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
             raise ValueError("%s: values outside the int32 range" % name)
         arr = arr.astype(np.int32)
     return arr

@@ -107,9 +107,6 @@ def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax
     _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse)
 
 
-_INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
-
-
 def _compiling():
     """True while torch.compile traces (a host read of values would break the graph)."""
     compiler = getattr(torch, "compiler", None)
@@ -134,10 +131,10 @@ def _as_index_tensor(x, name, q, batch_vector):
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError("%s: dtype %s, expected int32" % (name, x.dtype))
         if x.device.type != "cuda" and not _compiling():
-            if x.numel() and (int(x.min()) < _INT32_MIN or int(x.max()) > _INT32_MAX):
+            if x.numel() and (int(x.min()) < _core.INT32_MIN or int(x.max()) > _core.INT32_MAX):
                 raise ValueError("%s: values outside the int32 range" % name)
         elif x.dtype == torch.int64:
-            x = x.clamp(_INT32_MIN, _INT32_MAX)
+            x = x.clamp(_core.INT32_MIN, _core.INT32_MAX)
         elif x.dtype not in (torch.int8, torch.int16, torch.uint8):
             raise TypeError("%s: dtype %s on a CUDA device, expected int32 (or int64)"
                             % (name, x.dtype))
