@@ -702,6 +702,18 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
   return 0;
 }
 
+/* plain_attention's result in one allocation: the dense out, then one score
+ * rounding bound per row (what check_out reads). NULL when out of memory. */
+static double *plain_new(const setup *s, float scale) {
+  const size_t out_n = dense_index(s->c, s->c->batch, 0, 0);
+  double *plain = malloc((out_n + out_n / (size_t)s->c->head_dim + 1) * sizeof *plain);
+  if (plain && plain_attention(s, scale, plain, plain + out_n)) {
+    free(plain);
+    return NULL;
+  }
+  return plain;
+}
+
 /* ---- Reading back and checking ----------------------------------------------------- */
 
 /* out (strided, dtype) -> dense double; lse (strided) -> dense double. */
@@ -754,7 +766,7 @@ static void check_memory(report *rep, const setup *s, const buf *ws, const char 
 
 /* ours vs the oracle, with the calibrated bound; rows that see no key exact. */
 static void check_out(report *rep, const fd_case *c, const double *ours, const double *ref,
-                      const double *plain /* dense out, then one score bound per row */, const char *run) {
+                      const double *plain /* plain_new's */, const char *run) {
   const double floor_rel = out_floor(c->dtype);
   const size_t out_n = dense_index(c, c->batch, 0, 0);
   for (int32_t b = 0; b < c->batch; b++)
@@ -1019,8 +1031,8 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
   ref = malloc((out_n ? out_n : 1) * sizeof *ref);
   ref_lse = malloc((lse_n ? lse_n : 1) * sizeof *ref_lse);
-  plain = malloc((out_n + out_n / (size_t)c->head_dim + 1) * sizeof *plain); /* out, then row bounds */
-  if (!ref || !ref_lse || !plain || plain_attention(&s, plan.softmax_scale, plain, plain + out_n)) {
+  plain = plain_new(&s, plan.softmax_scale);
+  if (!ref || !ref_lse || !plain) {
     fail_at(&rep, "out of memory for the oracle");
     goto done;
   }
@@ -1099,12 +1111,13 @@ done:
 typedef struct case_state {
   const fd_case *c;
   uint64_t seed;
+  fd_case_fn run;
   char name[NAME_MAX_CHARS];
 } case_state;
 
 static void run_case_test(void **state) {
   const case_state *cs = *state;
-  int fails = fd_case_run(cs->c, cs->seed);
+  int fails = cs->run(cs->c, cs->seed);
   if (fails) {
     print_error("reproduce: FD_TEST_SEED=%llu FD_TEST_FILTER='%s' <this binary>\n",
                 (unsigned long long)cs->seed, cs->name);
@@ -1113,6 +1126,10 @@ static void run_case_test(void **state) {
 }
 
 int fd_run_case_group(const char *group, const fd_case *cases, int count) {
+  return fd_run_case_group_with(group, cases, count, fd_case_run);
+}
+
+int fd_run_case_group_with(const char *group, const fd_case *cases, int count, fd_case_fn run) {
   const uint64_t seed = fd_test_seed();
   printf("%s: %d cases, FD_TEST_SEED=%llu\n", group, count, (unsigned long long)seed);
   fflush(stdout);
@@ -1125,6 +1142,7 @@ int fd_run_case_group(const char *group, const fd_case *cases, int count) {
   for (int i = 0; i < count; i++) {
     states[i].c = &cases[i];
     states[i].seed = seed;
+    states[i].run = run;
     fd_case_name(&cases[i], states[i].name, sizeof states[i].name);
     tests[i].name = states[i].name;
     tests[i].test_func = run_case_test;
@@ -1180,9 +1198,8 @@ fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
   const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
   d->ref = malloc((out_n ? out_n : 1) * sizeof *d->ref);
   d->ref_lse = malloc((lse_n ? lse_n : 1) * sizeof *d->ref_lse);
-  d->plain = malloc((out_n + out_n / (size_t)c->head_dim + 1) * sizeof *d->plain); /* out, then row bounds */
-  if (!d->ref || !d->ref_lse || !d->plain ||
-      plain_attention(&d->s, d->ref_plan.softmax_scale, d->plain, d->plain + out_n)) {
+  d->plain = plain_new(&d->s, d->ref_plan.softmax_scale);
+  if (!d->ref || !d->ref_lse || !d->plain) {
     fail_at(&d->rep, "out of memory for the oracle");
     fd_case_data_free(d);
     return NULL;

@@ -82,9 +82,13 @@ uint64_t fd_test_seed(void);
 int fd_case_run(const fd_case *c, uint64_t seed);
 
 /* Runs `cases` as one cmocka group (names from fd_case_name; FD_TEST_FILTER
- * in the environment selects cases by cmocka's wildcard pattern). Returns the
- * process exit code: 0 when every case passed. */
+ * in the environment selects cases by cmocka's wildcard pattern), each with
+ * fd_case_run. Returns the process exit code: 0 when every case passed. */
 int fd_run_case_group(const char *group, const fd_case *cases, int count);
+/* The same with `run` in place of fd_case_run (same contract: the number of
+ * failed checks, printed to stderr). */
+typedef int (*fd_case_fn)(const fd_case *c, uint64_t seed);
+int fd_run_case_group_with(const char *group, const fd_case *cases, int count, fd_case_fn run);
 
 /* The grid of grid_cases.c for `backend` (FD_BACKEND_CPU or FD_BACKEND_CUDA):
  * writes up to `max` cases, returns how many. */
