@@ -7,16 +7,26 @@
  *
  * WHAT IT COMPUTES
  *   For every sequence b, query row t (0 <= t < q_len) and query head h, with
- *   g = num_heads_q / num_heads_kv and kv head hk = h / g (MHA, GQA and MQA),
- *   and n_t = kv_len[b] - q_len + t + 1 visible keys (keys 0 .. n_t - 1):
+ *   g = num_heads_q / num_heads_kv and kv head hk = h / g (MHA, GQA and MQA):
+ *   row t sits at position p_t = kv_len[b] - q_len + t and sees the keys j
+ *   with lo_t <= j <= p_t, where lo_t = 0, or with a sliding window
+ *   (has_window, window_left = W) lo_t = max(0, p_t - W). In non-causal mode
+ *   (non_causal = 1) every row sees all keys 0 .. kv_len[b] - 1. Then
  *
- *     s_j   = softmax_scale * dot(q[b,t,h,:], k[b,j,hk,:])        j < n_t
- *     lse   = log(sum_j exp(s_j))                        (natural log)
+ *     x_j   = softmax_scale * dot(q[b,t,h,:], k[b,j,hk,:])
+ *     s_j   = x_j,  or  cap * tanh(x_j / cap)  with logits_soft_cap = cap > 0
+ *     Z     = sum_j exp(s_j)  (+ exp(sinks[h]) when sinks are given)
+ *     lse   = log(Z)                                      (natural log)
  *     out   = sum_j exp(s_j - lse) * v[b,j,hk,:]
  *
- *   A row that sees no key (n_t <= 0, in particular kv_len[b] == 0) gets
- *   out = 0 and lse = -inf, never NaN. q_len > 1 is the speculative-decoding
- *   verify step: the K/V of the q_len new tokens are already in the cache.
+ *   A row that sees no key (in particular kv_len[b] == 0) gets out = 0 and
+ *   lse = -inf (lse = sinks[h] with sinks), never NaN. A sink is one extra
+ *   logit per query head that joins the denominator and carries no value
+ *   (gpt-oss). q_len > 1 is the speculative-decoding verify step: the K/V of
+ *   the q_len new tokens are already in the cache. Sources: sliding window
+ *   (Mistral 7B, Jiang et al. 2023; FlashInfer's window_left), soft-cap
+ *   (Gemma 2, Gemma Team 2024), sinks (gpt-oss, OpenAI 2025; "Efficient
+ *   Streaming Language Models with Attention Sinks", Xiao et al. 2023).
  *
  * HOW (the algorithm, and its sources)
  *   Flash decoding: "Flash-Decoding for long-context inference" (Dao, Haziza,
@@ -36,6 +46,11 @@
  *   ceil(chunks / S) consecutive chunks, and splits past the last key are
  *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
  *   graphs), and a plan made from the step's real lengths splits them well.
+ *   With a sliding window the keys before the first row's window are never
+ *   read: the splits cut keys [w0, L) instead, w0 = lo_0 rounded down to a
+ *   multiple of C, and the split count is planned for at most
+ *   window_left + q_len + C keys, so a windowed call costs what a call over
+ *   the window's keys costs whatever kv_len is.
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -100,7 +115,7 @@ FD_API const char *fd_version(void);
 FD_API int fd_version_number(void);
 
 /* sizeof the public struct named `name` ("fd_problem", "fd_plan",
- * "fd_tensors", "fd_error") as the library was built, 0 for another name.
+ * "fd_tensors", "fd_error", "fd_merge_problem") as the library was built, 0 for another name.
  * Lets bindings (ctypes, other languages) check their mirror of the layout. */
 FD_API size_t fd_struct_size(const char *name);
 
@@ -127,7 +142,8 @@ typedef struct fd_error {
 
 /* ---- Data types and backends -------------------------------------------- */
 
-/* q, k_cache, v_cache and out share one dtype. lse is always float32.
+/* q, k_cache and v_cache share one dtype; out has it too unless
+ * fd_problem.out_dtype asks for float32. lse and sinks are always float32.
  * Zero is "not set" and is rejected. */
 typedef enum fd_dtype {
   FD_DTYPE_F32 = 1,  /* IEEE binary32 */
@@ -161,10 +177,11 @@ typedef struct fd_problem {
   fd_backend backend;    /* default FD_BACKEND_AUTO */
   fd_dtype dtype;        /* required */
   int32_t batch;         /* sequences, >= 1 */
-  int32_t q_len;         /* query rows per sequence, 1..16 (default 1) */
+  int32_t q_len;         /* query rows per sequence, 1..16 (default 1);
+                            non_causal: 1..FD_MAX_Q_LEN_NON_CAUSAL */
   int32_t num_heads_q;   /* query heads, >= 1 */
   int32_t num_heads_kv;  /* kv heads, >= 1, divides num_heads_q */
-  int32_t head_dim;      /* CPU/reference: 1..256; CUDA: 64, 128 or 256 */
+  int32_t head_dim;      /* CPU/reference: 1..256; CUDA: 64, 80, 96, 128 or 256 */
   int32_t kv_capacity;   /* the largest kv_len any run may see, >= 0. Contiguous
                             caches: the cache's second dimension. Paged caches:
                             0 means max_pages_per_seq * page_size, else at most that. */
@@ -191,7 +208,26 @@ typedef struct fd_problem {
                             more than that sequence would get alone; runs stay
                             correct for any kv_len up to kv_capacity. Read
                             only inside fd_plan_init. */
+  /* ---- Attention variants (zero = off) ---- */
+  int32_t has_window;    /* 1: sliding window of window_left keys (below); 0 = none */
+  int32_t window_left;   /* with has_window: a row at position p sees keys
+                            p - window_left .. p; >= 0, or -1 = no window
+                            (FlashInfer's window_left; flash-attn's
+                            window_size = (window_left, 0); a model's
+                            "sliding_window" of W keys is window_left = W - 1) */
+  float logits_soft_cap; /* 0 = off; else > 0 and finite: scores become
+                            cap * tanh(score / cap) (Gemma 2, Grok) */
+  int32_t non_causal;    /* 1: every query row sees all kv_len keys (the shared
+                            prefix of cascade decoding, rows of several
+                            sequences packed as q_len rows); q_len up to
+                            FD_MAX_Q_LEN_NON_CAUSAL; no window. 0 = causal */
+  fd_dtype out_dtype;    /* 0 = dtype; FD_DTYPE_F32 for any dtype (states merged
+                            later lose nothing to 16-bit rounding) */
 } fd_problem;
+
+/* Most query rows per sequence: causal, non-causal. */
+#define FD_MAX_Q_LEN 16
+#define FD_MAX_Q_LEN_NON_CAUSAL 128
 
 /* Most splits a plan will use. */
 #define FD_MAX_SPLITS 1024
@@ -236,9 +272,13 @@ typedef struct fd_plan {
  *       paged; num_pages < 0; num_splits < 0; softmax_scale not finite;
  *       num_threads outside 0..FD_MAX_THREADS; device or sm_count < 0; backend
  *       not an fd_backend; a kv_len_hint value < 0 or > kv_capacity; a shape
- *       whose workspace would exceed 2^52 bytes.
+ *       whose workspace would exceed 2^52 bytes; has_window not 0 or 1;
+ *       window_left < -1; logits_soft_cap negative or not finite; non_causal
+ *       not 0 or 1, or with a window; q_len above FD_MAX_Q_LEN_NON_CAUSAL in
+ *       non-causal mode; out_dtype not 0 or an fd_dtype, or a 16-bit
+ *       out_dtype other than dtype.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
- *       with head_dim not 64, 128 or 256, or a device that is not sm_90.
+ *       with head_dim not 64, 80, 96, 128 or 256, or a device that is not sm_90.
  *   FD_STATUS_BACKEND_ERROR  a CUDA query failed.
  */
 FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err);
@@ -260,7 +300,8 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *            (0 = max_pages_per_seq); key j of sequence b lives in page
  *            block_table[b][j / page_size] at position j % page_size. Paged only.
  *   kv_len   [batch] int32, 0 <= kv_len[b] <= kv_capacity (cache_seqlens)
- *   out      [batch, q_len, num_heads_q, head_dim]      dtype   strides {batch, token, head}
+ *   out      [batch, q_len, num_heads_q, head_dim]      out_dtype strides {batch, token, head}
+ *   sinks    [num_heads_q] float32, optional (NULL), contiguous
  *   lse      [batch, num_heads_q, q_len] float32, natural log, optional (NULL)
  *                                                         strides {batch, head, token}
  * out and lse must not overlap the inputs or the workspace.
@@ -279,6 +320,11 @@ typedef struct fd_tensors {
   int64_t out_strides[3];
   float *lse;
   int64_t lse_strides[3];
+  const float *sinks;    /* optional [num_heads_q] float32 (device memory for
+                            CUDA): one extra logit per query head (see WHAT IT
+                            COMPUTES); NULL = none. A NaN sink gives NaN rows.
+                            In cascade decoding give it to one of the merged
+                            calls only. */
 } fd_tensors;
 
 /*
@@ -337,6 +383,53 @@ FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *wo
  */
 FD_API fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors, void *stream,
                     fd_error *err);
+
+/* ---- Merging attention states ------------------------------------------ */
+
+/*
+ * The shapes of an fd_merge_states call. Zero-initialise, then set.
+ */
+typedef struct fd_merge_problem {
+  fd_backend backend;   /* default AUTO (CUDA when available, else CPU); REFERENCE
+                           runs the CPU code */
+  fd_dtype dtype;       /* dtype of the states' outputs (required) */
+  fd_dtype out_dtype;   /* dtype of the merged out; 0 = dtype */
+  int32_t num_states;   /* S, 1..FD_MAX_MERGE_STATES */
+  int32_t batch;        /* >= 1 */
+  int32_t q_len;        /* >= 1 */
+  int32_t num_heads;    /* >= 1 */
+  int32_t head_dim;     /* 1..256 */
+  int32_t device;       /* CUDA: device ordinal */
+} fd_merge_problem;
+
+#define FD_MAX_MERGE_STATES 65536
+
+/*
+ * Merges S attention states over disjoint key sets of the same queries (the
+ * flash-decoding combine, public: cascade / shared-prefix decoding, KV split
+ * between devices, KV on GPU and CPU). Every tensor is dense (contiguous):
+ *   states_out [S, batch, q_len, num_heads, head_dim]  dtype
+ *   states_lse [S, batch, num_heads, q_len]            float32, natural log
+ *   out        [batch, q_len, num_heads, head_dim]     out_dtype
+ *   lse        [batch, num_heads, q_len]               float32, optional (NULL)
+ * each state being (out_s, lse_s) as fd_run writes them. Per row:
+ *   m = max_s lse_s,  w_s = exp(lse_s - m),  L = sum_s w_s,
+ *   out = sum_s w_s out_s / L,  lse = m + log(L).
+ * A state with lse_s = -inf (it saw no key) is the neutral element and its
+ * out_s is not read; all states empty gives out = 0 and lse = -inf (never
+ * (-inf) - (-inf)). A NaN lse_s gives a NaN row; lse_s = +inf is taken as
+ * NaN. Sums run in state order in fp32 (CUDA) or double (CPU).
+ * CUDA: device pointers, enqueued on `stream`, no allocation, no host sync:
+ * graph-capturable. out must not overlap the inputs. Pointers must be aligned
+ * to their element type.
+ * Returns FD_STATUS_OK, or FD_STATUS_INVALID_ARGUMENT (a NULL pointer or
+ * problem, a field out of range; message names it; nothing written),
+ * FD_STATUS_UNSUPPORTED (CUDA not available), FD_STATUS_BACKEND_ERROR (a
+ * launch failed).
+ */
+FD_API fd_status fd_merge_states(const fd_merge_problem *problem, const void *states_out,
+                                 const float *states_lse, void *out, float *lse, void *stream,
+                                 fd_error *err);
 
 /*
  * The automatic split count, as a pure function (what fd_plan_init uses).
