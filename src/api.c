@@ -17,6 +17,7 @@ size_t fd_struct_size(const char *name) {
   if (!strcmp(name, "fd_plan")) return sizeof(fd_plan);
   if (!strcmp(name, "fd_tensors")) return sizeof(fd_tensors);
   if (!strcmp(name, "fd_error")) return sizeof(fd_error);
+  if (!strcmp(name, "fd_merge_problem")) return sizeof(fd_merge_problem);
   return 0;
 }
 
