@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from . import _core
+from ._merge import check_merge, out_dtype_of, run_merge
 from ._tensors import check_call, describe
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -216,3 +217,72 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
                                      int(num_splits), sinks, w, cap, nc)
     return (out, lse) if return_lse else out
+
+
+# ---- merge_states -----------------------------------------------------------------------------
+def _merge_infos(states_out, states_lse, out, lse):
+    return (describe(states_out, "states_out"), describe(states_lse, "states_lse"),
+            None if out is None else describe(out, "out"),
+            None if lse is None else describe(lse, "lse"))
+
+
+def _merged_shapes(states_out):
+    s, b, t, h, d = states_out.shape
+    return (b, t, h, d), (b, h, t)
+
+
+@torch.library.custom_op("flashdecode::merge_states", mutates_args=())
+def merge_states_op(states_out: Tensor, states_lse: Tensor,
+                    out_f32: bool = False) -> Tuple[Tensor, Tensor]:
+    check_merge(*_merge_infos(states_out, states_lse, None, None))
+    out_shape, lse_shape = _merged_shapes(states_out)
+    out = torch.empty(out_shape, dtype=torch.float32 if out_f32 else states_out.dtype,
+                      device=states_out.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
+    run_merge(*_merge_infos(states_out, states_lse, out, lse), stream_of(states_out.device))
+    return out, lse
+
+
+@merge_states_op.register_fake
+def _merge_states_fake(states_out, states_lse, out_f32=False):
+    check_merge(*_merge_infos(states_out, states_lse, None, None))
+    out_shape, lse_shape = _merged_shapes(states_out)
+    return (states_out.new_empty(out_shape, dtype=torch.float32 if out_f32 else
+                                 states_out.dtype),
+            states_out.new_empty(lse_shape, dtype=torch.float32))
+
+
+@torch.library.custom_op("flashdecode::merge_states_out", mutates_args=("out", "lse"))
+def merge_states_out_op(states_out: Tensor, states_lse: Tensor, out: Tensor,
+                        lse: Optional[Tensor]) -> None:
+    run_merge(*_merge_infos(states_out, states_lse, out, lse), stream_of(states_out.device))
+
+
+@merge_states_out_op.register_fake
+def _merge_states_out_fake(states_out, states_lse, out, lse):
+    check_merge(*_merge_infos(states_out, states_lse, out, lse))
+
+
+def merge_states(states_out, states_lse, out, lse, out_dtype):
+    """flashdecode.merge_states for torch tensors (see flashdecode.merge_states)."""
+    for name, t in (("states_lse", states_lse), ("out", out), ("lse", lse)):
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError("%s: expected a torch.Tensor like states_out, got %s"
+                            % (name, type(t).__name__))
+    out_name = out_dtype_of(out_dtype, describe(states_out, "states_out").dtype, out)
+    # the C API reads dense tensors: copy a strided one (a device op, traceable)
+    if not states_out.is_contiguous():
+        states_out = states_out.contiguous()
+    if not states_lse.is_contiguous():
+        states_lse = states_lse.contiguous()
+    if out is None and lse is None:
+        return torch.ops.flashdecode.merge_states(states_out, states_lse, out_name == "float32")
+    if states_out.dim() == 5:
+        out_shape, lse_shape = _merged_shapes(states_out)
+        if out is None:
+            out = torch.empty(out_shape, device=states_out.device,
+                              dtype=torch.float32 if out_name == "float32" else states_out.dtype)
+        if lse is None:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
+    torch.ops.flashdecode.merge_states_out(states_out, states_lse, out, lse)
+    return out, lse
