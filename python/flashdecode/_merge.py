@@ -12,8 +12,7 @@ import numpy as np
 
 from . import _arrays, _core, _lib
 from .errors import UnsupportedError
-from ._tensors import (F32, FD_DTYPE, _check_device, _shape_str, check_out_dtype, describe,
-                       is_torch_tensor)
+from ._tensors import F32, FD_DTYPE, _check_device, _shape_str, describe, is_torch_tensor
 
 
 class MergeGeometry:
@@ -69,8 +68,8 @@ def check_merge(states_out, states_lse, out, lse):
             raise ValueError("out: shape %s, expected %s ([batch, q_len, num_heads, head_dim] "
                              "of states_out)" % (_shape_str(out.shape), _shape_str(want)))
         if out.dtype not in FD_DTYPE:
-            raise TypeError("out: dtype %s is not supported" % out.dtype)
-        check_out_dtype(out.dtype, g.dtype)
+            raise TypeError("out: dtype %s is not supported (float32, float16 or bfloat16)"
+                            % out.dtype)
         g.out_dtype = out.dtype
         _check_device(out, "out", g.device)
         _check_dense(out, "out")
@@ -149,11 +148,13 @@ def merge_states(states_out, states_lse, *, out=None, lse=None, out_dtype=None):
         Natural log; or a list of [batch, num_heads, q_len] arrays. Same
         device as states_out.
     out : tensor/array [batch, q_len, num_heads, head_dim], optional
-        Written in place (contiguous); its dtype is states_out's or float32.
+        Written in place (contiguous); float32, float16 or bfloat16, whatever
+        states_out's dtype (e.g. float32 states merged into a bf16 out).
     lse : float32 tensor/array [batch, num_heads, q_len], optional
         Written in place (contiguous).
     out_dtype : dtype, optional
-        Of the allocated out: states_out's (default) or float32.
+        Of the allocated out: states_out's (default), or float32 / float16 /
+        bfloat16 (torch; numpy has no bfloat16).
 
     Returns
     -------
@@ -202,13 +203,11 @@ def merge_states(states_out, states_lse, *, out=None, lse=None, out_dtype=None):
     return res_out, res_lse
 
 
-def out_dtype_of(out_dtype, states_dtype, out):
+def out_dtype_of(out_dtype, out):
     """The out dtype name merge_states allocates (or checks out against)."""
     if out_dtype is None:
         return None
     name = _arrays.dtype_name(out_dtype, "out_dtype")
-    if states_dtype in FD_DTYPE:
-        check_out_dtype(name, states_dtype, "out_dtype")
     if out is not None and describe(out, "out").dtype != name:
         raise TypeError("out: dtype %s, but out_dtype is %s" % (describe(out, "out").dtype, name))
     return name
@@ -217,14 +216,14 @@ def out_dtype_of(out_dtype, states_dtype, out):
 def _merge_numpy(states_out, states_lse, out, lse, out_dtype):
     states_lse = np.asarray(states_lse) if not is_torch_tensor(states_lse) else states_lse
     so = describe(states_out, "states_out")
-    name = out_dtype_of(out_dtype, so.dtype, out)
+    name = out_dtype_of(out_dtype, out)
     if isinstance(states_out, np.ndarray) and not states_out.flags.c_contiguous:
         states_out = np.ascontiguousarray(states_out)
     if isinstance(states_lse, np.ndarray) and not states_lse.flags.c_contiguous:
         states_lse = np.ascontiguousarray(states_lse)
     shape = tuple(states_out.shape)
     if out is None and len(shape) == 5:
-        out = np.empty(shape[1:], dtype=np.float32 if name == F32 else states_out.dtype)
+        out = np.empty(shape[1:], dtype=states_out.dtype if name is None else name)
     if lse is None and len(shape) == 5:
         lse = np.empty((shape[1], shape[3], shape[2]), dtype=np.float32)
     for arr, what in ((out, "out"), (lse, "lse")):

@@ -6,16 +6,16 @@ implementations, so torch.compile traces decode() without a graph break:
 
   flashdecode::decode(q, k_cache, v_cache, kv_len, block_table?, softmax_scale,
                       num_splits, return_lse, sinks?=None, window_left=-1,
-                      logits_soft_cap=0., non_causal=False, out_f32=False) -> (out, lse)
-      allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, float32
-      with out_f32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
+                      logits_soft_cap=0., non_causal=False, out_dtype?=None) -> (out, lse)
+      allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, or
+      out_dtype: float32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
       when return_lse is False).
   flashdecode::decode_out(q, k_cache, v_cache, kv_len, block_table?, out, lse?,
                           softmax_scale, num_splits, sinks?=None, window_left=-1,
                           logits_soft_cap=0., non_causal=False) -> ()
       writes the caller's out (q's dtype or float32) and lse; mutates_args =
       (out, lse).
-  flashdecode::merge_states(states_out, states_lse, out_f32=False) -> (out, lse)
+  flashdecode::merge_states(states_out, states_lse, out_dtype?=None) -> (out, lse)
   flashdecode::merge_states_out(states_out, states_lse, out, lse?) -> ()
       fd_merge_states (see flashdecode.merge_states).
 
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from . import _core
 from ._merge import check_merge, out_dtype_of, run_merge
-from ._tensors import check_call, describe
+from ._tensors import check_call, check_out_dtype, describe
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError("flashdecode: the torch integration needs torch >= 2.4 "
@@ -90,8 +90,8 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
               block_table: Optional[Tensor], softmax_scale: float, num_splits: int,
               return_lse: bool, sinks: Optional[Tensor] = None, window_left: int = -1,
               logits_soft_cap: float = 0.0, non_causal: bool = False,
-              out_f32: bool = False) -> Tuple[Tensor, Tensor]:
-    out = torch.empty(q.shape, dtype=torch.float32 if out_f32 else q.dtype, device=q.device)
+              out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+    out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse_shape = _lse_shape(q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
@@ -103,9 +103,12 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
                  return_lse, sinks=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 out_f32=False):
+                 out_dtype=None):
     _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks)
-    out = q.new_empty(q.shape, dtype=torch.float32 if out_f32 else q.dtype)
+    if out_dtype is not None:
+        check_out_dtype(str(out_dtype).replace("torch.", ""), describe(q, "q").dtype,
+                        "out_dtype")
+    out = q.new_empty(q.shape, dtype=out_dtype or q.dtype)
     lse = q.new_empty(_lse_shape(q) if return_lse else (0,), dtype=torch.float32)
     return out, lse
 
@@ -209,7 +212,9 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
     if out is None:
         out, lse = torch.ops.flashdecode.decode(q, k_cache, v_cache, kv_len, block_table, scale,
                                                 int(num_splits), bool(return_lse), sinks, w,
-                                                cap, nc, out_name == "float32")
+                                                cap, nc,
+                                                None if out_name is None
+                                                else getattr(torch, out_name))
         return (out, lse) if return_lse else out
     lse = None
     if return_lse:
@@ -233,22 +238,20 @@ def _merged_shapes(states_out):
 
 @torch.library.custom_op("flashdecode::merge_states", mutates_args=())
 def merge_states_op(states_out: Tensor, states_lse: Tensor,
-                    out_f32: bool = False) -> Tuple[Tensor, Tensor]:
+                    out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
     check_merge(*_merge_infos(states_out, states_lse, None, None))
     out_shape, lse_shape = _merged_shapes(states_out)
-    out = torch.empty(out_shape, dtype=torch.float32 if out_f32 else states_out.dtype,
-                      device=states_out.device)
+    out = torch.empty(out_shape, dtype=out_dtype or states_out.dtype, device=states_out.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
     run_merge(*_merge_infos(states_out, states_lse, out, lse), stream_of(states_out.device))
     return out, lse
 
 
 @merge_states_op.register_fake
-def _merge_states_fake(states_out, states_lse, out_f32=False):
+def _merge_states_fake(states_out, states_lse, out_dtype=None):
     check_merge(*_merge_infos(states_out, states_lse, None, None))
     out_shape, lse_shape = _merged_shapes(states_out)
-    return (states_out.new_empty(out_shape, dtype=torch.float32 if out_f32 else
-                                 states_out.dtype),
+    return (states_out.new_empty(out_shape, dtype=out_dtype or states_out.dtype),
             states_out.new_empty(lse_shape, dtype=torch.float32))
 
 
@@ -269,19 +272,20 @@ def merge_states(states_out, states_lse, out, lse, out_dtype):
         if t is not None and not isinstance(t, Tensor):
             raise TypeError("%s: expected a torch.Tensor like states_out, got %s"
                             % (name, type(t).__name__))
-    out_name = out_dtype_of(out_dtype, describe(states_out, "states_out").dtype, out)
+    out_name = out_dtype_of(out_dtype, out)
     # the C API reads dense tensors: copy a strided one (a device op, traceable)
     if not states_out.is_contiguous():
         states_out = states_out.contiguous()
     if not states_lse.is_contiguous():
         states_lse = states_lse.contiguous()
+    dtype = None if out_name is None else getattr(torch, out_name)
     if out is None and lse is None:
-        return torch.ops.flashdecode.merge_states(states_out, states_lse, out_name == "float32")
+        return torch.ops.flashdecode.merge_states(states_out, states_lse, dtype)
     if states_out.dim() == 5:
         out_shape, lse_shape = _merged_shapes(states_out)
         if out is None:
             out = torch.empty(out_shape, device=states_out.device,
-                              dtype=torch.float32 if out_name == "float32" else states_out.dtype)
+                              dtype=dtype or states_out.dtype)
         if lse is None:
             lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
     torch.ops.flashdecode.merge_states_out(states_out, states_lse, out, lse)
