@@ -215,7 +215,6 @@ def out_dtype_of(out_dtype, out):
 
 def _merge_numpy(states_out, states_lse, out, lse, out_dtype):
     states_lse = np.asarray(states_lse) if not is_torch_tensor(states_lse) else states_lse
-    so = describe(states_out, "states_out")
     name = out_dtype_of(out_dtype, out)
     if isinstance(states_out, np.ndarray) and not states_out.flags.c_contiguous:
         states_out = np.ascontiguousarray(states_out)
