@@ -88,8 +88,10 @@ def attention_f64(q, k_cache, v_cache, kv_len, block_table=None, softmax_scale=N
 
 def merge_states_f64(states_out, states_lse):
     """The float64 merge of S states: out [S, B, q_len, H, D], lse [S, B, H, q_len] ->
-    (out [B, q_len, H, D], lse [B, H, q_len]). Empty states (lse = -inf) are neutral;
-    all empty: out 0, lse -inf; a NaN (or +inf) lse: a NaN row."""
+    (out [B, q_len, H, D], lse [B, H, q_len]). Empty states (lse = -inf) are neutral
+    and their out is not read; all empty: out 0, lse -inf; a NaN (or +inf) lse: a NaN
+    row. Every other state's out is read (a NaN there propagates even where its weight
+    underflows to 0)."""
     so = np.asarray(states_out, dtype=np.float64)
     sl = np.asarray(states_lse, dtype=np.float64)          # [S, B, H, T]
     sl = np.where(sl == np.inf, np.nan, sl)
@@ -99,7 +101,8 @@ def merge_states_f64(states_out, states_lse):
         w = np.exp(sl - safe[None])                         # [S, B, H, T], 0 for empty states
         total = w.sum(axis=0)
         wt = np.transpose(w, (0, 1, 3, 2))[..., None]      # [S, B, T, H, 1]
-        so = np.where(wt > 0, so, 0.0)                      # an empty state's out is not read
+        empty = np.transpose(np.isneginf(sl), (0, 1, 3, 2))[..., None]
+        so = np.where(empty, 0.0, so)                       # an empty state's out is not read
         out = (wt * so).sum(axis=0) / np.transpose(np.where(total > 0, total, 1.0),
                                                    (0, 2, 1))[..., None]
         lse = np.where(total > 0, safe + np.log(np.where(total > 0, total, 1.0)), -np.inf)

@@ -532,10 +532,11 @@ def test_merge_states_single_state_and_strided_inputs():
     (lambda a: a.update(so=a["so"][:0], sl=a["sl"][:0]), ValueError,
      r"num_states: 0, must be 1\.\."),
     (lambda a: a.update(so=[], sl=[]), ValueError, r"states_out: an empty list"),
-    (lambda a: a.update(so=a["so"].tolist()), TypeError, r"states_out: expected"),
+    (lambda a: a.update(so=object()), TypeError, r"states_out: expected a torch.Tensor"),
+    (lambda a: a.update(so=a["so"].tolist()), TypeError, r"states_out: dtype float64"),
     (lambda a: a.update(out_dtype="int8"), TypeError, r"out_dtype: 'int8' is not supported"),
 ], ids=["rank", "lse-shape", "lse-dtype", "out-dtype-f64", "out-shape", "out-int", "out-strided",
-        "lse-out-shape", "lse-out-dtype", "no-states", "empty-list", "nested-list",
+        "lse-out-shape", "lse-out-dtype", "no-states", "empty-list", "object", "nested-list",
         "out_dtype"])
 def test_merge_states_errors_name_the_argument(mutate, exc, pattern):
     rng = np.random.default_rng(1)
