@@ -118,8 +118,8 @@ def resolve_soft_cap(logits_soft_cap):
 
 def resolve_flag(name, value):
     """A bool argument (bool, or int 0/1)."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
     raise TypeError("%s: expected a bool, got %r" % (name, value))
