@@ -128,14 +128,23 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
+  kp->window_left = pr->window_left;
+  kp->non_causal = pr->non_causal;
+  if (pr->logits_soft_cap > 0.0f) {
+    kp->cap_in = 1.0f / (pr->logits_soft_cap * 1.4426950408889634f);
+    kp->cap_out = pr->logits_soft_cap * 1.4426950408889634f;
+  }
+  kp->sinks = t->sinks;
+  kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;
 }
 
 extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
                                  void *stream, fd_error *err) {
   const fd_problem *pr = &plan->problem;
-  if (pr->head_dim != 64 && pr->head_dim != 128 && pr->head_dim != 256)
+  if (pr->head_dim != 64 && pr->head_dim != 80 && pr->head_dim != 96 && pr->head_dim != 128 &&
+      pr->head_dim != 256)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                   "head_dim: %d is not supported by the CUDA backend (64, 128 or 256)",
+                   "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
                    pr->head_dim);
   if (pr->batch > 65535)
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "batch: %d exceeds the CUDA backend's 65535",

@@ -7,7 +7,9 @@
  *   num_splits > 1: unnormalised O into partial_o and (m ln 2, l) into
  *                   partial_ml, for the combine kernel;
  *   num_splits == 1: out = O / l and lse = m ln 2 + ln l (out = 0 and
- *                   lse = -inf for a row without keys).
+ *                   lse = -inf for a row without keys), the sink joining l
+ *                   when there is one (fd_finish_row); out in float32 when
+ *                   p.out_f32.
  * Row r (0 .. pass_rows - 1) is query head hk * group + (row0 + r) / q_len,
  * token (row0 + r) % q_len. Internal to src/cuda.
  */
@@ -51,10 +53,17 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       const int t = row - gi * q_len;
       const int64_t h = (int64_t)hk * p.group + gi;
       const float lr = l[r * ML_STRIDE];
-      const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
-               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
-      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      float inv = lr > 0.0f ? 1.0f / lr : 0.0f, lse_unused;
+      if (p.sinks)
+        fd_finish_row(m[r * ML_STRIDE] * 0.69314718055994531f, lr, true, p.sinks[h], &inv,
+                      &lse_unused);
+      const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
+                          h * p.out_strides[2] + d;
+      const float4 v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (p.out_f32)
+        fd_store4(static_cast<float *>(p.out) + off, v);
+      else
+        fd_store4(static_cast<T *>(p.out) + off, v);
     }
   }
   if (tid < pass_rows) {
@@ -69,8 +78,10 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       const int gi = row / q_len;
       const int t = row - gi * q_len;
       const int64_t h = (int64_t)hk * p.group + gi;
+      float scale, lse;
+      fd_finish_row(m2 * ln2, lr, p.sinks != nullptr, p.sinks ? p.sinks[h] : 0.0f, &scale, &lse);
       p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          lr > 0.0f ? m2 * ln2 + logf(lr) : -INFINITY;
+          lse;
     }
   }
 }
