@@ -418,14 +418,20 @@ typedef struct fd_merge_problem {
  * A state with lse_s = -inf (it saw no key) is the neutral element and its
  * out_s is not read; all states empty gives out = 0 and lse = -inf (never
  * (-inf) - (-inf)). A NaN lse_s gives a NaN row; lse_s = +inf is taken as
- * NaN. Sums run in state order in fp32 (CUDA) or double (CPU).
+ * NaN. Every other state's out_s is read (NaN or inf there propagates, even
+ * where its weight underflows to 0). Sums run in state order in fp32 (CUDA)
+ * or double (CPU), so results are reproducible.
  * CUDA: device pointers, enqueued on `stream`, no allocation, no host sync:
- * graph-capturable. out must not overlap the inputs. Pointers must be aligned
- * to their element type.
+ * graph-capturable; 16-byte loads when states_out is 16-byte aligned,
+ * head_dim * element size is a multiple of 16 bytes and out is aligned to 4
+ * of its elements; element loads otherwise (slower, same results). CPU / reference: host pointers,
+ * synchronous, `stream` ignored. Pointers must be aligned to their element
+ * type; out and lse must not overlap each other or the inputs (checked from
+ * their address ranges).
  * Returns FD_STATUS_OK, or FD_STATUS_INVALID_ARGUMENT (a NULL pointer or
- * problem, a field out of range; message names it; nothing written),
- * FD_STATUS_UNSUPPORTED (CUDA not available), FD_STATUS_BACKEND_ERROR (a
- * launch failed).
+ * problem, a field out of range, a misaligned pointer, an overlap; message
+ * names it; nothing written), FD_STATUS_UNSUPPORTED (CUDA not built in or
+ * device not an sm_90 GPU), FD_STATUS_BACKEND_ERROR (a launch failed).
  */
 FD_API fd_status fd_merge_states(const fd_merge_problem *problem, const void *states_out,
                                  const float *states_lse, void *out, float *lse, void *stream,

@@ -55,6 +55,12 @@ fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, 
 fd_status fd_cpu_combine(const fd_plan *plan, const fd_tensors *t, const float *partial_o,
                          const float *partial_ml, fd_error *err);
 
+/* fd_merge_states on the CPU (src/cpu/cpu_merge.c; the reference backend runs
+ * it too). merge.c has checked every argument; p->out_dtype is resolved
+ * (never 0). Synchronous. */
+fd_status fd_cpu_merge(const fd_merge_problem *p, const void *states_out, const float *states_lse,
+                       void *out, float *lse, fd_error *err);
+
 /* ---- Reference backend (src/reference) ---- */
 fd_status fd_reference_run(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 
@@ -81,6 +87,11 @@ fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
 static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t split_keys) {
   return blocks <= sm_count && split_keys >= 128;
 }
+/* fd_merge_states on device p->device (src/cuda/merge_backend.cu): checked
+ * arguments as for fd_cpu_merge; enqueues one kernel on `stream`, no
+ * allocation, no synchronisation. */
+fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states_out, const float *states_lse,
+                        void *out, float *lse, void *stream, fd_error *err);
 /* Stream-ordered allocation for fd_decode. */
 fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err);
 fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err);
