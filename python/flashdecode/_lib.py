@@ -1,8 +1,8 @@
 """_lib.py — loads libflashdecode with ctypes and mirrors its C API.
 
 Mirrors ``include/flashdecode.h`` field for field: the structs fd_problem,
-fd_plan, fd_tensors and fd_error, the enums, and the prototypes of the
-exported functions. At import it checks that the mirror agrees with the
+fd_plan, fd_tensors, fd_error and fd_merge_problem, the enums, and the
+prototypes of the exported functions. At import it checks that the mirror agrees with the
 loaded library (struct sizes against the LP64 layout computed from the
 header, and a plan made by the library read back through the mirror), so a
 header/binding mismatch fails loudly instead of corrupting memory.
@@ -254,16 +254,6 @@ def _load():
                       % (where, "; ".join(errors)))
 
 
-# Looked up but not required at import: a library built before the symbol existed
-# still serves decode(); the functions that need it raise a clear error.
-_OPTIONAL_SYMBOLS = ("fd_merge_states",)
-
-
-def has_symbol(name):
-    """True when the loaded library exports ``name``."""
-    return hasattr(lib, name)
-
-
 def _declare(lib):
     P = ctypes.POINTER
     protos = {
@@ -287,8 +277,6 @@ def _declare(lib):
         try:
             fn = getattr(lib, name)
         except AttributeError:
-            if name in _OPTIONAL_SYMBOLS:
-                continue  # (merge_states() says the build lacks it)
             raise ImportError("flashdecode: %s does not export %s (an incomplete or foreign "
                               "build?)" % (library_path, name)) from None
         fn.restype = restype
@@ -307,8 +295,6 @@ def _check_library():
     for name, cls in (("fd_problem", FdProblem), ("fd_plan", FdPlan),
                       ("fd_tensors", FdTensors), ("fd_error", FdError),
                       ("fd_merge_problem", FdMergeProblem)):
-        if name == "fd_merge_problem" and not has_symbol("fd_merge_states"):
-            continue
         if struct_size(name.encode()) != ctypes.sizeof(cls):
             raise ImportError("flashdecode: sizeof(%s) is %d in %s, %d in this binding"
                               % (name, struct_size(name.encode()), library_path,

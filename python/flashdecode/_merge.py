@@ -11,7 +11,6 @@ import ctypes
 import numpy as np
 
 from . import _arrays, _core, _lib
-from .errors import UnsupportedError
 from ._tensors import F32, FD_DTYPE, _check_device, _shape_str, describe, is_torch_tensor
 
 
@@ -87,10 +86,6 @@ def check_merge(states_out, states_lse, out, lse):
 
 def run_merge(states_out, states_lse, out, lse, stream):
     """fd_merge_states on TensorInfos (out given; lse may be None)."""
-    if not _lib.has_symbol("fd_merge_states"):
-        raise UnsupportedError("merge_states: %s was built without fd_merge_states"
-                               % _lib.library_path, _lib.FD_STATUS_UNSUPPORTED,
-                               "FD_STATUS_UNSUPPORTED")
     g = check_merge(states_out, states_lse, out, lse)
     p = _lib.FdMergeProblem()
     kind, index = _core.parse_device(g.device, "states_out")
