@@ -70,6 +70,21 @@
  *   (kv_len and block_table included); for the CPU and reference backends,
  *   host pointers.
  *
+ * DETERMINISM
+ *   Every backend is run-to-run reproducible: the same plan and inputs give
+ *   the same bits. With fd_problem.deterministic = 1 a sequence's out and lse
+ *   are also bitwise identical whatever the batch around it, the other
+ *   sequences' lengths, kv_capacity (up to FD_DETERMINISTIC_MAX_KEYS keys
+ *   read a sequence), kv_len_hint, sm_count, the number of CPU threads, and
+ *   CUDA-graph replay versus eager calls (batch-invariant inference, RL
+ *   rollouts that must match training). It fixes the split length at
+ *   FD_DETERMINISTIC_SPLIT_LEN keys (so num_splits must be 0) and runs one
+ *   kernel variant whatever the grid. The cost: short single sequences get
+ *   fewer splits (B = 1 at 16k keys: 8 splits instead of ~32); batches that
+ *   fill the GPU run as fast (bench/NOTES.md has the measured cost).
+ *   Results differ between backends and between deterministic and default
+ *   plans (different summation orders, all within the documented accuracy).
+ *
  * THREAD SAFETY
  *   The library has no mutable global state. A plan is immutable after
  *   fd_plan_init and may be shared by threads; concurrent fd_run calls are
@@ -223,7 +238,14 @@ typedef struct fd_problem {
                             FD_MAX_Q_LEN_NON_CAUSAL; no window. 0 = causal */
   fd_dtype out_dtype;    /* 0 = dtype; FD_DTYPE_F32 for any dtype (states merged
                             later lose nothing to 16-bit rounding) */
+  int32_t deterministic; /* 1: batch-invariant results (DETERMINISM below);
+                            0 = off (fastest) */
 } fd_problem;
+
+/* The deterministic mode's split length, and the most keys (after a
+ * window) it serves: FD_MAX_SPLITS splits. */
+#define FD_DETERMINISTIC_SPLIT_LEN 2048
+#define FD_DETERMINISTIC_MAX_KEYS (FD_DETERMINISTIC_SPLIT_LEN * 1024)
 
 /* Most query rows per sequence: causal, non-causal. */
 #define FD_MAX_Q_LEN 16
@@ -276,7 +298,9 @@ typedef struct fd_plan {
  *       window_left < -1; logits_soft_cap negative or not finite; non_causal
  *       not 0 or 1, or with a window; q_len above FD_MAX_Q_LEN_NON_CAUSAL in
  *       non-causal mode; out_dtype not 0 or an fd_dtype, or a 16-bit
- *       out_dtype other than dtype.
+ *       out_dtype other than dtype; deterministic not 0 or 1, with num_splits
+ *       set, or with a kv_capacity (windowed: window_left + q_len + 63)
+ *       above FD_DETERMINISTIC_MAX_KEYS.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 80, 96, 128 or 256, or a device that is not sm_90.
  *   FD_STATUS_BACKEND_ERROR  a CUDA query failed.

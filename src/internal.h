@@ -38,6 +38,11 @@ static inline int64_t fd_num_rows(const fd_plan *plan) {
  * sequence uses in [0, num_pages) when num_pages > 0). */
 fd_status fd_check_host_lengths(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 
+/* The fixed split length of a resolved problem (split.h), 0 = derived. */
+static inline int32_t fd_split_len_fixed(const fd_problem *p) {
+  return p->deterministic ? FD_DETERMINISTIC_SPLIT_LEN : 0;
+}
+
 /* fd_plan.magic of a plan made by fd_plan_init. */
 #define FD_PLAN_MAGIC 0x66645031u
 
