@@ -88,6 +88,7 @@ class FdProblem(ctypes.Structure):
         ("logits_soft_cap", ctypes.c_float),
         ("non_causal", ctypes.c_int32),
         ("out_dtype", _c_enum),                # 0 = dtype, or FD_DTYPE_F32
+        ("deterministic", ctypes.c_int32),     # 1: batch-invariant results
     ]
 
 
@@ -183,7 +184,7 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
                           "num_splits", "softmax_scale", "num_threads", "device", "sm_count")
 ] + [("kv_len_hint",) + _PTR] + [
     (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
-                          "out_dtype")]
+                          "out_dtype", "deterministic")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -321,7 +322,7 @@ def _check_library():
           and math.isclose(plan.softmax_scale, 1.0 / math.sqrt(40), rel_tol=1e-6)
           and not p.kv_len_hint
           and (p.has_window, p.window_left, p.logits_soft_cap) == (1, 100, 30.0)
-          and p.non_causal == 0 and p.out_dtype == FD_DTYPE_F32
+          and p.non_causal == 0 and p.out_dtype == FD_DTYPE_F32 and p.deterministic == 0
           and (plan.num_splits == 1 or max(plan.ws_partial_o, plan.ws_partial_ml,
                                            plan.ws_counters) < plan.workspace_size))
     if not ok:

@@ -263,6 +263,7 @@ def test_struct_sizes_match_the_header_on_lp64():
 
     assert ctypes.sizeof(_lib.FdProblem) == 96
     assert _lib.FdProblem.has_window.offset == 72 and _lib.FdProblem.out_dtype.offset == 88
+    assert _lib.FdProblem.deterministic.offset == 92
     assert ctypes.sizeof(_lib.FdPlan) == 168
     assert ctypes.sizeof(_lib.FdTensors) == 192 and _lib.FdTensors.sinks.offset == 184
     assert ctypes.sizeof(_lib.FdError) == 260
