@@ -172,7 +172,7 @@ FD_API size_t fd_dtype_size(fd_dtype dtype);
 typedef enum fd_backend {
   FD_BACKEND_AUTO = 0,      /* CUDA when built with it and a GPU is present, else CPU */
   FD_BACKEND_CPU = 1,       /* threaded SIMD CPU code; host pointers */
-  FD_BACKEND_CUDA = 2,      /* CUDA kernels for sm_90a; device pointers */
+  FD_BACKEND_CUDA = 2,      /* CUDA kernels, GPUs of compute capability 8.0+; device pointers */
   FD_BACKEND_REFERENCE = 3  /* plain float64 accumulation, one thread; the test oracle */
 } fd_backend;
 
@@ -180,8 +180,10 @@ typedef enum fd_backend {
 FD_API const char *fd_backend_name(fd_backend backend);
 
 /* 1 when `backend` can run here: always for CPU and REFERENCE; for CUDA, when
- * the library was built with CUDA and a GPU of compute capability 9.0 is
- * visible. 0 otherwise. AUTO: 1. */
+ * the library was built with CUDA and device 0 has compute capability 8.0 or
+ * newer (Ampere: A100, A10, RTX 30xx; Ada: L4, L40S, RTX 40xx; Hopper; and
+ * newer GPUs through the build's PTX) with code for it in this build. 0
+ * otherwise. AUTO: 1. */
 FD_API int fd_backend_available(fd_backend backend);
 
 /* ---- Problem and plan ----------------------------------------------------- */
@@ -302,7 +304,10 @@ typedef struct fd_plan {
  *       set, or with a kv_capacity (windowed: window_left + q_len + 63)
  *       above FD_DETERMINISTIC_MAX_KEYS.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
- *       with head_dim not 64, 80, 96, 128 or 256, or a device that is not sm_90.
+ *       with head_dim not 64, 80, 96, 128 or 256, a device below compute
+ *       capability 8.0 (the message names its compute capability), one this
+ *       build holds no code for, or one whose shared memory holds no kernel
+ *       configuration for the head_dim (never for a real GPU of 8.0+).
  *   FD_STATUS_BACKEND_ERROR  a CUDA query failed.
  */
 FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err);
@@ -466,8 +471,9 @@ typedef struct fd_merge_problem {
  * their address ranges).
  * Returns FD_STATUS_OK, or FD_STATUS_INVALID_ARGUMENT (a NULL pointer or
  * problem, a field out of range, a misaligned pointer, an overlap; message
- * names it; nothing written), FD_STATUS_UNSUPPORTED (CUDA not built in or
- * device not an sm_90 GPU), FD_STATUS_BACKEND_ERROR (a launch failed).
+ * names it; nothing written), FD_STATUS_UNSUPPORTED (CUDA not built in, or
+ * the device cannot run it: below compute capability 8.0, or no code for it
+ * in this build), FD_STATUS_BACKEND_ERROR (a launch failed).
  */
 FD_API fd_status fd_merge_states(const fd_merge_problem *problem, const void *states_out,
                                  const float *states_lse, void *out, float *lse, void *stream,

@@ -1,7 +1,17 @@
 /* cuda_stub.c — the CUDA entry points of a build without CUDA: unavailable. */
 #include "internal.h"
 
+fd_status fd_cuda_check_device(int device, fd_error *err) {
+  (void)device;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: CUDA is not built in");
+}
+
 int fd_cuda_available(int device) {
+  (void)device;
+  return 0;
+}
+
+int fd_cuda_pdl(int device) {
   (void)device;
   return 0;
 }
@@ -12,9 +22,12 @@ fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
 
-int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
+fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head_dim,
+                             int32_t *blocks_per_sm, int *wide_ok, fd_error *err) {
   (void)device, (void)dtype, (void)head_dim;
-  return 2;
+  *blocks_per_sm = 1;
+  *wide_ok = 0;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
 
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,

@@ -75,17 +75,31 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t, double *out
                            double *lse64, fd_error *err);
 
 /* ---- CUDA backend (src/cuda; stubs in src/cuda_stub.c without CUDA) ---- */
-/* 1 when built with CUDA and device `device` exists with compute capability 9.x. */
+/* FD_STATUS_OK when built with CUDA and device `device` can run the
+ * backend: it exists, has compute capability 8.0 or newer, and this build
+ * holds code it runs (FD_CUDA_ARCHS); else FD_STATUS_UNSUPPORTED (or
+ * BACKEND_ERROR for a failed query) with a message that names the device,
+ * its compute capability and what is missing. Read once per device. */
+fd_status fd_cuda_check_device(int device, fd_error *err);
+/* 1 when fd_cuda_check_device(device) is FD_STATUS_OK. */
 int fd_cuda_available(int device);
+/* 1 when device's kernels are launched with programmatic dependent launch
+ * (code built for sm_90+; gpu_select.h, fd_gpu_pdl_ok). */
+int fd_cuda_pdl(int device);
 /* Multiprocessor count of `device`. */
 fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
-/* Split-kernel blocks resident per multiprocessor for this dtype and head_dim
- * (the occupancy calculator; 2 where it cannot be asked). */
-int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim);
+/* The split kernel that device runs for dtype and head_dim, from its
+ * shared-memory budget (gpu_select.h): *blocks_per_sm resident a
+ * multiprocessor (the smaller of the occupancy calculator's and the
+ * budget's counts) and *wide_ok, whether it may run the 8-warp tensor-core
+ * config. FD_STATUS_UNSUPPORTED when no config fits the budget. */
+fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head_dim,
+                             int32_t *blocks_per_sm, int *wide_ok, fd_error *err);
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);
 /* Whether fp16/bf16 runs the 8-warp tensor-core kernel (one block an SM,
- * split_mma_kernel.cu): a grid of `blocks` no larger than the SMs, whose
+ * split_mma_kernel.cu) where the device has it (fd_cuda_kernel_fit's
+ * wide_ok): a grid of `blocks` no larger than the SMs, whose
  * splits hold at least its 128-key tile (shorter ones leave half its warps
  * idle: 7.3 -> 7.9 us at 1k keys, 16 splits; bench/NOTES.md). plan.c sizes
  * splits for it, cuda_backend.cu launches it. */

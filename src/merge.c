@@ -120,9 +120,7 @@ fd_status fd_merge_states(const fd_merge_problem *problem, const void *states_ou
       return fd_cpu_merge(&p, states_out, states_lse, out, lse, err);
     case FD_BACKEND_CUDA:
       if (cuda < 0) cuda = fd_cuda_available(p.device);
-      if (!cuda)
-        return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                       "backend: CUDA is not built in, or device %d is not an sm_90 GPU", p.device);
+      if (!cuda) return fd_cuda_check_device(p.device, err); /* names what is missing */
       return fd_cuda_merge(&p, states_out, states_lse, out, lse, stream, err);
     default: break;
   }

@@ -75,12 +75,12 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * copies shared one page id per thread (9160d37 sweep: B=1 16k, page_size
  * 16 / 64: 16 splits 24.7 / 23.7 us, 32 splits 25.0 / 24.3). */
 static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
-                           int32_t slots, int32_t blocks_per_sm) {
+                           int32_t slots, int32_t blocks_per_sm, int wide_ok) {
   int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
   if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
-    const int wide = fd_cuda_wide_kernel(items * one, slots, keys);
+    const int wide = wide_ok && fd_cuda_wide_kernel(items * one, slots, keys);
     if (one > 1 && ((p->head_dim >= 128 && wide) || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
       splits = one;
   }
@@ -245,9 +245,10 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   if (backend == FD_BACKEND_AUTO)
     backend = fd_cuda_available(p.device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
   if (backend == FD_BACKEND_CUDA) {
-    if (!fd_cuda_available(p.device))
-      return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                     "backend: CUDA is not built in, or device %d is not an sm_90 GPU", p.device);
+    /* not built in, no such device, below compute capability 8.0, or no code
+     * for it in this build: the message says which */
+    st = fd_cuda_check_device(p.device, err);
+    if (st != FD_STATUS_OK) return st;
     if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 && p.head_dim != 128 &&
         p.head_dim != 256)
       return fd_fail(err, FD_STATUS_UNSUPPORTED,
@@ -263,6 +264,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   plan->chunk_len = FD_CHUNK_LEN;
 
   int32_t slots = 1, blocks_per_sm = 1;
+  int wide_ok = 0;
   if (backend == FD_BACKEND_CUDA) {
     int32_t sms = p.sm_count;
     if (sms == 0) {
@@ -271,7 +273,9 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     }
     plan->sm_count = sms;
     slots = sms;
-    blocks_per_sm = fd_cuda_blocks_per_sm(p.device, p.dtype, p.head_dim);
+    /* the config this device runs, from its shared memory (gpu_select.h) */
+    st = fd_cuda_kernel_fit(p.device, p.dtype, p.head_dim, &blocks_per_sm, &wide_ok, err);
+    if (st != FD_STATUS_OK) return st;
   } else {
     plan->num_threads = p.num_threads > 0 ? p.num_threads : fd_cpu_default_threads();
     p.num_threads = plan->num_threads;
@@ -305,7 +309,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       slots = cpu_slots(slots, 2.0 * (double)total * p.num_heads_kv * p.head_dim *
                                    (double)fd_dtype_size(p.dtype));
     splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
-                         blocks_per_sm);
+                         blocks_per_sm, wide_ok);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
      * splits holds about half the keys (whole chunks) an even share of the
@@ -318,7 +322,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
       double want = ceil(2.0 * (double)longest / even);
       const int32_t alone = auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
-                                        blocks_per_sm);
+                                        blocks_per_sm, wide_ok);
       if (want > alone) want = alone;
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;

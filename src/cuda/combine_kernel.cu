@@ -18,7 +18,9 @@
  *   sums (one L2 round trip per batch, not per split), the first batch
  *   together with the (m, l) loads.
  *
- * PDL  Launched with programmatic stream serialisation: the grid may start
+ * PDL  (code built for sm_90+; older targets compile griddepcontrol out
+ *   and are launched without the attribute: gpu_select.h, fd_gpu_pdl_ok)
+ *   Launched with programmatic stream serialisation: the grid may start
  *   while the split kernel before it still runs (once all split blocks have
  *   executed griddepcontrol.launch_dependents or exited). Everything up to
  *   griddepcontrol.wait reads only inputs of the call (kv_len), which were
@@ -45,7 +47,7 @@ template <typename T>
 __global__ void __launch_bounds__(FD_COMBINE_THREADS)
     fd_combine_kernel(const __grid_constant__ fd_kernel_params p) {
   __shared__ float s_w[FD_COMBINE_ROWS_PER_BLOCK][FD_MAX_SPLITS]; /* w_s per warp's row */
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  fd_pdl_launch_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
@@ -64,7 +66,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
       fd_seq_active_splits(kv, p.q_len, p.window_left, p.chunk_len, S, p.split_len_fixed);
 
   /* The partials are the split kernel's: wait for its grid (no-op without PDL). */
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  fd_pdl_wait();
 
   const float *ml = p.partial_ml + row * S * 2;
   const float *po = p.partial_o + row * S * D;
@@ -155,7 +157,7 @@ static cudaError_t fd_combine_launch_instance(const fd_kernel_params *p, cudaStr
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
   const fd_kernel_params params = *p;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_combine_kernel<T>, params);
   if (e != cudaSuccess) return e;

@@ -3,7 +3,9 @@
  * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
  * which fills one fd_kernel_params and enqueues the split kernel (tensor
  * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
- * combine kernel (programmatic dependent launch). fd_cuda_run allocates nothing, never
+ * combine kernel (programmatic dependent launch where the code is sm_90+),
+ * each in the configuration the device's shared memory holds (gpu_select.h;
+ * the device's facts are read once, device_facts). fd_cuda_run allocates nothing, never
  * synchronises and never reads kv_len or block_table on the host, so it can
  * be captured in a CUDA graph.
  *
@@ -11,12 +13,25 @@
  * error does not linger for the caller; without a driver or GPU the queries
  * simply report "unavailable".
  */
+#include <stdio.h>
 #include <string.h>
+
+#include <mutex>
 
 #include <cuda_runtime.h>
 
+#include "gpu_select.h"
 #include "internal.h"
 #include "kernel_params.cuh"
+
+/* CMake: the targets the kernels were built for (FD_CUDA_ARCHS) and the cap
+ * on the shared-memory budget (FD_CUDA_SMEM_LIMIT_KB, 0 = the device's own). */
+#ifndef FD_CUDA_ARCHS_STR
+#define FD_CUDA_ARCHS_STR "?"
+#endif
+#ifndef FD_CUDA_SMEM_LIMIT_KB
+#define FD_CUDA_SMEM_LIMIT_KB 0
+#endif
 
 /* Turns a failed runtime call into FD_STATUS_BACKEND_ERROR (clearing it). */
 static fd_status cuda_fail(fd_error *err, const char *what, cudaError_t e) {
@@ -24,21 +39,132 @@ static fd_status cuda_fail(fd_error *err, const char *what, cudaError_t e) {
   return fd_fail(err, FD_STATUS_BACKEND_ERROR, "%s: %s", what, cudaGetErrorString(e));
 }
 
-extern "C" int fd_cuda_available(int device) {
+/* ---- Devices: what each can run, read once per device and process ---- */
+
+/* One device's facts, or why it cannot run the backend. */
+typedef struct fd_device_facts {
+  fd_status status; /* FD_STATUS_OK: usable */
+  char why[320];    /* the message when not */
+  fd_gpu_budget g;
+} fd_device_facts;
+
+#define FD_CACHED_DEVICES 64
+static std::once_flag fd_device_once[FD_CACHED_DEVICES];
+static fd_device_facts fd_device_cache[FD_CACHED_DEVICES];
+
+static void device_name(int device, char *name, size_t n) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    snprintf(name, n, "%s", prop.name);
+  } else {
+    (void)cudaGetLastError();
+    snprintf(name, n, "?");
+  }
+}
+
+/* Reads device `device`'s compute capability, multiprocessors and
+ * shared-memory budget (capped by FD_CUDA_SMEM_LIMIT_KB), and the
+ * architecture of the code this build loads on it. */
+static void query_device(int device, fd_device_facts *f) {
+  memset(f, 0, sizeof *f);
+  f->status = FD_STATUS_UNSUPPORTED;
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    snprintf(f->why, sizeof f->why, "backend: no CUDA device can be used (%s)",
+             cudaGetErrorString(e));
+    return;
   }
-  if (device < 0 || device >= count) return 0;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+  if (device < 0 || device >= count) {
+    snprintf(f->why, sizeof f->why, "backend: CUDA device %d does not exist (%d visible)", device,
+             count);
+    return;
+  }
+  fd_gpu_budget *g = &f->g;
+  int v[6] = {0, 0, 0, 0, 0, 0};
+  const cudaDeviceAttr attrs[6] = {
+      cudaDevAttrComputeCapabilityMajor,         cudaDevAttrComputeCapabilityMinor,
+      cudaDevAttrMultiProcessorCount,            cudaDevAttrMaxSharedMemoryPerBlockOptin,
+      cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock};
+  for (int i = 0; i < 6; i++) {
+    e = cudaDeviceGetAttribute(&v[i], attrs[i], device);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      f->status = FD_STATUS_BACKEND_ERROR;
+      snprintf(f->why, sizeof f->why, "backend: device %d: attribute query failed: %s", device,
+               cudaGetErrorString(e));
+      return;
+    }
+  }
+  g->cc_major = v[0];
+  g->cc_minor = v[1];
+  g->sm_count = v[2];
+  g->smem_block = v[3];
+  g->smem_sm = v[4];
+  g->smem_reserved = v[5];
+  char name[256];
+  if (g->cc_major < 8) {
+    device_name(device, name, sizeof name);
+    snprintf(f->why, sizeof f->why,
+             "backend: device %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 "
+             "or newer (sm_80: Ampere and later GPUs)",
+             device, name, g->cc_major, g->cc_minor);
+    return;
+  }
+  /* The code this build loads on the device (needs it current). */
+  int current = 0;
+  e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = fd_split_mma_code_arch(&g->code_arch);
+    if (current != device) (void)cudaSetDevice(current);
+  }
+  if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    device_name(device, name, sizeof name);
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction)
+      snprintf(f->why, sizeof f->why,
+               "backend: this build holds no kernels device %d (%s, compute capability %d.%d) "
+               "can run (built with FD_CUDA_ARCHS=%s)",
+               device, name, g->cc_major, g->cc_minor, FD_CUDA_ARCHS_STR);
+    else
+      snprintf(f->why, sizeof f->why,
+               "backend: device %d (%s, compute capability %d.%d) cannot load the kernels: %s",
+               device, name, g->cc_major, g->cc_minor, cudaGetErrorString(e));
+    return;
   }
-  /* The kernels are built for sm_90a only, which runs on compute capability 9.0. */
-  return major == 9 && minor == 0;
+  fd_gpu_budget_limit(g, FD_CUDA_SMEM_LIMIT_KB);
+  f->status = FD_STATUS_OK;
+}
+
+static void query_cached(int device) { query_device(device, &fd_device_cache[device]); }
+
+/* The facts of `device` (cached for devices 0..63; `tmp` holds others). */
+static const fd_device_facts *device_facts(int device, fd_device_facts *tmp) {
+  if (device < 0 || device >= FD_CACHED_DEVICES) {
+    query_device(device, tmp);
+    return tmp;
+  }
+  std::call_once(fd_device_once[device], query_cached, device);
+  return &fd_device_cache[device];
+}
+
+extern "C" fd_status fd_cuda_check_device(int device, fd_error *err) {
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+  return fd_ok(err);
+}
+
+extern "C" int fd_cuda_available(int device) {
+  return fd_cuda_check_device(device, NULL) == FD_STATUS_OK;
+}
+
+extern "C" int fd_cuda_pdl(int device) {
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  return f->status == FD_STATUS_OK && fd_gpu_pdl_ok(&f->g);
 }
 
 extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
@@ -50,24 +176,47 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
   return fd_ok(err);
 }
 
-extern "C" int32_t fd_cuda_blocks_per_sm(int device, fd_dtype dtype, int32_t head_dim) {
+extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head_dim,
+                                        int32_t *blocks_per_sm, int *wide_ok, fd_error *err) {
+  *blocks_per_sm = 1;
+  *wide_ok = 0;
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+  const fd_gpu_budget *g = &f->g;
+  int cfg = FD_MMA_4W;
+  size_t smem;
+  if (dtype == FD_DTYPE_F32) {
+    smem = fd_split_smem(head_dim);
+  } else {
+    cfg = fd_mma_config_4w(g, head_dim);
+    smem = fd_mma_smem_bytes(head_dim, cfg < 0 ? FD_MMA_LEAN : (fd_mma_config)cfg);
+    if (smem == 0) smem = fd_mma_smem_bytes(head_dim, FD_MMA_4W);
+  }
+  const int32_t fit = fd_gpu_blocks_fit(g, smem);
+  if (fit < 1 || cfg < 0)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: %d needs %zu bytes of shared memory a block; device %d (compute "
+                   "capability %d.%d) has %d a block and %d a multiprocessor%s",
+                   head_dim, smem, device, g->cc_major, g->cc_minor, g->smem_block, g->smem_sm,
+                   FD_CUDA_SMEM_LIMIT_KB > 0 ? " (capped by FD_CUDA_SMEM_LIMIT_KB)" : "");
+  /* Registers may allow fewer blocks than shared memory: the occupancy
+   * calculator, on the device (its budget may be capped: the smaller count). */
   int current = 0, n = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 2;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = dtype == FD_DTYPE_F32 ? fd_split_occupancy(head_dim, &n)
+                              : fd_split_mma_occupancy_config((int)dtype, head_dim, cfg, &n);
+    if (current != device) (void)cudaSetDevice(current);
   }
-  if (current != device && cudaSetDevice(device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 2;
-  }
-  const cudaError_t e = dtype == FD_DTYPE_F32 ? fd_split_occupancy(head_dim, &n)
-                                              : fd_split_mma_occupancy((int)dtype, head_dim, &n);
-  if (current != device) (void)cudaSetDevice(current);
   if (e != cudaSuccess || n < 1) {
     (void)cudaGetLastError();
-    return 2;
+    n = fit;
   }
-  return n;
+  *blocks_per_sm = n < fit ? n : fit;
+  *wide_ok = dtype != FD_DTYPE_F32 && fd_mma_wide_ok(g, head_dim);
+  return fd_ok(err);
 }
 
 extern "C" fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err) {
@@ -139,6 +288,23 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;
 }
 
+/* The tensor-core configuration a call runs (gpu_select.h): the 4-warp one
+ * the device's budget holds, or the 8-warp one for a grid no larger than
+ * the GPU where the device has it; -1 when none fits. */
+static int mma_config(const fd_plan *plan, const fd_kernel_params *kp, const fd_gpu_budget *g) {
+  const fd_problem *pr = &plan->problem;
+  /* A grid no larger than the GPU runs one block per SM whichever kernel
+   * runs it: take the 8-warp one, twice the bytes in flight. The
+   * deterministic mode always runs a 4-warp config: the variant must not
+   * follow the grid (the 8-warp key-warp partition sums in another order;
+   * FD_MMA_4W and FD_MMA_LEAN sum alike). */
+  const int64_t blocks = (int64_t)kp->num_splits * kp->num_heads_kv * kp->batch;
+  if (!pr->deterministic && fd_mma_wide_ok(g, pr->head_dim) &&
+      fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys))
+    return FD_MMA_WIDE;
+  return fd_mma_config_4w(g, pr->head_dim);
+}
+
 extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
                                  void *stream, fd_error *err) {
   const fd_problem *pr = &plan->problem;
@@ -154,8 +320,13 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "num_heads_kv: %d exceeds the CUDA backend's 65535", pr->num_heads_kv);
 
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(pr->device, &tmp);
+  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+
   fd_kernel_params kp;
   fill_params(&kp, plan, t, workspace);
+  kp.pdl = fd_gpu_pdl_ok(&f->g);
 
   /* Launch on the plan's device; restore the caller's current device after. */
   int prev = 0;
@@ -172,14 +343,8 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   if (pr->dtype == FD_DTYPE_F32) {
     e = fd_split_launch(&kp, s);
   } else {
-    /* A grid no larger than the GPU runs one block per SM whichever kernel
-     * runs it: take the 8-warp one, twice the bytes in flight. */
-    const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
-    /* the deterministic mode always runs the 4-warp kernel: the variant must
-     * not follow the grid (its key-warp partition sums in another order) */
-    const int wide = !pr->deterministic &&
-                     fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys);
-    e = fd_split_mma_launch(&kp, wide, s);
+    const int cfg = mma_config(plan, &kp, &f->g);
+    e = cfg < 0 ? cudaErrorInvalidConfiguration : fd_split_mma_launch(&kp, cfg, s);
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";

@@ -94,6 +94,28 @@ static __device__ __forceinline__ void fd_cp_async_wait(void) {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
+/* ---- Programmatic dependent launch (compute capability 9.0+) ---- */
+
+/* griddepcontrol exists from sm_90 on. Code built for older targets (the
+ * sm_80 SASS, compute_80 PTX that newer GPUs JIT-compile) leaves both out,
+ * and the host then launches without the PDL attribute (gpu_select.h,
+ * fd_gpu_pdl_ok), so stream order alone orders the kernels there. */
+
+/* Waits until the grids this one depends on (launched before it, PDL) have
+ * completed and their writes are visible; returns at once without PDL. */
+static __device__ __forceinline__ void fd_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/* Lets a dependent grid launched with PDL be scheduled before this one ends. */
+static __device__ __forceinline__ void fd_pdl_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 /* ---- Variants: a row's visible keys, soft-cap, the sink epilogue ---- */
 
 /* Keys [*lo, *hi) that query token t sees, within the split's [begin, end):

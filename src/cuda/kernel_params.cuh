@@ -41,6 +41,9 @@ typedef struct fd_kernel_params {
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
   int32_t num_splits;         /* plan->num_splits */
   int32_t split_len_fixed;    /* keys per split in the deterministic mode, else 0 (split.h) */
+  int32_t pdl;                /* host: launch the tensor-core split kernel and the combine
+                                 with programmatic dependent launch (the loaded code is
+                                 sm_90+ and waits: gpu_select.h, fd_gpu_pdl_ok) */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
   /* Variants (flashdecode.h, WHAT IT COMPUTES) */
   int32_t window_left;        /* -1 = no window */
@@ -57,18 +60,35 @@ typedef struct fd_kernel_params {
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
 
 /* Launch the tensor-core split kernel (split_mma_kernel.cu) for p->dtype
- * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream`: 4-warp
- * blocks, two per SM, or with `wide` 8-warp blocks with deeper stages, one
- * per SM (for grids no larger than the GPU). */
-cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream);
+ * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream` in
+ * configuration `cfg` (gpu_select.h's fd_mma_config; the caller checked that
+ * the device runs it): FD_MMA_4W (0) 4-warp blocks, two per SM where they
+ * fit; FD_MMA_WIDE (1) 8-warp blocks with deeper stages, one per SM (for
+ * grids no larger than the GPU); FD_MMA_LEAN (2) 4-warp blocks of 2 stages
+ * (head_dim 80..256, GPUs with 99 KB a block). cudaErrorInvalidValue for a
+ * combination without an instance. */
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */
 cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm);
 
 /* Blocks of the (4-warp) tensor-core split kernel resident per multiprocessor for
- * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks). */
+ * `dtype` (fd_dtype, 16-bit) and `head_dim` (for planning and checks), in
+ * configuration FD_MMA_4W, or `cfg` (FD_MMA_4W or FD_MMA_LEAN). */
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
+cudaError_t fd_split_mma_occupancy_config(int dtype, int head_dim, int cfg, int *blocks_per_sm);
+
+/* The virtual architecture the current device runs this library's kernels
+ * from (cudaFuncAttributes.ptxVersion of one of them: 80 for sm_80 SASS or
+ * JIT-compiled compute_80 PTX, 90 for sm_90a; every .cu file is built for
+ * the same targets). cudaErrorNoKernelImageForDevice when the build holds no
+ * code the device can run. */
+cudaError_t fd_split_mma_code_arch(int *arch);
+
+/* Bytes of dynamic shared memory the CUDA-core split kernel (fp32) takes a
+ * block at `head_dim` (0 for a head_dim without an instance). */
+size_t fd_split_smem(int head_dim);
 
 /* Launch the combine kernel (combine_kernel.cu); only for p->num_splits > 1.
  * It is launched with programmatic dependent launch: it may start while the

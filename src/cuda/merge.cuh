@@ -23,11 +23,13 @@ typedef struct fd_merge_params {
   int32_t head_dim;         /* 1..256 */
   int32_t dtype;            /* fd_dtype of states_out */
   int32_t out_dtype;        /* fd_dtype of out (resolved, never 0) */
+  int32_t pdl;              /* host: launch with programmatic dependent launch
+                               (the loaded code is sm_90+: fd_gpu_pdl_ok) */
 } fd_merge_params;
 
-/* Enqueue the merge kernel for p's dtype pair on `stream` (programmatic
- * dependent launch: it may start while the kernel before it on the stream
- * still runs, and waits for it before touching memory). It reads 16 bytes
+/* Enqueue the merge kernel for p's dtype pair on `stream` (with p->pdl,
+ * programmatic dependent launch: it may start while the kernel before it on
+ * the stream still runs, and waits for it before touching memory). It reads 16 bytes
  * at a time when states_out is 16-byte aligned, head_dim elements are a
  * multiple of 16 bytes and out is aligned to 4 of its elements; element by
  * element otherwise. Returns the launch's error (cudaErrorInvalidValue for a

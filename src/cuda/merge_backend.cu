@@ -34,6 +34,7 @@ extern "C" fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states
   mp.head_dim = p->head_dim;
   mp.dtype = (int32_t)p->dtype;
   mp.out_dtype = (int32_t)p->out_dtype;
+  mp.pdl = fd_cuda_pdl(p->device);
 
   int prev = 0;
   cudaError_t e = cudaGetDevice(&prev);

@@ -25,7 +25,8 @@
  *   Empty states' out_s are never read. Sums run in state order, so results
  *   are bitwise reproducible.
  *
- * PDL  Launched with programmatic stream serialisation: it may start while
+ * PDL  (code built for sm_90+; see combine_kernel.cu) Launched with
+ *   programmatic stream serialisation: it may start while
  *   the kernel before it on the stream (the combine of an fd_run, say) still
  *   runs; griddepcontrol.wait, before any memory access, returns once that
  *   grid has completed and its writes are visible (at once without the
@@ -60,8 +61,8 @@ static __device__ __forceinline__ void fd_store1(__nv_bfloat16 *dst, float x) {
 template <typename Tin, typename Tout, bool VECTOR>
 __global__ void __launch_bounds__(FD_MERGE_THREADS)
     fd_merge_kernel(const __grid_constant__ fd_merge_params p) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  fd_pdl_wait();
+  fd_pdl_launch_dependents();
   constexpr int VEC = VECTOR ? (int)(16 / sizeof(Tin)) : 1;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -174,7 +175,7 @@ static cudaError_t launch_instance(const fd_merge_params *p, cudaStream_t stream
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
   const fd_merge_params params = *p;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_merge_kernel<Tin, Tout, VECTOR>, params);
   if (e != cudaSuccess) return e;

@@ -1,5 +1,5 @@
 /*
- * split_kernel.cu — the flash-decoding split kernel (CUDA cores, sm_90a).
+ * split_kernel.cu — the flash-decoding split kernel (CUDA cores, sm_80 and newer).
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads per
  *   (split s, kv head hk, sequence b). The block runs the online softmax over
@@ -585,6 +585,17 @@ static cudaError_t fd_split_launch_dim(const fd_kernel_params *p, cudaStream_t s
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream) {
   if (p->dtype == FD_DTYPE_F32) return fd_split_launch_dim<float>(p, stream);
   return cudaErrorInvalidValue;
+}
+
+size_t fd_split_smem(int head_dim) {
+  switch (head_dim) {
+    case 64: return fd_split_smem_bytes<float, 64>();
+    case 80:
+    case 96:
+    case 128: return fd_split_smem_bytes<float, 128>();
+    case 256: return fd_split_smem_bytes<float, 256>();
+  }
+  return 0;
 }
 
 template <int D, int DV>

@@ -1,7 +1,9 @@
 /*
  * split_mma_kernel.cu — the flash-decoding split kernel on tensor cores
- * (mma.sync.m16n8k16, fp16 and bf16 K/V, sm_90a). fp32 keeps the CUDA-core
- * kernel (split_kernel.cu); both write the same partials for the combine.
+ * (mma.sync.m16n8k16, ldmatrix, cp.async: sm_80 instructions; fp16 and bf16
+ * K/V; built for sm_80 and sm_90a, see CMakeLists.txt FD_CUDA_ARCHS). fp32
+ * keeps the CUDA-core kernel (split_kernel.cu); both write the same partials
+ * for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
  *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
@@ -12,10 +14,13 @@
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
  *   phantom rows see no key); group * q_len > 16 takes more passes over the
  *   split's K/V (the re-reads mostly hit L2).
- *   Two variants (fd_mma_cfg): NW = 4, two blocks an SM; NW = 8, one block an
- *   SM with twice the keys a tile and twice the bytes in flight, launched when
- *   the grid has no more blocks than the GPU has SMs (cuda_backend.cu), where
- *   four warps an SM left the schedulers idle (bench/NOTES.md).
+ *   Three configs (fd_mma_cfg; which one a GPU runs: gpu_select.h): NW = 4,
+ *   two blocks an SM where they fit (FD_MMA_4W); NW = 8, one block an SM with
+ *   twice the keys a tile and twice the bytes in flight, launched when the
+ *   grid has no more blocks than the GPU has SMs (cuda_backend.cu), where
+ *   four warps an SM left the schedulers idle (bench/NOTES.md), on GPUs with
+ *   ~200 KB a block (FD_MMA_WIDE); NW = 4 with 2 stages for GPUs with 99 KB a
+ *   block (sm_86, sm_89, sm_120; FD_MMA_LEAN, head_dim >= 80).
  *
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
@@ -66,7 +71,8 @@
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
  *   (64), so tiles start at multiples of 64 keys (a pass starts at the 64-key
  *   boundary at or below the first key any of its rows sees; keys below that
- *   key are zero-filled, not read: they lie in the prologue's tiles); a
+ *   key are zero-filled, not read: they lie in the prologue's tiles, or, with
+ *   2 stages of 32 keys, in the first two tiles, both zero-filling them); a
  *   128-key tile may run
  *   past its split's end, and every key is bounds-checked (not loaded, score
  *   -inf). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
@@ -77,8 +83,9 @@
  *
  * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
  *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
- *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM; NW = 8:
- *   ~196-201 KiB (200,576 to 205,632 bytes), one block. After the last
+ *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM on sm_90
+ *   (one on sm_80 from head_dim 80 on); NW = 8: ~196-201 KiB (200,576 to
+ *   205,632 bytes), one block; lean: 70,400 B (128), 74,176 B (256). After the last
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
@@ -88,7 +95,9 @@
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
  *   keys).
  *
- * PDL  The kernel is launched with programmatic stream serialisation:
+ * PDL  Code built for sm_90+ is launched with programmatic stream
+ *   serialisation (older targets lack griddepcontrol: compiled out, launched
+ *   without the attribute, gpu_select.h fd_gpu_pdl_ok):
  *   every block first waits in griddepcontrol.wait until the
  *   previous kernel in the stream has completed (a no-op without PDL), so
  *   only its launch overlaps that kernel. Then it executes
@@ -107,6 +116,7 @@
 #include "device_util.cuh"
 #include "pass_output.cuh"
 #include "split.h"
+#include "gpu_select.h"
 
 #define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
 #define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
@@ -115,14 +125,16 @@
 /* Compile-time shape of the kernel for one head_dim and NW warps a block:
  * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
  * tile, ~196 KB of stages; launched when the grid has no more blocks than
- * the GPU has SMs). */
-template <int D, int NW>
+ * the GPU has SMs). LEAN (NW = 4 only): 2 stages, for GPUs whose 99 KB a
+ * block hold no 3-stage block (gpu_select.h, FD_MMA_LEAN); tiles and warps
+ * as without it. */
+template <int D, int NW, int LEAN = 0>
 struct fd_mma_cfg {
   static constexpr int THREADS = 32 * NW;
   static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
   static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
   static constexpr int KT = 16 * KW;                /* keys per tile */
-  static constexpr int STAGES = D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
+  static constexpr int STAGES = LEAN ? 2 : D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
   static constexpr int DPW = D / DW;               /* O columns per warp */
   static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
   static constexpr int KS = D / 16;                /* k-steps of Q K^T */
@@ -138,8 +150,13 @@ struct fd_mma_cfg {
   /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
   static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SMEM + 1024) <= 233472), "shared memory");
   static_assert(NW == 4 || NW == 8, "warps");
+  static_assert(!LEAN || (NW == 4 && D != 64), "lean: 4 warps, head_dim 80..256");
+  static_assert(SMEM == FD_MMA_SMEM(D, NW, LEAN), "gpu_select.h sizes the configs the same way");
   static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
-  static_assert((STAGES - 1) * KT >= 64, "keys below a pass's first visible key lie in the prologue's tiles");
+  /* Keys below a pass's first visible key lie in the prologue's tiles, except
+   * with 2 stages of 32 keys (lean, head_dim 256), where the loop zero-fills
+   * them too (PRE_LO below). */
+  static constexpr bool PRE_LO = (STAGES - 1) * KT < 64;
   static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
                 "O merge buffer must fit in the K/V stages");
 };
@@ -356,12 +373,12 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D, int NW, int DV>
+template <typename T, int D, int NW, int DV, int LEAN>
 static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
                                                          unsigned char *smem) {
-  using C = fd_mma_cfg<D, NW>;
+  using C = fd_mma_cfg<D, NW, LEAN>;
   constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT;
   /* DV < D (head_dim 80, 96 in 128-wide storage): the columns past DV are
    * zeros in shared memory and skipped by the mma loops */
@@ -371,7 +388,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   constexpr int ROWS = FD_MMA_ROWS;
   constexpr int OSTRIDE = D + FD_MMA_OPAD;
 
-  /* Carve-up; fd_mma_cfg<D, NW>::SMEM sizes it. */
+  /* Carve-up; fd_mma_cfg<D, NW, LEAN>::SMEM sizes it. */
   T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
   T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
   T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
@@ -555,8 +572,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           const int nkey0 = kbeg + nt * KT;
           const int nk = min(KT, pass_end - nkey0);
           /* pass_lo - kbeg < 64 <= (STAGES - 1) * KT: only prologue tiles
-           * hold keys below pass_lo */
-          const int klo = 0;
+           * hold keys below pass_lo (not so with 2 stages of 32 keys: then
+           * this tile's keys below it are zero-filled, not read) */
+          const int klo = C::PRE_LO ? pass_lo - nkey0 : 0;
           if (paged) {
             bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, nkey0,
                                                        klo, nk, pg, sK + load_stage * KT * D,
@@ -714,124 +732,177 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   __syncthreads(); /* smem is reused by the next pass */
 }
 
-template <typename T, int D, int NW, int DV>
+/* Which configs the code for this target holds (gpu_select.h decides which
+ * one a GPU runs). The 8-warp config needs ~200 KB of shared memory a block,
+ * which no compute capability 8.x GPU has (163 KB at most): code for targets
+ * below sm_90 omits its body (the host launches it only where
+ * cudaFuncAttributes.ptxVersion >= 90, fd_mma_wide_ok). The lean config is
+ * for GPUs with 99 KB a block; sm_90a code runs only on compute capability
+ * 9.0 (227 KB), so it omits the lean body unless the build caps the budget
+ * (FD_CUDA_SMEM_LIMIT_KB) and so may choose it. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FD_MMA_WIDE_BUILT 0
+#else
+#define FD_MMA_WIDE_BUILT 1
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !(FD_CUDA_SMEM_LIMIT_KB > 0)
+#define FD_MMA_LEAN_BUILT 0
+#else
+#define FD_MMA_LEAN_BUILT 1
+#endif
+
+template <typename T, int D, int NW, int DV, int LEAN>
 __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
-  /* Launched with PDL: wait until the previous kernel in the stream has
-   * completed and its writes are visible (returns at once otherwise). */
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  /* Let the combine grid be scheduled once every block of this grid runs; it
-   * waits for this grid's completion (griddepcontrol.wait) before reading. */
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if constexpr ((NW == 8 && !FD_MMA_WIDE_BUILT) || (LEAN && !FD_MMA_LEAN_BUILT)) {
+    __trap(); /* not in this target's code; the host never launches it here */
+  } else {
+    /* Launched with PDL (sm_90 code): wait until the previous kernel in the
+     * stream has completed and its writes are visible (returns at once
+     * otherwise). */
+    fd_pdl_wait();
+    /* Let the combine grid be scheduled once every block of this grid runs; it
+     * waits for this grid's completion (griddepcontrol.wait) before reading. */
+    fd_pdl_launch_dependents();
 
-  const int split = blockIdx.x;
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  int begin, end; /* split.h: a window skips the keys before it */
-  fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
-               &begin, &end);
-  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+    const int split = blockIdx.x;
+    const int hk = blockIdx.y;
+    const int b = blockIdx.z;
+    int kv = __ldg(p.kv_len + b);
+    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+    int begin, end; /* split.h: a window skips the keys before it */
+    fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+                 &begin, &end);
+    if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
-  const int rows_total = p.group * p.q_len;
-  for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-    fd_split_mma_pass<T, D, NW, DV>(p, b, hk, split, kv, begin, end, row0,
-                                    min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+    const int rows_total = p.group * p.q_len;
+    for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+      fd_split_mma_pass<T, D, NW, DV, LEAN>(p, b, hk, split, kv, begin, end, row0,
+                                            min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+  }
 }
 
-template <typename T, int D, int NW, int DV>
+template <typename T, int D, int NW, int DV, int LEAN>
 static cudaError_t fd_split_mma_prepare(void) {
-  constexpr size_t smem = fd_mma_cfg<D, NW>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV>,
+  constexpr size_t smem = fd_mma_cfg<D, NW, LEAN>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory (two 4-warp blocks
    * or one 8-warp block per SM). */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV>,
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D, int NW, int DV>
+template <typename T, int D, int NW, int DV, int LEAN>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN>();
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
-  cfg.blockDim = dim3(fd_mma_cfg<D, NW>::THREADS);
-  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW>::SMEM;
+  cfg.blockDim = dim3(fd_mma_cfg<D, NW, LEAN>::THREADS);
+  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW, LEAN>::SMEM;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   memset(attr, 0, sizeof attr);
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
   const fd_kernel_params params = *p;
-  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW, DV>, params);
+  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW, DV, LEAN>, params);
   if (le != cudaSuccess) return le;
   return cudaGetLastError();
 }
 
-template <typename T, int D, int DV>
+template <typename T, int D, int DV, int LEAN>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
-                                                       fd_split_mma_kernel<T, D, 4, DV>,
-                                                       fd_mma_cfg<D, 4>::THREADS,
-                                                       fd_mma_cfg<D, 4>::SMEM);
+                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN>,
+                                                       fd_mma_cfg<D, 4, LEAN>::THREADS,
+                                                       fd_mma_cfg<D, 4, LEAN>::SMEM);
 }
 
-/* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of 128) */
+/* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of
+ * 128). head_dim 64 has no lean instance (its 4-warp block fits every GPU). */
 template <typename T, int D, int DV>
-static cudaError_t fd_split_mma_launch_wide(const fd_kernel_params *p, int wide,
-                                            cudaStream_t stream) {
-  return wide ? fd_split_mma_launch_instance<T, D, 8, DV>(p, stream)
-              : fd_split_mma_launch_instance<T, D, 4, DV>(p, stream);
+static cudaError_t fd_split_mma_launch_cfg(const fd_kernel_params *p, int cfg,
+                                           cudaStream_t stream) {
+  switch (cfg) {
+    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0>(p, stream);
+    case FD_MMA_WIDE: return fd_split_mma_launch_instance<T, D, 8, DV, 0>(p, stream);
+    case FD_MMA_LEAN:
+      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1>(p, stream);
+      break;
+  }
+  return cudaErrorInvalidValue;
 }
 
 template <typename T>
-static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int wide,
+static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_wide<T, 64, 64>(p, wide, stream);
-    case 80: return fd_split_mma_launch_wide<T, 128, 80>(p, wide, stream);
-    case 96: return fd_split_mma_launch_wide<T, 128, 96>(p, wide, stream);
-    case 128: return fd_split_mma_launch_wide<T, 128, 128>(p, wide, stream);
-    case 256: return fd_split_mma_launch_wide<T, 256, 256>(p, wide, stream);
+    case 64: return fd_split_mma_launch_cfg<T, 64, 64>(p, cfg, stream);
+    case 80: return fd_split_mma_launch_cfg<T, 128, 80>(p, cfg, stream);
+    case 96: return fd_split_mma_launch_cfg<T, 128, 96>(p, cfg, stream);
+    case 128: return fd_split_mma_launch_cfg<T, 128, 128>(p, cfg, stream);
+    case 256: return fd_split_mma_launch_cfg<T, 256, 256>(p, cfg, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_t stream) {
+cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream) {
   switch (p->dtype) {
-    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, wide, stream);
-    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, wide, stream);
+    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, cfg, stream);
+    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, cfg, stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T, int D, int DV>
+static cudaError_t fd_split_mma_occupancy_cfg(int cfg, int *blocks_per_sm) {
+  if (cfg == FD_MMA_4W) return fd_split_mma_occupancy_instance<T, D, DV, 0>(blocks_per_sm);
+  if constexpr (D != 64)
+    if (cfg == FD_MMA_LEAN) return fd_split_mma_occupancy_instance<T, D, DV, 1>(blocks_per_sm);
   return cudaErrorInvalidValue;
 }
 
 template <typename T>
-static cudaError_t fd_split_mma_occupancy_dim(int head_dim, int *blocks_per_sm) {
+static cudaError_t fd_split_mma_occupancy_dim(int head_dim, int cfg, int *blocks_per_sm) {
   switch (head_dim) {
-    case 64: return fd_split_mma_occupancy_instance<T, 64, 64>(blocks_per_sm);
-    case 80: return fd_split_mma_occupancy_instance<T, 128, 80>(blocks_per_sm);
-    case 96: return fd_split_mma_occupancy_instance<T, 128, 96>(blocks_per_sm);
-    case 128: return fd_split_mma_occupancy_instance<T, 128, 128>(blocks_per_sm);
-    case 256: return fd_split_mma_occupancy_instance<T, 256, 256>(blocks_per_sm);
+    case 64: return fd_split_mma_occupancy_cfg<T, 64, 64>(cfg, blocks_per_sm);
+    case 80: return fd_split_mma_occupancy_cfg<T, 128, 80>(cfg, blocks_per_sm);
+    case 96: return fd_split_mma_occupancy_cfg<T, 128, 96>(cfg, blocks_per_sm);
+    case 128: return fd_split_mma_occupancy_cfg<T, 128, 128>(cfg, blocks_per_sm);
+    case 256: return fd_split_mma_occupancy_cfg<T, 256, 256>(cfg, blocks_per_sm);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t fd_split_mma_occupancy_config(int dtype, int head_dim, int cfg, int *blocks_per_sm) {
+  *blocks_per_sm = 0;
+  switch (dtype) {
+    case FD_DTYPE_F16: return fd_split_mma_occupancy_dim<__half>(head_dim, cfg, blocks_per_sm);
+    case FD_DTYPE_BF16:
+      return fd_split_mma_occupancy_dim<__nv_bfloat16>(head_dim, cfg, blocks_per_sm);
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t fd_split_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm) {
-  *blocks_per_sm = 0;
-  switch (dtype) {
-    case FD_DTYPE_F16: return fd_split_mma_occupancy_dim<__half>(head_dim, blocks_per_sm);
-    case FD_DTYPE_BF16: return fd_split_mma_occupancy_dim<__nv_bfloat16>(head_dim, blocks_per_sm);
-  }
-  return cudaErrorInvalidValue;
+  return fd_split_mma_occupancy_config(dtype, head_dim, FD_MMA_4W, blocks_per_sm);
+}
+
+cudaError_t fd_split_mma_code_arch(int *arch) {
+  *arch = 0;
+  cudaFuncAttributes a;
+  memset(&a, 0, sizeof a);
+  const cudaError_t e = cudaFuncGetAttributes(&a, fd_split_mma_kernel<__half, 64, 4, 64, 0>);
+  if (e == cudaSuccess) *arch = a.ptxVersion;
+  return e;
 }

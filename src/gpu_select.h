@@ -1,0 +1,137 @@
+/*
+ * gpu_select.h — which configuration of the tensor-core split kernel
+ * (src/cuda/split_mma_kernel.cu) a GPU runs, from its shared-memory budget
+ * and the code this build loaded on it. Plain C (the plan, the CUDA backend,
+ * the kernel's static checks and a CPU unit test share it); not installed.
+ *
+ * CONFIGS (fp16/bf16; shared memory a block, FD_MMA_SMEM)
+ *   FD_MMA_4W    4 warps, 3 stages (4 at head_dim 64): 68,480 B (64),
+ *                103,232 B (80/96/128), 106,976 B (256); two blocks an SM
+ *                on sm_90/sm_100 (228 KB), one on sm_80/87 (164 KB) at
+ *                head_dim >= 80, two at 64.
+ *   FD_MMA_WIDE  8 warps, one block an SM, twice the keys a tile: 200,576 to
+ *                205,632 B. Only where a block may have that much (compute
+ *                capability 9.0 and 10.x: 227 KB; never 8.x: 163 KB at most)
+ *                and only in code built for compute capability 9.0 or newer
+ *                (the sm_80 code omits it).
+ *   FD_MMA_LEAN  4 warps, 2 stages, for head_dim >= 80 where even one
+ *                FD_MMA_4W block does not fit (sm_86, sm_89, sm_120: 99 KB a
+ *                block, 100 KB an SM): 70,400 B (80/96/128), 74,176 B (256).
+ *                One block an SM there; the same tiles and warp partition as
+ *                FD_MMA_4W, so the same sums in the same order (bitwise equal
+ *                results; the deterministic mode runs either).
+ *   head_dim 64 fits FD_MMA_4W on every GPU from sm_80 on; no lean instance.
+ *
+ * The budget is the device's own (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+ * cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+ * cudaDevAttrReservedSharedMemoryPerBlock), or lower with the CMake option
+ * FD_CUDA_SMEM_LIMIT_KB (the multiprocessor's bytes capped at that many KB,
+ * a block's at that less the reserved 1 KB: 100 gives an sm_86's budget on
+ * any GPU).
+ */
+#ifndef FD_GPU_SELECT_H
+#define FD_GPU_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One device as the CUDA backend plans for it. */
+typedef struct fd_gpu_budget {
+  int32_t cc_major, cc_minor; /* compute capability */
+  int32_t sm_count;           /* multiprocessors */
+  int32_t smem_block;         /* bytes of shared memory a block may opt into */
+  int32_t smem_sm;            /* bytes of shared memory a multiprocessor has */
+  int32_t smem_reserved;      /* bytes the system keeps for each resident block */
+  int32_t code_arch;          /* virtual architecture of the kernels loaded on
+                                 it (cudaFuncAttributes.ptxVersion: 80 for the
+                                 sm_80 SASS or compute_80 PTX, 90 for sm_90a);
+                                 below 90: no programmatic dependent launch and
+                                 no 8-warp config */
+} fd_gpu_budget;
+
+/* The tensor-core split kernel's configurations (values passed to
+ * fd_split_mma_launch; 0 and 1 keep the meaning of its old `wide` flag). */
+typedef enum fd_mma_config {
+  FD_MMA_4W = 0,
+  FD_MMA_WIDE = 1,
+  FD_MMA_LEAN = 2
+} fd_mma_config;
+
+/* The shape behind FD_MMA_SMEM, in the terms of split_mma_kernel.cu's
+ * fd_mma_cfg (which static_asserts that its sizes equal these). D is the
+ * shared-memory row width: head_dim, or 128 for head_dim 80 and 96. */
+#define FD_MMA_KW(D, NW) ((D) == 256 ? (NW) / 2 : (NW))              /* key warps */
+#define FD_MMA_KT(D, NW) (16 * FD_MMA_KW(D, NW))                     /* keys a tile */
+#define FD_MMA_STAGES(D, NW, LEAN) ((LEAN) ? 2 : (D) == 64 ? ((NW) == 4 ? 4 : 6) : 3)
+/* K and V stages | Q [16][D] | (m, l) [KW][16] | (M, L) [16] | key flags [STAGES][KT] */
+#define FD_MMA_SMEM(D, NW, LEAN)                                                         \
+  (2 * (size_t)FD_MMA_STAGES(D, NW, LEAN) * FD_MMA_KT(D, NW) * (D) * 2 + (size_t)16 * (D) * 2 + \
+   (size_t)FD_MMA_KW(D, NW) * 16 * 8 + (size_t)16 * 8 +                                   \
+   (size_t)FD_MMA_STAGES(D, NW, LEAN) * FD_MMA_KT(D, NW))
+
+/* The shared-memory row width of a CUDA head_dim (80 and 96 live in 128-wide rows). */
+static inline int32_t fd_mma_row_width(int32_t head_dim) {
+  return head_dim == 80 || head_dim == 96 ? 128 : head_dim;
+}
+
+/* Bytes of shared memory a block of `cfg` takes at head_dim, 0 when that
+ * config has no instance there (lean at head_dim 64). */
+static inline size_t fd_mma_smem_bytes(int32_t head_dim, fd_mma_config cfg) {
+  const int32_t d = fd_mma_row_width(head_dim);
+  if (d != 64 && d != 128 && d != 256) return 0;
+  switch (cfg) {
+    case FD_MMA_4W: return FD_MMA_SMEM(d, 4, 0);
+    case FD_MMA_WIDE: return FD_MMA_SMEM(d, 8, 0);
+    case FD_MMA_LEAN: return d == 64 ? 0 : FD_MMA_SMEM(d, 4, 1);
+  }
+  return 0;
+}
+
+/* Blocks of `smem` bytes one multiprocessor holds within the budget (0 when
+ * a block does not fit at all); registers and threads may allow fewer (the
+ * occupancy calculator says). */
+static inline int32_t fd_gpu_blocks_fit(const fd_gpu_budget *g, size_t smem) {
+  if (smem == 0 || smem > (size_t)g->smem_block) return 0;
+  return (int32_t)((size_t)g->smem_sm / (smem + (size_t)g->smem_reserved));
+}
+
+/* The 4-warp config a device runs at head_dim: FD_MMA_4W where one block of
+ * it fits (two where they fit), else FD_MMA_LEAN; -1 when neither fits. */
+static inline int fd_mma_config_4w(const fd_gpu_budget *g, int32_t head_dim) {
+  if (fd_gpu_blocks_fit(g, fd_mma_smem_bytes(head_dim, FD_MMA_4W)) >= 1) return FD_MMA_4W;
+  if (fd_gpu_blocks_fit(g, fd_mma_smem_bytes(head_dim, FD_MMA_LEAN)) >= 1) return FD_MMA_LEAN;
+  return -1;
+}
+
+/* 1 when the device may run the 8-warp config at head_dim: the loaded code
+ * has it (built for compute capability 9.0 or newer) and a block fits. */
+static inline int fd_mma_wide_ok(const fd_gpu_budget *g, int32_t head_dim) {
+  return g->code_arch >= 90 && fd_gpu_blocks_fit(g, fd_mma_smem_bytes(head_dim, FD_MMA_WIDE)) >= 1;
+}
+
+/* 1 when the loaded code may be launched with programmatic dependent launch:
+ * only code built for compute capability 9.0 or newer executes
+ * griddepcontrol.wait (older targets compile it out, and a kernel launched
+ * with the attribute that does not wait could read its predecessor's output
+ * early). */
+static inline int fd_gpu_pdl_ok(const fd_gpu_budget *g) { return g->code_arch >= 90; }
+
+/* Applies a limit of `limit_kb` KB a multiprocessor (0: none) to a budget:
+ * the multiprocessor's bytes capped at it, a block's at it less the reserved
+ * bytes (the sm_86 budget, 100 KB an SM and 99 KB a block, from 100). */
+static inline void fd_gpu_budget_limit(fd_gpu_budget *g, int32_t limit_kb) {
+  if (limit_kb <= 0) return;
+  const int32_t sm = limit_kb * 1024;
+  if (g->smem_sm > sm) g->smem_sm = sm;
+  if (g->smem_block > g->smem_sm - g->smem_reserved) g->smem_block = g->smem_sm - g->smem_reserved;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FD_GPU_SELECT_H */
