@@ -8,7 +8,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build configure run test deps install clean asan fuzz fuzz-deps
+.PHONY: all build configure run test deps cuda-tools install clean asan fuzz fuzz-deps
 
 all: build
 
@@ -34,8 +34,22 @@ build: configure
 run: build
 	./$(BUILD)/flashdecode generate
 
-test: build
+test: build cuda-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# cuobjdump for test_fatbin (tests/check_fatbin.sh) when nvcc is here without
+# it: NVIDIA's PyPI wheel nvidia-cuda-cuobjdump (0.3 MB) for nvcc's CUDA major
+# version, into $(BUILD)/tools. Never fails: without it test_fatbin skips.
+cuda-tools: configure
+	@if command -v nvcc >/dev/null 2>&1 && ! command -v cuobjdump >/dev/null 2>&1 && \
+	  [ ! -x "$$(dirname "$$(command -v nvcc)")/cuobjdump" ] && \
+	  ! ls $(BUILD)/tools/cuobjdump/nvidia/*/bin/cuobjdump >/dev/null 2>&1; then \
+	  major=$$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p'); \
+	  echo "installing cuobjdump (PyPI nvidia-cuda-cuobjdump, CUDA $$major) into $(BUILD)/tools"; \
+	  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps \
+	    --target $(BUILD)/tools/cuobjdump "nvidia-cuda-cuobjdump>=$$major,<$$((major + 1))" || \
+	    echo "(no cuobjdump: test_fatbin skips)"; \
+	fi
 
 install: build
 	cmake --install $(BUILD)
