@@ -1,4 +1,6 @@
 /* cuda_stub.c — the CUDA entry points of a build without CUDA: unavailable. */
+#include <string.h>
+
 #include "internal.h"
 
 fd_status fd_cuda_check_device(int device, fd_error *err) {
@@ -9,6 +11,12 @@ fd_status fd_cuda_check_device(int device, fd_error *err) {
 int fd_cuda_available(int device) {
   (void)device;
   return 0;
+}
+
+fd_status fd_cuda_device_budget(int device, fd_gpu_budget *budget, fd_error *err) {
+  (void)device;
+  memset(budget, 0, sizeof *budget);
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: CUDA is not built in");
 }
 
 int fd_cuda_pdl(int device) {

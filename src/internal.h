@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "flashdecode.h"
+#include "gpu_select.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,6 +87,9 @@ int fd_cuda_available(int device);
 /* 1 when device's kernels are launched with programmatic dependent launch
  * (code built for sm_90+; gpu_select.h, fd_gpu_pdl_ok). */
 int fd_cuda_pdl(int device);
+/* The budget the backend plans with for `device` (FD_CUDA_SMEM_LIMIT_KB
+ * applied; code_arch: the loaded code's), or fd_cuda_check_device's error. */
+fd_status fd_cuda_device_budget(int device, fd_gpu_budget *budget, fd_error *err);
 /* Multiprocessor count of `device`. */
 fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
 /* The split kernel that device runs for dtype and head_dim, from its

@@ -12,16 +12,35 @@
  * config may run, and PDL; code JIT-compiled from compute_80 PTX on a newer
  * GPU gets neither the 8-warp config nor PDL; FD_CUDA_SMEM_LIMIT_KB=100
  * makes an H200 plan exactly like an sm_86/89.
+ *
+ * `test_gpu_select device` (ctest test_gpu_select_device, label gpu; exits
+ * 77 without a usable GPU): the facts of device 0 as the CUDA backend reads
+ * them, printed, and checked against the build: the loaded code's
+ * architecture is the one FD_CUDA_ARCHS gives this GPU (e.g. 80 for an
+ * 80-virtual build on an H200: JIT-compiled PTX), PDL only for sm_90+ code,
+ * the budget capped by FD_CUDA_SMEM_LIMIT_KB, and the plan's config and
+ * blocks per SM for every dtype and head_dim (the lean config from head_dim
+ * 80 at a 100 KB cap).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "flashdecode.h"
 #include "gpu_select.h"
+#include "internal.h"
+
+#ifndef FD_TEST_CUDA_ARCHS
+#define FD_TEST_CUDA_ARCHS ""
+#endif
+#ifndef FD_TEST_SMEM_LIMIT_KB
+#define FD_TEST_SMEM_LIMIT_KB 0
+#endif
 
 #define KB 1024
 
@@ -147,11 +166,159 @@ static void test_limit(void **state) {
   assert_int_equal(fd_mma_wide_ok(&g, 64), 0);
 }
 
-int main(void) {
+/* ---- device 0 (`test_gpu_select device`) ---- */
+
+/* The virtual architecture the CUDA runtime loads on a GPU of compute
+ * capability cc (e.g. 90) from FD_CUDA_ARCHS ("80,90a-real"): the newest
+ * SASS of the same major version not above it ('a'/'f' SASS: the same
+ * version only), else the newest PTX not above it ('a' PTX: the same version
+ * only); 0 when none. */
+static int expected_code_arch(const char *archs, int cc) {
+  int sass = 0, ptx = 0;
+  const char *p = archs;
+  while (*p) {
+    char item[32];
+    size_t n = strcspn(p, ",;");
+    if (n >= sizeof item) n = sizeof item - 1;
+    memcpy(item, p, n);
+    item[n] = 0;
+    p += n;
+    if (*p) p++;
+    int num = 0;
+    const char *q = item;
+    while (*q >= '0' && *q <= '9') num = num * 10 + (*q++ - '0');
+    const int specific = *q == 'a' || *q == 'f';
+    if (specific) q++;
+    const int real = strcmp(q, "-virtual") != 0;
+    const int virt = strcmp(q, "-real") != 0;
+    if (num == 0 || num > cc || (specific && num != cc)) continue;
+    if (real && num / 10 == cc / 10 && num > sass) sass = num;
+    if (virt && num > ptx) ptx = num;
+  }
+  return sass ? sass : ptx;
+}
+
+static void test_expected_code_arch(void **state) {
+  (void)state;
+  /* the default build */
+  assert_int_equal(expected_code_arch("80,90a-real", 90), 90);  /* H100/H200: sm_90a SASS */
+  assert_int_equal(expected_code_arch("80,90a-real", 80), 80);  /* A100 */
+  assert_int_equal(expected_code_arch("80,90a-real", 86), 80);  /* sm_80 SASS runs on 8.6, 8.9 */
+  assert_int_equal(expected_code_arch("80,90a-real", 89), 80);
+  assert_int_equal(expected_code_arch("80,90a-real", 100), 80); /* B200: compute_80 PTX */
+  assert_int_equal(expected_code_arch("80,90a-real", 120), 80); /* RTX 50xx */
+  assert_int_equal(expected_code_arch("80,90a-real", 75), 0);
+  /* other builds */
+  assert_int_equal(expected_code_arch("80-virtual", 90), 80);
+  assert_int_equal(expected_code_arch("90a-real", 80), 0);
+  assert_int_equal(expected_code_arch("90a-real", 100), 0);     /* 'a' SASS: 9.0 only */
+  assert_int_equal(expected_code_arch("86-real", 80), 0);       /* no SASS runs on an older minor */
+  assert_int_equal(expected_code_arch("80-real,90-virtual", 100), 90);
+  assert_int_equal(expected_code_arch("80;100a-real", 103), 80);
+}
+
+static const char *config_name(int cfg) {
+  switch (cfg) {
+    case FD_MMA_4W: return "4-warp";
+    case FD_MMA_WIDE: return "8-warp";
+    case FD_MMA_LEAN: return "4-warp lean (2 stages)";
+  }
+  return "none";
+}
+
+static int device_main(void) {
+  fd_error err;
+  fd_gpu_budget g;
+  if (fd_cuda_device_budget(0, &g, &err) != FD_STATUS_OK) {
+    printf("%s\n", err.message);
+    /* a GPU this build should run but cannot: a failure; no (usable) GPU: skipped */
+    if (strstr(err.message, "holds no kernels") || strstr(err.message, "cannot load")) return 1;
+    printf("SKIP: no GPU the CUDA backend can use\n");
+    return 77;
+  }
+  int fails = 0;
+#define CHECK(cond, ...)                \
+  do {                                  \
+    if (!(cond)) {                      \
+      printf("FAIL: " __VA_ARGS__);     \
+      printf("\n");                     \
+      fails++;                          \
+    }                                   \
+  } while (0)
+  const int cc = g.cc_major * 10 + g.cc_minor;
+  printf("device 0: compute capability %d.%d, %d SMs; shared memory %d B a block, %d B an SM, "
+         "%d B reserved a block%s\n",
+         g.cc_major, g.cc_minor, g.sm_count, g.smem_block, g.smem_sm, g.smem_reserved,
+         FD_TEST_SMEM_LIMIT_KB > 0 ? " (FD_CUDA_SMEM_LIMIT_KB applied)" : "");
+  printf("build: FD_CUDA_ARCHS=%s, FD_CUDA_SMEM_LIMIT_KB=%d; loaded code: compute_%d; PDL %s, "
+         "8-warp config %s\n",
+         FD_TEST_CUDA_ARCHS, FD_TEST_SMEM_LIMIT_KB, g.code_arch, fd_cuda_pdl(0) ? "on" : "off",
+         fd_mma_wide_ok(&g, 128) ? "available" : "not available");
+  const int want_arch = expected_code_arch(FD_TEST_CUDA_ARCHS, cc);
+  CHECK(g.code_arch == want_arch, "loaded code compute_%d, FD_CUDA_ARCHS gives compute_%d here",
+        g.code_arch, want_arch);
+  CHECK(fd_cuda_pdl(0) == (g.code_arch >= 90), "PDL %d with code compute_%d", fd_cuda_pdl(0),
+        g.code_arch);
+  if (FD_TEST_SMEM_LIMIT_KB > 0) {
+    CHECK(g.smem_sm <= FD_TEST_SMEM_LIMIT_KB * 1024, "%d B an SM above the %d KB cap", g.smem_sm,
+          FD_TEST_SMEM_LIMIT_KB);
+    CHECK(g.smem_block <= FD_TEST_SMEM_LIMIT_KB * 1024 - g.smem_reserved,
+          "%d B a block above the cap", g.smem_block);
+  }
+  const fd_dtype dtypes[] = {FD_DTYPE_F16, FD_DTYPE_BF16, FD_DTYPE_F32};
+  for (size_t di = 0; di < 3; di++) {
+    for (size_t i = 0; i < NDIMS; i++) {
+      const int32_t hd = HEAD_DIMS[i];
+      int32_t bps = 0;
+      int wide = 0;
+      const fd_status st = fd_cuda_kernel_fit(0, dtypes[di], hd, &bps, &wide, &err);
+      CHECK(st == FD_STATUS_OK, "dtype %d head_dim %d: %s", (int)dtypes[di], hd, err.message);
+      if (st != FD_STATUS_OK) continue;
+      CHECK(bps >= 1, "dtype %d head_dim %d: %d blocks an SM", (int)dtypes[di], hd, bps);
+      if (dtypes[di] == FD_DTYPE_F32) {
+        if (di == 2 && i == 0) printf("  float32 (CUDA cores):");
+        printf(" d%d %d/SM%s", hd, bps, i + 1 == NDIMS ? "\n" : ";");
+        CHECK(!wide, "float32 head_dim %d: 8-warp config", hd);
+        continue;
+      }
+      const int cfg = fd_mma_config_4w(&g, hd);
+      const size_t smem = fd_mma_smem_bytes(hd, (fd_mma_config)cfg);
+      if (di == 1)
+        printf("  16-bit head_dim %3d: %s, %zu B, %d block(s) an SM; 8-warp (%zu B) %s\n", hd,
+               config_name(cfg), smem, bps, fd_mma_smem_bytes(hd, FD_MMA_WIDE),
+               wide ? "for grids <= SMs" : "no");
+      CHECK(cfg >= 0 && bps <= fd_gpu_blocks_fit(&g, smem), "head_dim %d: %d blocks an SM", hd, bps);
+      CHECK(wide == fd_mma_wide_ok(&g, hd), "head_dim %d: 8-warp %d", hd, wide);
+      if (FD_TEST_SMEM_LIMIT_KB == 100) /* an sm_86/89 budget */
+        CHECK(bps == 1 && cfg == (hd == 64 ? FD_MMA_4W : FD_MMA_LEAN),
+              "head_dim %d at a 100 KB cap: %s, %d blocks an SM (expected %s, 1)", hd,
+              config_name(cfg), bps, config_name(hd == 64 ? FD_MMA_4W : FD_MMA_LEAN));
+      /* a plan for it */
+      fd_problem p;
+      memset(&p, 0, sizeof p);
+      p.backend = FD_BACKEND_CUDA;
+      p.dtype = dtypes[di];
+      p.batch = 1;
+      p.num_heads_q = 8;
+      p.num_heads_kv = 2;
+      p.head_dim = hd;
+      p.kv_capacity = 4096;
+      fd_plan plan;
+      CHECK(fd_plan_init(&plan, &p, &err) == FD_STATUS_OK, "plan, head_dim %d: %s", hd, err.message);
+    }
+  }
+#undef CHECK
+  printf(fails ? "%d check(s) failed\n" : "PASS\n", fails);
+  return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "device") == 0) return device_main();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_sizes),
       cmocka_unit_test(test_gpu_classes),
       cmocka_unit_test(test_limit),
+      cmocka_unit_test(test_expected_code_arch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

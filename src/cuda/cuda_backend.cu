@@ -157,6 +157,14 @@ extern "C" fd_status fd_cuda_check_device(int device, fd_error *err) {
   return fd_ok(err);
 }
 
+extern "C" fd_status fd_cuda_device_budget(int device, fd_gpu_budget *budget, fd_error *err) {
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  *budget = f->g;
+  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+  return fd_ok(err);
+}
+
 extern "C" int fd_cuda_available(int device) {
   return fd_cuda_check_device(device, NULL) == FD_STATUS_OK;
 }
