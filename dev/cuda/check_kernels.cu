@@ -215,6 +215,7 @@ static int run_case(const check_case *c, cudaStream_t stream, int quiet, double 
   kp.group = G, kp.head_dim = D, kp.page_size = P, kp.num_pages = P > 0 ? num_pages : 0;
   kp.kv_capacity = C, kp.chunk_len = 64, kp.num_splits = S;
   kp.scale_log2 = scale * 1.4426950408889634f;
+  kp.pdl = 1; /* built for sm_90a only (see the nvcc line above): PDL as fd_run on an H200 */
 
   void *h_out[2];
   float *h_lse[2];

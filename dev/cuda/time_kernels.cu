@@ -158,6 +158,7 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_capacity = plan->kv_capacity, kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f;
+  kp->pdl = 1; /* built for sm_90a only: PDL as fd_run on an H200 */
 }
 
 /* One call. mode 0: the library path (fd_cuda_run); 1: old = CUDA-core
