@@ -16,6 +16,16 @@
 #   FD_EXP_CPU=1: the CPU benchmark too; FD_EXP_SAN=GLOB: memcheck and
 #   racecheck (FD_EXP_SAN_TOOLS="memcheck ...": those) of the GPU grid cases
 #   matching GLOB; FD_EXP_CTEST=REGEX: only the GPU tests REGEX matches.
+#   ampere: the Ampere code path on this GPU, no sm_90a code (~8 min; the
+#   default build is not made): build-sm80ptx (-DFD_CUDA_ARCHS=80-virtual:
+#   compute_80 PTX only, JIT-compiled by the driver as on a B200 or RTX 50xx:
+#   no PDL, no 8-warp config) and build-sm86 (the same with
+#   -DFD_CUDA_SMEM_LIMIT_KB=100: planned as on an sm_86/89, the 2-stage
+#   config from head_dim 80, one block an SM); the JIT's first-use time;
+#   for both at once: test_fatbin, test_gpu_select device, the GPU ctest
+#   tests (label gpu), compute-sanitizer memcheck of the GPU grid; then
+#   bench_gpu.py --no-peers on build-sm80ptx, its files named
+#   <date>-<commit>-h200-sm80ptx*.csv (beside the sm_90a run's -h200.csv).
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
 # Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
 # carried with the call.
@@ -46,12 +56,15 @@ step() {
 }
 want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ]; }
 
+DEPFLAGS=(-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu"
+  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include")
+if [ "$MODE" != ampere ]; then
 step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
-  -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
-  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >/tmp/fd-build.txt 2>&1 &&
+  "${DEPFLAGS[@]}" >/tmp/fd-build.txt 2>&1 &&
   cmake --build build -j "$(nproc)" >>/tmp/fd-build.txt 2>&1 || { echo "BUILD FAILED"; tail -60 /tmp/fd-build.txt; exit 1; }
 grep -E "Used [0-9]+ registers|spill" /tmp/fd-build.txt | sort | uniq -c | sort -rn | head -12
+fi
 export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
 
@@ -127,6 +140,90 @@ if want test && step "compute-sanitizer: GPU reliability suite" 60; then
   for bin in $(find build/tests -type f -executable -name '*reliability*gpu*' | sort); do
     for tool in memcheck racecheck initcheck synccheck; do san "$bin" $tool ""; done
   done
+fi
+
+# ---- ampere: the compute_80 code path (JIT-compiled PTX) and an sm_86 budget ----
+# abuild NAME CMAKE_FLAGS...: configure and build build-NAME (log /tmp/fd-build-NAME.txt)
+abuild() {
+  local name=$1; shift
+  cmake -S . -B "build-$name" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON "$@" "${DEPFLAGS[@]}" \
+    >"/tmp/fd-build-$name.txt" 2>&1 &&
+    cmake --build "build-$name" -j "$(( $(nproc) / 2 ))" >>"/tmp/fd-build-$name.txt" 2>&1
+}
+# avariant NAME: what the ampere mode runs on build-NAME; output to stdout
+avariant() {
+  local b=build-$1 rc=0 r
+  echo "---- [$1] test_fatbin"
+  (cd "$b" && ctest --output-on-failure -R '^test_fatbin$' --timeout 120) || rc=1
+  echo "---- [$1] test_gpu_select device"
+  "$b/tests/test_gpu_select" device; r=$?; [ $r -eq 0 ] || [ $r -eq 77 ] || rc=1
+  echo "---- [$1] ctest -L gpu"
+  (cd "$b" && ctest --output-on-failure -L gpu --timeout 400) || rc=1
+  echo "---- [$1] compute-sanitizer memcheck $b/tests/test_gpu_grid (FD_TEST_QUICK=1)"
+  FD_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 \
+    "$b/tests/test_gpu_grid"; r=$?
+  echo "   memcheck exit $r"
+  [ $r -eq 0 ] || [ $r -eq 77 ] || rc=1
+  return $rc
+}
+if [ "$MODE" = ampere ]; then
+  # the JIT cache starts empty, so the first-use time below is the JIT's
+  export CUDA_CACHE_PATH=/tmp/fd-jit-cache CUDA_CACHE_MAXSIZE=4294967296
+  rm -rf "$CUDA_CACHE_PATH"
+  if ! step "build: build-sm80ptx (80-virtual) and build-sm86 (80-virtual, 100 KB), at once" 90; then
+    exit 1
+  fi
+  t=$(date +%s)
+  abuild sm80ptx -DFD_CUDA_ARCHS=80-virtual & p1=$!
+  abuild sm86 -DFD_CUDA_ARCHS=80-virtual -DFD_CUDA_SMEM_LIMIT_KB=100 & p2=$!
+  wait $p1; r1=$?; wait $p2; r2=$?
+  for n in sm80ptx sm86; do
+    grep -E "flashdecode: CUDA" "/tmp/fd-build-$n.txt" | sed "s/^/   [$n] /"
+  done
+  [ $r1 -eq 0 ] || { echo "BUILD FAILED (sm80ptx)"; tail -40 /tmp/fd-build-sm80ptx.txt; exit 1; }
+  [ $r2 -eq 0 ] || { echo "BUILD FAILED (sm86)"; tail -40 /tmp/fd-build-sm86.txt; exit 1; }
+  echo "   both built in $(( $(date +%s) - t ))s"
+
+  if step "first use: the driver JIT-compiles the compute_80 PTX (empty cache), then cached" 120; then
+    for pass in "JIT" "cached"; do
+      for dt in bf16 f32; do
+        t=$(date +%s%N)
+        line=$(./build-sm80ptx/flashdecode check --backend cuda --dtype $dt --batch 2 \
+          --num-heads-q 8 --num-heads-kv 2 --head-dim 128 --kv-len 3000 2>&1 | tail -1)
+        echo "   $pass $dt: $(( ($(date +%s%N) - t) / 1000000 )) ms: $line"
+      done
+    done
+    du -sh "$CUDA_CACHE_PATH" 2>/dev/null | sed 's/^/   JIT cache: /'
+  fi
+
+  if step "both builds at once: test_fatbin, test_gpu_select device, ctest -L gpu, memcheck of the GPU grid" 200; then
+    avariant sm80ptx >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
+    avariant sm86 >/tmp/fd-amp-sm86.txt 2>&1 & p2=$!
+    wait $p1 || status=1
+    wait $p2 || status=1
+    for n in sm80ptx sm86; do
+      echo "-- [$n]"
+      grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|^  16-bit|^  float32|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit" \
+        "/tmp/fd-amp-$n.txt" | grep -v "^---- \[.*\] \(test_fatbin\|ctest\)$" | head -60
+      { echo "---- ampere variant $n"; cat "/tmp/fd-amp-$n.txt"; } >>"$OUT/full-logs.txt"
+    done
+  fi
+
+  if step "benchmark without peers, build-sm80ptx (bench/bench_gpu.py --no-peers)" 90; then
+    left=$(( DEADLINE - ($(date +%s) - START) - 45 ))
+    FLASHDECODE_LIBRARY="$PWD/build-sm80ptx/libflashdecode.so" python3 bench/bench_gpu.py \
+      --no-peers --out-dir "$OUT/sm80ptx" --traces shared_data/traces --commit "$COMMIT" \
+      --budget-s "$(( left < 240 ? left : 240 ))" >/tmp/fd-bench.txt 2>&1
+    r=$?
+    sed -n '/^=====/,$p' /tmp/fd-bench.txt
+    [ $r -eq 0 ] || { status=1; echo "   bench_gpu.py exit $r"; tail -15 /tmp/fd-bench.txt; }
+    # beside the sm_90a run's files: <date>-<commit>-h200-sm80ptx*.csv
+    for f in "$OUT"/sm80ptx/*; do
+      [ -f "$f" ] && mv "$f" "$OUT/$(basename "$f" | sed 's/-h200/-h200-sm80ptx/')"
+    done
+    rmdir "$OUT/sm80ptx" 2>/dev/null
+    ls "$OUT" | grep sm80ptx | sed 's/^/   /'
+  fi
 fi
 
 echo; echo "== full logs"
