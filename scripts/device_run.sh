@@ -22,8 +22,9 @@
 #   no PDL, no 8-warp config) and build-sm86 (the same with
 #   -DFD_CUDA_SMEM_LIMIT_KB=100: planned as on an sm_86/89, the 2-stage
 #   config from head_dim 80, one block an SM); the JIT's first-use time;
-#   for both at once: test_fatbin, test_gpu_select device, the GPU ctest
-#   tests (label gpu), compute-sanitizer memcheck of the GPU grid; then
+#   for both at once: test_fatbin, test_gpu_select device, the Python CUDA
+#   tests (test_cuda_variants.py, test_cuda.py), the GPU ctest tests (label
+#   gpu), compute-sanitizer memcheck of the GPU grid; then
 #   bench_gpu.py --no-peers on build-sm80ptx, its files named
 #   <date>-<commit>-h200-sm80ptx*.csv (beside the sm_90a run's -h200.csv).
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
@@ -157,10 +158,16 @@ avariant() {
   (cd "$b" && ctest --output-on-failure -R '^test_fatbin$' --timeout 120) || rc=1
   echo "---- [$1] test_gpu_select device"
   "$b/tests/test_gpu_select" device; r=$?; [ $r -eq 0 ] || [ $r -eq 77 ] || rc=1
+  # the variants against float64 at every CUDA head_dim (windows at head_dim
+  # 256: the lean config's 32-key tiles below a window's first key)
+  echo "---- [$1] pytest tests/python/test_cuda_variants.py tests/python/test_cuda.py"
+  FLASHDECODE_LIBRARY="$PWD/$b/libflashdecode.so" python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_cuda_variants.py tests/python/test_cuda.py 2>&1 | tail -4
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   echo "---- [$1] ctest -L gpu"
   (cd "$b" && ctest --output-on-failure -L gpu --timeout 400) || rc=1
   echo "---- [$1] compute-sanitizer memcheck $b/tests/test_gpu_grid (FD_TEST_QUICK=1)"
-  FD_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 \
+  FD_TEST_QUICK=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
     "$b/tests/test_gpu_grid"; r=$?
   echo "   memcheck exit $r"
   [ $r -eq 0 ] || [ $r -eq 77 ] || rc=1
@@ -203,7 +210,7 @@ if [ "$MODE" = ampere ]; then
     wait $p2 || status=1
     for n in sm80ptx sm86; do
       echo "-- [$n]"
-      grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|^  16-bit|^  float32|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit" \
+      grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|^  16-bit|^  float32|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit| passed| failed| skipped|error" \
         "/tmp/fd-amp-$n.txt" | grep -v "^---- \[.*\] \(test_fatbin\|ctest\)$" | head -60
       { echo "---- ampere variant $n"; cat "/tmp/fd-amp-$n.txt"; } >>"$OUT/full-logs.txt"
     done

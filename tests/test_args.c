@@ -257,7 +257,7 @@ static void test_plan_cuda(void **state) {
   fd_plan plan;
   fd_error err;
   if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    /* Not built in, or no sm_90 device: UNSUPPORTED, naming the backend. */
+    /* Not built in, or no device of compute capability 8.0+: UNSUPPORTED, naming the backend. */
     expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_UNSUPPORTED, &err, "backend", "CUDA without a GPU");
     return;
   }

@@ -12,7 +12,7 @@
 
 int main(void) {
   if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no sm_90 GPU)\n");
+    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
   static fd_case cases[MAX_CASES];

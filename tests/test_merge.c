@@ -940,7 +940,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (e.gpu && !fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no sm_90 GPU)\n");
+    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
   e.backend = e.gpu ? FD_BACKEND_CUDA : FD_BACKEND_CPU;

@@ -59,7 +59,7 @@ def backend_available(backend):
     """True when ``backend`` ('cpu', 'cuda', 'reference', 'auto') can run here.
 
     'cuda' needs a library built with CUDA and a visible GPU of compute
-    capability 9.0 (device 0).
+    capability 8.0 or newer (device 0) that the build holds code for.
     """
     try:
         value = _BACKENDS[backend]

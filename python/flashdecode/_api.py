@@ -147,7 +147,7 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     for long-context inference"). Accumulation is in fp32.
 
     CPU arrays run on the CPU backend (threads, synchronous). CUDA tensors run
-    on the CUDA backend (sm_90, H200) and are enqueued on
+    on the CUDA backend (GPUs of compute capability 8.0+) and are enqueued on
     ``torch.cuda.current_stream()``; nothing synchronises with the host. On
     CUDA, kv_len values are clamped to [0, kv_capacity] and out-of-range
     page ids are skipped on the device; checking them is the caller's job.

@@ -189,7 +189,7 @@ class DecodePlan:
     softmax_scale : float, optional
         Default ``1 / sqrt(head_dim)``; finite and nonzero.
     device : str or torch.device
-        'cuda', 'cuda:N' (CUDA backend, sm_90) or 'cpu' (default 'cuda').
+        'cuda', 'cuda:N' (CUDA backend, compute capability 8.0+) or 'cpu' (default 'cuda').
     kv_len_hint : sequence of int, optional
         [batch] lengths the next runs will see: the automatic split count is
         then sized from them rather than kv_capacity. Runs stay correct for
@@ -235,7 +235,7 @@ class DecodePlan:
     ------
     ValueError
         The C library's FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
-        message (e.g. CUDA not built in or no sm_90 GPU, head_dim not
+        message (e.g. CUDA not built in or a GPU below sm_80, head_dim not
         supported), or a device that is not 'cpu'/'cuda'.
     TypeError
         An unsupported dtype.

@@ -25,7 +25,7 @@ int rel_main(fd_backend backend, int argc, char **argv) {
     return 2;
   }
   if (backend == FD_BACKEND_CUDA && !fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no sm_90 GPU)\n");
+    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
   static rel_env env;
