@@ -157,12 +157,8 @@ def ragged_lens(rows, offset, count):
 def find_trace_dir(arg):
     if arg:
         return arg if os.path.isdir(arg) else None
-    for cand in (os.path.join(REPO, "shared_data", "traces"),
-                 os.path.join(os.path.dirname(REPO), "shared", "data", "traces"),
-                 "/work/shared/data/traces"):
-        if os.path.isdir(cand):
-            return cand
-    return None
+    cand = os.path.join(REPO, "bench", "data")  # the vendored traces (bench/data/README.md)
+    return cand if os.path.isdir(cand) else None
 
 
 def build_shapes(quick, trace_dir, notes):
@@ -1337,8 +1333,7 @@ def parse_args(argv):
                     help="where the CSVs and the PNG go (default bench/results; with --dry-run, "
                          "a folder under the system's temporary directory)")
     ap.add_argument("--traces", default=None,
-                    help="folder of the trace CSVs (default ./shared_data/traces, then "
-                         "../shared/data/traces)")
+                    help="folder of the trace CSVs (default bench/data)")
     ap.add_argument("--commit", default=None, help="commit id for the file names (default: git)")
     ap.add_argument("--shapes", default=None,
                     help="comma-separated substrings: run only shapes whose name has one")

@@ -17,8 +17,8 @@
 #   racecheck (FD_EXP_SAN_TOOLS="memcheck ...": those) of the GPU grid cases
 #   matching GLOB; FD_EXP_CTEST=REGEX: only the GPU tests REGEX matches.
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
-# Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
-# carried with the call.
+# Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) carried with the call;
+# the serving traces are in the repository (bench/data).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/fd-out}
@@ -90,14 +90,14 @@ if [ "$MODE" = exp ] && [ -n "${FD_EXP_SAN:-}" ] && step "compute-sanitizer (exp
   for tool in ${FD_EXP_SAN_TOOLS:-memcheck racecheck}; do san build/tests/test_gpu_grid $tool "$FD_EXP_SAN"; done
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
-  python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
+  python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces bench/data \
     --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES"} >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
 fi
 
 if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
-  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" \
+  python3 bench/bench_gpu.py --out-dir "$OUT" --traces bench/data --commit "$COMMIT" \
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
