@@ -1,5 +1,5 @@
 /*
- * rel.h — what the reliability tests (issue 5) share: the test environment
+ * rel.h — what the reliability tests share: the test environment
  * (backend, seed, quick mode), memory on the backend's side of the bus, a
  * case runner that fails the cmocka test, and output comparisons.
  *
@@ -66,15 +66,25 @@ fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned cha
 double rel_load(fd_dtype dtype, const void *base, int64_t i);
 void rel_store(fd_dtype dtype, void *base, int64_t i, double x);
 
-/* Out of problem p (dense [batch][q_len][num_heads_q][head_dim], the
- * dtype) vs the float64 oracle, per row within
+/* Out of problem p (dense [batch][q_len][num_heads_q][head_dim], its
+ * out_dtype, 0 = dtype) vs the float64 oracle, per row within
  * factor * floor(dtype) * max|ref| + abs_tol, and lse (dense
  * [batch][num_heads_q][q_len], may be NULL) within
- * tol_lse(dtype) * max(1, |ref|) + lse_abs_tol; rows that see no key exactly
- * 0 and -inf; everything finite. Returns failures (printed, with `what`). */
+ * tol_lse(dtype) * max(1, |ref|) + lse_abs_tol; rows that see no key (causal,
+ * window and non_causal as p says) exactly 0 and -inf; everything finite.
+ * Returns failures (printed, with `what`). */
 int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void *out, const float *lse,
                     const double *ref, const double *ref_lse, double factor, double abs_tol,
                     double lse_abs_tol, const char *what);
+/* The same with the call's sinks (host, [num_heads_q], may be NULL): a row
+ * that sees no key has lse = its sink, and a NaN or +inf sink's rows are NaN
+ * (out and lse). */
+int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const float *sinks, const void *out,
+                          const float *lse, const double *ref, const double *ref_lse, double factor,
+                          double abs_tol, double lse_abs_tol, const char *what);
+/* Keys row t of a sequence of kv_len keys sees under p (causal, window,
+ * non_causal). */
+int32_t rel_visible(const fd_problem *p, int32_t kv_len, int32_t t);
 
 /* Runs the float64 oracle over host tensors `t` (explicit strides) for
  * problem p (backend ignored) into malloc'ed ref / ref_lse. */
@@ -97,6 +107,7 @@ rel_group rel_group_capacity(fd_backend backend);    /* item 11 */
 rel_group rel_group_dispatch(fd_backend backend);    /* item 12 */
 rel_group rel_group_concurrency(fd_backend backend); /* threads (CPU) / threads on streams (CUDA) */
 rel_group rel_group_graphs(fd_backend backend);      /* item 2 (CUDA only) */
+rel_group rel_group_variants(fd_backend backend);    /* the attention variants, deterministic mode */
 
 /* The programs' main: runs group argv[1] (or every group) for backend. */
 int rel_main(fd_backend backend, int argc, char **argv);

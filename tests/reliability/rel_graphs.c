@@ -1,5 +1,5 @@
 /*
- * rel_graphs.c — issue 5 item 2 (CUDA only): fd_run captured in a CUDA graph
+ * rel_graphs.c — item 2 (CUDA only): fd_run captured in a CUDA graph
  * and replayed while the kv_len values in device memory change.
  *
  * Per case (batch 8, every cache filled to its capacity of 4096 keys) and per

@@ -1,5 +1,5 @@
 /*
- * rel_numerics.c — issue 5 items about values (every test runs on the CPU and
+ * rel_numerics.c — the items about values (every test runs on the CPU and
  * on the CUDA backend):
  *   1  empty rows (kv_len 0 in a batch of 64): out 0, lse -inf, others right
  *   3  more splits than keys, NaN-filled workspace: finite, bitwise equal to
