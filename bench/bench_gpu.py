@@ -6,7 +6,7 @@ In one process it
   1. measures the read-bandwidth ceiling: a Triton kernel that sums a 4 GiB
      buffer with 16-byte loads, a few blocks per SM, median of repeats
      (also a device-to-device copy, for information);
-  2. for every shape of shared/BENCHMARKING.md's grid (bf16, head_dim 128
+  2. for every shape of the benchmark grid (GRID below; bf16, head_dim 128
      unless the name says), plus fp16 / fp32 rows, paged rows (page_size 16
      and 64) and two ragged batches of 64 requests from the serving traces,
      times our CUDA backend (automatic splits: `flashdecode`; num_splits = 1:
@@ -15,9 +15,9 @@ In one process it
   3. sweeps forced split counts on the bf16 grid rows;
   4. checks every timed configuration once against a float64 reference;
   5. writes <date>-<commit>-h200.csv (+ -sweep.csv, -check.csv, .png) and
-     prints a compact table with the verdict of every target of issue 3.
+     prints a compact table with the verdict of every performance target.
 
-Timing method (shared/BENCHMARKING.md): CUDA events around a CUDA graph that
+Timing method: CUDA events around a CUDA graph that
 replays R calls back to back over R distinct buffer sets (R >= 2, K+V read
 over the R sets >= 256 MiB > 2 x the 60 MiB L2), time per call = graph time /
 R, median of >= 10 replays after warm-up; eager time = median of single calls
@@ -90,7 +90,7 @@ class Shape:
     dtype: str  # bf16 | fp16 | fp32
     lens: list  # kv_len per sequence
     page_size: int = 0  # 0 = contiguous cache
-    kind: str = "grid"  # grid (BENCHMARKING.md table, bf16) | fp16 | fp32 | paged | paged-inorder
+    kind: str = "grid"  # grid (GRID, bf16) | fp16 | fp32 | paged | paged-inorder
     base: str = ""  # the bf16 contiguous row this one is compared with
     sweep: bool = False  # forced split-count sweep on this row
     note: str = ""
@@ -117,7 +117,7 @@ def uniform_name(b, hq, hkv, n, d, dt, ps=0):
     return f"b{b}-h{hq}/{hkv}-d{d}-{dt}-n{n}" + (f"-paged{ps}" if ps else "")
 
 
-# The table of shared/BENCHMARKING.md: (batch, num_heads_q, num_heads_kv, kv_len, head_dim).
+# The benchmark grid: (batch, num_heads_q, num_heads_kv, kv_len, head_dim).
 GRID = [
     (1, 32, 8, 1024, 128), (1, 32, 8, 4096, 128), (1, 32, 8, 16384, 128),
     (1, 32, 8, 65536, 128), (1, 32, 8, 131072, 128),
@@ -411,7 +411,7 @@ def geomean(xs):
 
 
 def verdicts(shapes, recs, sweep, ceiling):
-    """[(target, PASS | MISS | n/a, detail)] for the Targets of issue 3."""
+    """[(target, PASS | MISS | n/a, detail)] for the performance targets."""
     by = recs_by_shape(recs)
     shape_of = {s.name: s for s in shapes}
 
@@ -577,7 +577,7 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
               f"{fmt(pct, 1):>5s} {'' if not o or o.num_splits is None else o.num_splits:>3} "
               f"{us(n):>8s} {peer:>17s} {fmt(ratio, 2):>5s} {swb:>10s}")
     print("-" * 124)
-    print("TARGETS (issue 3):")
+    print("TARGETS:")
     for label, v, detail in verdicts(shapes, recs, sweep, ceiling):
         print(f"  [{v:4s}] {label}: {short(detail, 260)}")
     if notes:
