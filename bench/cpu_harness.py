@@ -13,7 +13,9 @@ mean nothing. FlashInfer (CUDA only) is left out; --self-test checks its call si
 
 Needs torch (a CPU build is enough) and the library built with the CPU backend:
   FLASHDECODE_LIBRARY=/tmp/build/libflashdecode.so PYTHONPATH=python \\
-      python3 bench/cpu_harness.py [--no-peers] [--out-dir DIR]
+      python3 bench/cpu_harness.py [--no-peers] [--no-variants] [--out-dir DIR]
+or, with no library, against a torch stand-in that has the variant API (gpubench/fake_fd.py):
+  python3 bench/cpu_harness.py --fake-flashdecode --no-peers
 FlexAttention compiles C++ on the CPU: a first run with peers takes a few minutes.
 """
 import argparse
@@ -125,9 +127,15 @@ def main():
     ap = argparse.ArgumentParser(description="bench_gpu.py's GPU path, run on the CPU")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--fake-flashdecode", action="store_true",
+                    help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
+                         "instead of the library: checks the variant / cascade code of the bench")
     ap.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "flashdecode-bench-cpu"))
     a = ap.parse_args()
     patch_cuda()
+    if a.fake_flashdecode:
+        from gpubench import fake_fd
+        sys.modules["flashdecode"] = fake_fd
     args = cli.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000",
                            "--no-flashinfer", "--flex-variants"]
                           + (["--no-peers"] if a.no_peers else []))
