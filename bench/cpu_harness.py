@@ -127,6 +127,7 @@ def main():
     ap = argparse.ArgumentParser(description="bench_gpu.py's GPU path, run on the CPU")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--variants-only", action="store_true")
     ap.add_argument("--fake-flashdecode", action="store_true",
                     help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
                          "instead of the library: checks the variant / cascade code of the bench")
@@ -139,7 +140,7 @@ def main():
     args = cli.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000",
                            "--no-flashinfer", "--flex-variants"]
                           + (["--no-peers"] if a.no_peers else []))
-    shapes, notes = small_shapes(), []
+    shapes, notes = ([] if a.variants_only else small_shapes()), []
     variants = [] if a.no_variants else small_variants()
     bench = GpuBench(args, torch, shapes, variants, notes)
     if bench.fd is None:

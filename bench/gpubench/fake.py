@@ -266,8 +266,8 @@ def fi_check(torch, ok):
          get_batch_decode_uri(bf, bf, bf, torch.int32, 128, 128, 0, True, False)),
         (["prefill", "fa2", "bf16", 256, False, True],
          get_batch_prefill_uri("fa2", bf, bf, bf, torch.int32, 256, 256, 0, False, True, False)),
-        (["prefill", "fa3", "bf16", 128, False, False],
-         get_batch_prefill_uri("fa3", bf, bf, bf, torch.int32, 128, 128, 0, False, False, False)),
+        (["prefill", "fa2", "bf16", 128, True, False],
+         get_batch_prefill_uri("fa2", bf, bf, bf, torch.int32, 128, 128, 0, True, False, False)),
         (["xqa", "bf16", 16, 64, 8, True], gen_xqa_module(bf, bf, 16, 64, 8, True, bf, 1).name),
     ]
     for sp, uri in pairs:

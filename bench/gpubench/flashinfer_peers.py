@@ -8,7 +8,8 @@ rows), planned outside the timed region (as ours), timed like every row:
                  scale, bmm2_scale = 1; its own zeroed workspace: 8 MiB of semaphores + scratch)
   fi-cudnn       flashinfer.decode.cudnn_batch_decode_with_kv_cache (cuDNN's paged SDPA through the
                  cudnn frontend; [pages, Hkv, 16, D] caches, bf16 only)
-  fi-cascade     MultiLevelCascadeAttentionWrapper(2 levels) for the shared-prefix rows
+  fi-cascade     MultiLevelCascadeAttentionWrapper(2 levels) for the shared-prefix rows, on its fa2
+                 prefill kernel (its sm_90a default, fa3, is too slow to JIT-compile in a device call)
 
 Which path takes which variant (read in the 0.6.18.post1 sources): window_left all but cuDNN;
 logits_soft_cap the two wrappers (XQA and cuDNN have none); sinks XQA only (the wrappers'
@@ -88,6 +89,10 @@ def fi_reason(shape, impl):
         return "n/a: no shared prefix"
     if shape.d % 16:
         return f"n/a: head_dim {shape.d} not a multiple of 16"
+    if impl == "fi-tensorcore" and (shape.dtype != "bf16" or shape.hq // shape.hkv < 4):
+        return ("n/a: tensor-core path timed on bf16 rows with >= 4 query heads per kv head "
+                "(FlashInfer's advice for it; each other fa2 module costs ~8 CPU-minutes of JIT "
+                "compile on the device)")
     if impl in ("fi-cudacore", "fi-tensorcore"):
         if shape.sinks:
             return ("n/a: on sm_90 the wrapper's fa2 / CUDA-core kernels never receive sinks "
@@ -134,14 +139,15 @@ def fi_spec_list(shapes):
             elif impl == "fi-xqa":
                 specs.append(["xqa", s.dtype, FI_PAGE_SIZE, s.d, s.hq // s.hkv, swa])
             elif impl == "fi-cascade":
-                # BatchPrefillWithPagedKVCacheWrapper(backend="auto") picks fa3 on sm_90a for
-                # 16-bit q/kv without a custom mask; fa2 as well, in case it does not.
-                specs.append(["prefill", "fa3", s.dtype, s.d, False, False])
+                # run with the fa2 prefill kernel (see FlashInferPeers._cascade)
                 specs.append(["prefill", "fa2", s.dtype, s.d, False, False])
     out = []
     for sp in specs:
         if sp not in out:
             out.append(sp)
+    # the heaviest first (a prefill module is 10 translation units, ~50 s each), so the pool's
+    # last wave holds small ones
+    out.sort(key=lambda sp: {"prefill": 0, "xqa": 1}.get(sp[0], 2))
     return out
 
 
@@ -166,7 +172,7 @@ class Prebuild:
             os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
             with open(spec_path, "w") as fh:
                 json.dump(self.specs, fh)
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES="", MAX_JOBS="2",
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES="", MAX_JOBS="4",
                        PYTHONUNBUFFERED="1")
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fi_prebuild.py")
             self.log = open(self.log_path, "w")
@@ -379,6 +385,12 @@ class FlashInferPeers:
         last = [torch.tensor([shape.prefix_len - (p0 - 1) * ps], dtype=i32, device=dev),
                 torch.full((b,), suffix - (own - 1) * ps, dtype=i32, device=dev)]
         w = fi.MultiLevelCascadeAttentionWrapper(2, self.ws_float, "NHD")
+        # Its prefill wrappers would pick fa3 on sm_90a ("auto"): fa3's JIT module took over 10
+        # CPU-minutes per translation unit here (8 of them), more than a device call has, so the
+        # cascade runs FlashInfer's fa2 prefill kernel (the one its tensor-core decode uses).
+        for inner in getattr(w, "_batch_prefill_wrappers", []):
+            if getattr(inner, "_backend", None) == "auto":
+                inner._backend = "fa2"
         w.plan(qo, kv_indptr, kv_indices, last, shape.hq, shape.hkv, shape.d, ps, causal=False,
                sm_scale=1.0 / math.sqrt(shape.d), q_data_type=dt, kv_data_type=dt)
         sets = prep.sets
