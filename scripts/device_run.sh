@@ -120,7 +120,7 @@ fi_setup() {
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
   ls .whl/*.whl | sed 's|^|   |'
   python3 -c "import flashinfer, cudnn, tvm_ffi; print('   flashinfer', flashinfer.__version__, \
-'(CUDA_HOME $CUDA_HOME)')" 2>&1 | tail -2
+'(CUDA_HOME ${CUDA_HOME:-unset})')" 2>&1 | tail -2
 }
 if want bench && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
 

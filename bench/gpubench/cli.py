@@ -81,6 +81,9 @@ def parse_args(argv):
                     help="folder of the trace CSVs (default ./shared_data/traces, then "
                          "../shared/data/traces)")
     ap.add_argument("--commit", default=None, help="commit id for the file names (default: git)")
+    ap.add_argument("--tag", default="",
+                    help="a word in the file names, <date>-<commit>-<tag>-h200.* (e.g. 'variants' "
+                         "for a --variants-only run)")
     ap.add_argument("--shapes", default=None,
                     help="comma-separated substrings: run only rows whose name has one "
                          "(variant rows start with 'var-')")
@@ -122,7 +125,7 @@ def main(argv=None):
     all_shapes = shapes + variants
     commit = args.commit or git_commit()
     date = today()
-    stem = f"{date}-{commit}-h200"
+    stem = f"{date}-{commit}" + (f"-{args.tag}" if args.tag else "") + "-h200"
     print(f"bench_gpu: {len(shapes)} rows + {len(variants)} variant rows, traces from {trace_dir}, "
           f"out {args.out_dir}/{stem}.*", flush=True)
     from .report import print_summary, write_outputs

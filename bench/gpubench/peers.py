@@ -105,57 +105,64 @@ class Cascade:
     """flashdecode's shared-prefix cascade for a prefix row: (1) one non-causal call over
     the prefix pages with the B sequences' query rows packed as q_len = B rows of one
     sequence (q [1, B, Hq, D]), (2) one decode of each sequence's own pages (its suffix),
-    both writing fp32 out and lse into one [2, ...] state buffer, (3) merge_states."""
+    both writing out and lse into one [2, ...] state buffer (fp32 states; the q dtype if the
+    library takes no fp32 out), (3) merge_states."""
 
     def __init__(self, fd, torch, shape, sets):
         if not hasattr(fd, "merge_states"):
             raise Unavailable("unavailable: flashdecode.merge_states is missing")
         self.fd, self.torch, self.shape, self.sets = fd, torch, shape, sets
         dev = SETTINGS.device
-        b, hq, d, ps = shape.batch, shape.hq, shape.d, shape.page_size
-        p0 = prefix_pages(shape, ps)
-        num_pages, pps = page_layout(shape, ps)
-        suffix = shape.lens[0] - shape.prefix_len
+        b, ps = shape.batch, shape.page_size
+        self.p0 = p0 = prefix_pages(shape, ps)
+        self.num_pages, self.pps = page_layout(shape, ps)
+        self.suffix = suffix = shape.lens[0] - shape.prefix_len
         if any(n - shape.prefix_len != suffix for n in shape.lens):
             raise Unavailable("cascade rows need one suffix length")
-        dt = torch_dtype(torch, shape.dtype)
-        f32 = torch.float32
-        common = dict(num_heads_q=hq, num_heads_kv=shape.hkv, head_dim=d, dtype=dt,
-                      page_size=ps, num_pages=num_pages, softmax_scale=None, device=dev,
-                      num_splits=0)
-        try:
-            self.prefix_plan = self._plan_fp32(dict(common, batch=1, q_len=b,
-                                                    kv_capacity=shape.prefix_len,
-                                                    max_pages_per_seq=p0, non_causal=True),
-                                               [shape.prefix_len])
-            self.suffix_plan = self._plan_fp32(dict(common, batch=b, q_len=1, kv_capacity=suffix,
-                                                    max_pages_per_seq=max(pps) - p0), [suffix] * b)
-        except TypeError as exc:
-            raise Unavailable(f"unavailable: DecodePlan lacks non_causal/out_dtype "
-                              f"({exc_text(exc, 120)})") from exc
-        self.num_splits = (getattr(self.prefix_plan, "num_splits", None),
-                           getattr(self.suffix_plan, "num_splits", None))
+        self.dt = torch_dtype(torch, shape.dtype)
         self.kv_prefix = torch.tensor([shape.prefix_len], dtype=torch.int32, device=dev)
         self.kv_suffix = torch.full((b,), suffix, dtype=torch.int32, device=dev)
         self.tables = [(s.block_table[:1, :p0].contiguous(), s.block_table[:, p0:].contiguous())
                        for s in sets]
-        # states: out [2, B, 1, Hq, D] fp32, lse [2, B, Hq, 1] fp32 (merge_states' layout)
-        self.st_out = [torch.empty(2, b, 1, hq, d, dtype=f32, device=dev) for _ in sets]
-        self.st_lse = [torch.empty(2, b, hq, 1, dtype=f32, device=dev) for _ in sets]
-        self.merged = [torch.empty(b, 1, hq, d, dtype=dt, device=dev) for _ in sets]
         self.lse_strided = True  # the prefix lse written straight into the state buffer
-        self.lse_tmp = [torch.empty(1, hq, b, dtype=f32, device=dev) for _ in sets]
         self.merge_out_kw = True
+        self.state_dtype = None
+        try:
+            self._setup(torch.float32)
+        except Unavailable:
+            pass  # settle() tries fp32 again, then the q dtype, and says why neither runs
 
-    def _plan_fp32(self, kw, hint):
-        for extra in ({"out_dtype": self.torch.float32}, {}):
-            try:
-                return _plan(self.fd, self.torch, dict(kw, **extra), hint)
-            except TypeError as exc:
-                if "out_dtype" in str(exc) and extra:
-                    continue
-                raise
-        raise TypeError("unreachable")
+    def _setup(self, state_dtype):
+        """Plans and state buffers for states of state_dtype."""
+        torch, shape, dev = self.torch, self.shape, SETTINGS.device
+        b, hq, d = shape.batch, shape.hq, shape.d
+        common = dict(num_heads_q=hq, num_heads_kv=shape.hkv, head_dim=d, dtype=self.dt,
+                      page_size=shape.page_size, num_pages=self.num_pages, softmax_scale=None,
+                      device=dev, num_splits=0)
+        if state_dtype != self.dt:
+            common["out_dtype"] = state_dtype
+        try:
+            self.prefix_plan = _plan(self.fd, torch, dict(common, batch=1, q_len=b,
+                                                          kv_capacity=shape.prefix_len,
+                                                          max_pages_per_seq=self.p0,
+                                                          non_causal=True), [shape.prefix_len])
+            self.suffix_plan = _plan(self.fd, torch, dict(common, batch=b, q_len=1,
+                                                          kv_capacity=self.suffix,
+                                                          max_pages_per_seq=max(self.pps) - self.p0),
+                                     [self.suffix] * b)
+        except TypeError as exc:
+            raise Unavailable(f"unavailable: DecodePlan lacks "
+                              f"{'non_causal/out_dtype' if 'out_dtype' in common else 'non_causal'}"
+                              f" ({exc_text(exc, 120)})") from exc
+        self.state_dtype = state_dtype
+        self.num_splits = (getattr(self.prefix_plan, "num_splits", None),
+                           getattr(self.suffix_plan, "num_splits", None))
+        f32, n = torch.float32, len(self.sets)
+        # states: out [2, B, 1, Hq, D], lse [2, B, Hq, 1] fp32 (merge_states' layout)
+        self.st_out = [torch.empty(2, b, 1, hq, d, dtype=state_dtype, device=dev) for _ in range(n)]
+        self.st_lse = [torch.empty(2, b, hq, 1, dtype=f32, device=dev) for _ in range(n)]
+        self.merged = [torch.empty(b, 1, hq, d, dtype=self.dt, device=dev) for _ in range(n)]
+        self.lse_tmp = [torch.empty(1, hq, b, dtype=f32, device=dev) for _ in range(n)]
 
     def _prefix_lse(self, i):
         b, hq = self.shape.batch, self.shape.hq
@@ -182,23 +189,31 @@ class Cascade:
         return out
 
     def settle(self):
-        """Eager calls to pick the forms this library takes: the prefix lse written in place
-        through a strided view (else a contiguous buffer and a copy), merge_states with out=
-        (else allocating)."""
+        """Eager calls to pick the forms this library takes: fp32 states (else the q dtype's),
+        the prefix lse written in place through a strided view (else a contiguous buffer and a
+        copy), merge_states with out= (else allocating)."""
         last = None
-        for strided in (True, False):
-            for merge_out in (True, False):
-                self.lse_strided, self.merge_out_kw = strided, merge_out
+        for state_dtype in (self.torch.float32, self.dt):
+            if state_dtype != self.state_dtype:
                 try:
-                    self.run(0)
-                    self.torch.cuda.synchronize()
-                    return
-                except (TypeError, ValueError) as exc:
+                    self._setup(state_dtype)
+                except Unavailable as exc:
                     last = exc
+                    continue
+            for strided in (True, False):
+                for merge_out in (True, False):
+                    self.lse_strided, self.merge_out_kw = strided, merge_out
+                    try:
+                        self.run(0)
+                        self.torch.cuda.synchronize()
+                        return
+                    except (TypeError, ValueError) as exc:
+                        last = exc
         raise Unavailable(f"cascade failed: {exc_text(last, 160)}")
 
     def describe(self):
         return (f"prefix splits {self.num_splits[0]}, suffix splits {self.num_splits[1]}; "
+                f"states {str(self.state_dtype).replace('torch.', '')}; "
                 f"prefix lse {'written in place (strided)' if self.lse_strided else 'copied'}; "
                 f"merge_states {'out=' if self.merge_out_kw else 'allocating'}")
 
