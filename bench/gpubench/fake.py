@@ -230,7 +230,7 @@ def self_test(device):
     specs = fi_spec_list(build_variant_shapes() + [Shape("f32", 1, 32, 8, 128, "fp32", [64]),
                                                   Shape("p", 1, 32, 8, 128, "bf16", [64],
                                                         page_size=16, kind="paged")])
-    ok(len(specs) == len({str(x) for x in specs}) and all(sp[0] in ("decode", "prefill", "xqa")
+    ok(len(specs) == len({str(x) for x in specs}) and all(sp[0] in ("decode", "prefill", "xqa", "cascade")
                                                          for sp in specs)
        and ["xqa", "bf16", 16, 64, 8, True] in specs and ["decode", "bf16", 256, True, True] in specs
        and not any("fp32" in sp for sp in specs), f"FlashInfer prebuild list ({len(specs)} modules)")
@@ -269,6 +269,7 @@ def fi_check(torch, ok):
         (["prefill", "fa2", "bf16", 128, True, False],
          get_batch_prefill_uri("fa2", bf, bf, bf, torch.int32, 128, 128, 0, True, False, False)),
         (["xqa", "bf16", 16, 64, 8, True], gen_xqa_module(bf, bf, 16, 64, 8, True, bf, 1).name),
+        (["cascade"], "cascade"),
     ]
     for sp, uri in pairs:
         try:

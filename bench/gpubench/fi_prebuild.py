@@ -8,6 +8,7 @@ rebuilds nothing). Each spec is one JSON list (flashinfer_peers.fi_spec_list):
   ["decode", dtype, head_dim, use_sliding_window, use_logits_soft_cap]
   ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
   ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
+  ["cascade"]
 Needs FLASHINFER_CUDA_ARCH_LIST (the GPU is not visible) and the same FlashInfer
 environment as the benchmark. Prints one line per module and a DONE line.
 """
@@ -20,6 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 def make_spec(sp):
     import torch
 
+    if sp[0] == "cascade":  # merge_state(s) kernels (the cascade wrapper's merge)
+        from flashinfer.jit.cascade import gen_cascade_module
+        return gen_cascade_module()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[sp[2] if sp[0] == "prefill" else sp[1]]
     if sp[0] == "decode":
         from flashinfer.jit.attention.modules import gen_batch_decode_module
@@ -57,7 +61,7 @@ def main(argv):
     t0 = time.monotonic()
     print(f"prebuilding {len(specs)} FlashInfer modules with {threads} threads", flush=True)
     try:
-        import flashinfer  # noqa: F401  (fails early with a clear message)
+        import flashinfer  # noqa: F401 -- fails early, with a clear message
     except Exception as exc:
         print(f"FAILED import flashinfer: {type(exc).__name__}: {exc}", flush=True)
         return 1

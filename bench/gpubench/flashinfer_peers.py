@@ -123,7 +123,8 @@ def fi_spec_list(shapes):
     the 0.6.18.post1 wrappers derive them (decode.py plan(), xqa.py):
       ["decode", dtype, head_dim, use_sliding_window, use_logits_soft_cap]
       ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
-      ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]"""
+      ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
+      ["cascade"]  (merge_state_in_place, the cascade wrapper's merge)"""
     specs = []
     for s in shapes:
         if not measured_by_fi(s) or s.dtype == "fp32":
@@ -141,6 +142,7 @@ def fi_spec_list(shapes):
             elif impl == "fi-cascade":
                 # run with the fa2 prefill kernel (see FlashInferPeers._cascade)
                 specs.append(["prefill", "fa2", s.dtype, s.d, False, False])
+                specs.append(["cascade"])
     out = []
     for sp in specs:
         if sp not in out:
