@@ -6,8 +6,9 @@ torch.cuda's timing API (events, streams, CUDA graphs) is replaced by host-clock
 (a "graph" runs its calls once, at capture, and replay does nothing), tensors live on the CPU,
 and our library runs through the flashdecode package's CPU backend. So every code path of the
 GPU run is exercised — plans, buffer sets, paged and ragged layouts, the variant rows (window,
-soft-cap, sinks, head_dim 96, the shared-prefix cascade; recorded as unavailable while the
-library's Python API lacks them), the float64 check, the sweep, SDPA and compiled
+soft-cap, sinks, head_dim 96, the shared-prefix cascade with fp32 states, the prefix lse
+written through a strided view and merge_states; recorded as unavailable with a library whose
+Python API lacks them), the float64 check, the sweep, SDPA and compiled
 FlexAttention peers (CPU kernels), copied peers, the CSV / PNG / verdicts — but the timings
 mean nothing. FlashInfer (CUDA only) is left out; --self-test checks its call signatures.
 
