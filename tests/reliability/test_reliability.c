@@ -3,7 +3,7 @@
  * backend, one group or all of them, as one cmocka group. The two programs
  * are test_reliability_cpu.c and test_reliability_gpu.c:
  *   test_reliability_cpu [group]    test_reliability_gpu [group]
- * groups: numerics, layout, capacity, dispatch, concurrency, graphs (CUDA),
+ * groups: numerics, layout, capacity, dispatch, concurrency, graphs (CUDA), trust,
  * variants;
  * none = every group. The GPU program exits 77 (ctest: skipped) when the
  * CUDA backend is not available. FD_TEST_SEED fixes the inputs,
@@ -21,7 +21,8 @@
 int rel_main(fd_backend backend, int argc, char **argv) {
   const char *tag = backend == FD_BACKEND_CUDA ? "cuda" : "cpu";
   if (argc > 2) {
-    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs|variants]\n", argv[0]);
+    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs|trust|variants]\n",
+            argv[0]);
     return 2;
   }
   if (backend == FD_BACKEND_CUDA && !fd_backend_available(FD_BACKEND_CUDA)) {
@@ -37,6 +38,7 @@ int rel_main(fd_backend backend, int argc, char **argv) {
       {"numerics", rel_group_numerics},       {"layout", rel_group_layout},
       {"capacity", rel_group_capacity},       {"dispatch", rel_group_dispatch},
       {"concurrency", rel_group_concurrency}, {"graphs", rel_group_graphs},
+      {"trust", rel_group_trust},
       {"variants", rel_group_variants},
   };
   static struct CMUnitTest tests[MAX_TESTS];
