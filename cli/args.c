@@ -150,7 +150,9 @@ void args_report_splits(const char *command, int requested, const fd_plan *plan)
             "flashdecode %s: --num-splits %d runs as %d splits: a split holds whole chunks of %d "
             "keys, and kv_capacity %d has %lld\n",
             command, requested, plan->num_splits, plan->chunk_len, plan->kv_capacity, chunks);
-  else
-    fprintf(stderr, "flashdecode %s: --num-splits %d runs as %d splits (the library's limit)\n",
-            command, requested, plan->num_splits);
+  else /* a window: the keys a sequence reads are fewer than kv_capacity */
+    fprintf(stderr,
+            "flashdecode %s: --num-splits %d runs as %d splits: a split holds whole chunks of %d "
+            "keys, and the window reads at most %d chunks\n",
+            command, requested, plan->num_splits, plan->chunk_len, plan->num_splits);
 }
