@@ -73,7 +73,8 @@
  *   broadcast an input on purpose (one query row for every head, a K/V cache
  *   shared by every sequence), pass FD_STRIDE_BROADCAST for that dimension;
  *   out and lse cannot be broadcast. A zero stride on a dimension of extent
- *   1 is accepted (it is never multiplied by a nonzero index).
+ *   1 is accepted (it is never multiplied by a nonzero index); a paged pool
+ *   of unknown size (num_pages 0) counts as more than one page.
  *   Pointers passed to fd_run for the CUDA backend are device pointers
  *   (kv_len and block_table included); for the CPU and reference backends,
  *   host pointers.

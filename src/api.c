@@ -53,8 +53,8 @@ int fd_backend_available(fd_backend backend) {
 static int all_zero(const int64_t s[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
 
 /* A tensor's three outer dimensions as fd_run sees them: their extents (-1:
- * unknown, taken as more than one) and the dense strides that all-zero
- * strides stand for. */
+ * unknown, taken as more than one: a paged pool of num_pages 0) and their
+ * names, for messages. */
 typedef struct dims3 {
   int64_t n[3];
   const char *what[3]; /* the dimensions' names, for messages */
