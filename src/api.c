@@ -17,6 +17,7 @@ size_t fd_struct_size(const char *name) {
   if (!strcmp(name, "fd_plan")) return sizeof(fd_plan);
   if (!strcmp(name, "fd_tensors")) return sizeof(fd_tensors);
   if (!strcmp(name, "fd_error")) return sizeof(fd_error);
+  if (!strcmp(name, "fd_merge_problem")) return sizeof(fd_merge_problem);
   return 0;
 }
 
@@ -108,6 +109,8 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   if (!in->v_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_cache: NULL");
   if (!in->kv_len) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_len: NULL");
   if (!in->out) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "out: NULL");
+  if (in->sinks && (uintptr_t)in->sinks % sizeof(float))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "sinks: not aligned to a float");
   if (p->page_size > 0 && !in->block_table)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "block_table: NULL for a paged cache");
   if (in->block_table_stride < 0)
@@ -155,7 +158,7 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
       if (misaligned(t.v_cache, t.v_strides, e, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "v_cache: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.out, t.out_strides, e, 16))
+      if (misaligned(t.out, t.out_strides, fd_dtype_size(p->out_dtype), 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED, "out: CUDA needs 16-byte aligned base and strides");
       if ((uintptr_t)workspace % 16)
         return fd_fail(err, FD_STATUS_UNSUPPORTED, "workspace: CUDA needs a 16-byte aligned base");

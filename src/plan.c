@@ -100,6 +100,15 @@ static int32_t cpu_slots(int32_t threads, double kv_bytes) {
   return slots < 1 ? 1 : slots;
 }
 
+/* Keys the splits of a sequence of kv_len keys cover: all of them, or with
+ * a window at most window_left + q_len past a chunk boundary
+ * (fd_window_start in split.h), so the split count is planned for those. */
+static int64_t keys_read(const fd_problem *p, int64_t kv_len) {
+  if (p->window_left < 0) return kv_len;
+  const int64_t span = (int64_t)p->window_left + p->q_len + FD_CHUNK_LEN - 1;
+  return kv_len < span ? kv_len : span;
+}
+
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
@@ -110,8 +119,38 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    "dtype: %d is not FD_DTYPE_F32, FD_DTYPE_F16 or FD_DTYPE_BF16", (int)p->dtype);
   if (p->batch < 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "batch: %d, must be >= 1", p->batch);
-  if (p->q_len < 0 || p->q_len > 16)
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_len: %d, must be 1..16 (0 = 1)", p->q_len);
+  if (p->non_causal != 0 && p->non_causal != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "non_causal: %d, must be 0 or 1", p->non_causal);
+  if (!p->non_causal && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "q_len: %d, must be 1..%d (0 = 1; up to %d with non_causal)", p->q_len,
+                   FD_MAX_Q_LEN, FD_MAX_Q_LEN_NON_CAUSAL);
+  if (p->non_causal && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN_NON_CAUSAL))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "q_len: %d, must be 1..%d with non_causal (0 = 1)", p->q_len,
+                   FD_MAX_Q_LEN_NON_CAUSAL);
+  if (p->has_window != 0 && p->has_window != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "has_window: %d, must be 0 or 1", p->has_window);
+  if (p->has_window && p->window_left < -1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "window_left: %d, must be >= 0, or -1 for no window", p->window_left);
+  if (p->has_window && p->window_left >= 0 && p->non_causal)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "window_left: %d with non_causal; a sliding window needs causal rows",
+                   p->window_left);
+  if (!(p->logits_soft_cap >= 0.0f) || isinf(p->logits_soft_cap))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "logits_soft_cap: %g, must be 0 (off) or a finite value > 0",
+                   (double)p->logits_soft_cap);
+  if (p->out_dtype != 0) {
+    if (fd_dtype_size(p->out_dtype) == 0)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "out_dtype: %d is not 0 (= dtype) or an fd_dtype", (int)p->out_dtype);
+    if (p->out_dtype != FD_DTYPE_F32 && p->out_dtype != p->dtype)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "out_dtype: %d, must be 0, dtype (%d) or FD_DTYPE_F32", (int)p->out_dtype,
+                     (int)p->dtype);
+  }
   if (p->num_heads_q < 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_heads_q: %d, must be >= 1", p->num_heads_q);
   if (p->num_heads_kv < 1)
@@ -167,6 +206,10 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
 
   fd_problem p = *problem;
   if (p.q_len == 0) p.q_len = 1;
+  /* Resolved: window_left >= 0 exactly when a window applies (has_window 1). */
+  if (!p.has_window || p.window_left < 0) p.window_left = -1;
+  p.has_window = p.window_left >= 0;
+  if (p.out_dtype == 0) p.out_dtype = p.dtype;
   if (p.page_size > 0 && p.kv_capacity == 0) p.kv_capacity = p.max_pages_per_seq * p.page_size;
   if (p.page_size == 0) {
     p.max_pages_per_seq = 0;
@@ -174,8 +217,8 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   }
 
   /* kv_len hints: sized from the longest. */
-  int64_t longest = p.kv_capacity;
-  int64_t total = (int64_t)p.kv_capacity * p.batch;
+  int64_t longest = keys_read(&p, p.kv_capacity);
+  int64_t total = longest * p.batch;
   if (p.kv_len_hint) {
     longest = 0;
     total = 0;
@@ -184,8 +227,8 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       if (n < 0 || n > p.kv_capacity)
         return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                        "kv_len_hint[%d]: %d is outside [0, kv_capacity = %d]", b, n, p.kv_capacity);
-      if (n > longest) longest = n;
-      total += n;
+      if (keys_read(&p, n) > longest) longest = keys_read(&p, n);
+      total += keys_read(&p, n);
     }
     p.kv_len_hint = NULL;
   }
@@ -197,9 +240,11 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     if (!fd_cuda_available(p.device))
       return fd_fail(err, FD_STATUS_UNSUPPORTED,
                      "backend: CUDA is not built in, or device %d is not an sm_90 GPU", p.device);
-    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 && p.head_dim != 128 &&
+        p.head_dim != 256)
       return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                     "head_dim: %d is not supported by the CUDA backend (64, 128 or 256)", p.head_dim);
+                     "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
+                     p.head_dim);
   }
   p.backend = backend;
 
@@ -226,7 +271,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     slots = plan->num_threads;
   }
 
-  int64_t max_chunks = ceil_div(p.kv_capacity, FD_CHUNK_LEN);
+  int64_t max_chunks = ceil_div(keys_read(&p, p.kv_capacity), FD_CHUNK_LEN);
   if (max_chunks < 1) max_chunks = 1;
   int32_t splits;
   if (backend == FD_BACKEND_REFERENCE) {

@@ -47,5 +47,19 @@ FD_HD void fd_split_range(int32_t kv_len, int32_t chunk_len, int32_t num_splits,
   *end = (int32_t)e;
 }
 
+/* The first key any row of a sequence may see, rounded down to a multiple of
+ * chunk_len: 0 without a window (window_left < 0), else
+ * max(0, kv_len - q_len - window_left) rounded down (the first row's window
+ * starts there). Splits cut keys [start, kv_len): pass kv_len - start as the
+ * length to the functions above and add start to the ranges. Rounding down
+ * keeps tiles and paged copies on multiples of chunk_len keys. */
+FD_HD int32_t fd_window_start(int32_t kv_len, int32_t q_len, int32_t window_left,
+                              int32_t chunk_len) {
+  if (window_left < 0 || kv_len <= 0) return 0;
+  int64_t lo = (int64_t)kv_len - q_len - window_left;
+  if (lo <= 0) return 0;
+  return (int32_t)(lo / chunk_len * chunk_len);
+}
+
 #undef FD_HD
 #endif /* FD_SPLIT_H */

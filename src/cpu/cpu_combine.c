@@ -26,7 +26,10 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
   const int32_t tok = (int32_t)(row % p->q_len);
   const int32_t h = (int32_t)(row / p->q_len % p->num_heads_q);
   const int32_t b = (int32_t)(row / ((int64_t)p->q_len * p->num_heads_q));
-  const int32_t active = fd_active_splits(t->kv_len[b], plan->chunk_len, num_splits);
+  const int32_t kv = t->kv_len[b];
+  const int32_t active = fd_active_splits(
+      kv - fd_window_start(kv, p->q_len, p->window_left, plan->chunk_len), plan->chunk_len,
+      num_splits);
   const float *ml = partial_ml + row * num_splits * 2;
   const float *o = partial_o + row * num_splits * head_dim;
 
@@ -47,20 +50,17 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
     }
   }
 
+  /* l_star = 0: no key (out 0, lse -inf, or the sink's with one) */
   float out_row[256]; /* [head_dim] */
-  float lse;
-  if (l_star > 0.0) {
-    for (int d = 0; d < head_dim; d++) out_row[d] = (float)(sum[d] / l_star);
-    lse = (float)((double)m_star + log(l_star));
-  } else {
-    for (int d = 0; d < head_dim; d++) out_row[d] = 0.0f;
-    lse = -INFINITY;
-  }
+  double f, lse_d;
+  fd_cpu_finish_row(m_star, l_star, t->sinks != NULL, t->sinks ? t->sinks[h] : 0.0, &f, &lse_d);
+  for (int d = 0; d < head_dim; d++) out_row[d] = (float)(sum[d] * f);
+  const float lse = (float)lse_d;
 
   const int64_t out_off = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
                           (int64_t)h * t->out_strides[2];
-  fd_cpu_store_row((char *)t->out + out_off * (int64_t)fd_dtype_size(p->dtype), p->dtype, out_row,
-                   head_dim);
+  fd_cpu_store_row((char *)t->out + out_off * (int64_t)fd_dtype_size(p->out_dtype), p->out_dtype,
+                   out_row, head_dim);
   if (t->lse)
     t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)h * t->lse_strides[1] +
            (int64_t)tok * t->lse_strides[2]] = lse;

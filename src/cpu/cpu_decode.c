@@ -45,7 +45,8 @@ typedef struct cpu_call {
   const fd_plan *plan;
   const fd_tensors *t;
   fd_cpu_kernels kernels;
-  size_t elem_size;   /* bytes per element of q, k, v, out */
+  size_t elem_size;   /* bytes per element of q, k, v */
+  size_t out_elem_size; /* bytes per element of out (out_dtype) */
   float *partial_o;   /* [rows][num_splits][head_dim], NULL when num_splits == 1 */
   float *partial_ml;  /* [rows][num_splits][2], NULL when num_splits == 1 */
   int group_rows;     /* query rows of one kv head: group * q_len */
@@ -85,6 +86,7 @@ static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdif
   blk.alpha += h * rows;
   blk.scratch += (ptrdiff_t)h * rows * pass->stride;
   if (blk.count) blk.count += h * rows;
+  if (blk.first) blk.first += h * rows;
   blk.key_off = h * k_head;
   blk.value_off = h * v_head;
   return blk;
@@ -111,18 +113,34 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   _Alignas(64) float acc[FD_CPU_PASS_FLOATS]; /* [heads][rows][head_dim] unnormalised output */
   _Alignas(64) float scratch[FD_CPU_PASS_ROWS * FD_CPU_KEY_BLOCK]; /* [heads][rows][c->block] */
   float m[FD_CPU_PASS_ROWS], l[FD_CPU_PASS_ROWS], alpha[FD_CPU_PASS_ROWS]; /* [heads][rows] */
-  int32_t limit[FD_CPU_MAX_ROWS]; /* row r sees keys [begin, limit[r]) (all heads alike) */
+  int32_t limit[FD_CPU_MAX_ROWS]; /* row r sees keys [lower[r], limit[r]) (all heads alike) */
+  int32_t lower[FD_CPU_MAX_ROWS];
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
+  int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
 
-  int32_t tile_end = begin;
+  /* Row r sees keys [lower[r], limit[r]) of the split: causal rows up to
+   * their position p (keys 0 .. p), from p - window_left with a window;
+   * non-causal rows every key. Keys before the lowest lower bound are not
+   * read (tile_begin). */
+  const int32_t window_left = p->window_left;
+  int32_t tile_end = begin, tile_begin = end;
+  int windowed = 0; /* some row's lower bound is inside the keys read */
   for (int r = 0; r < rows; r++) {
     const int tok = (row0 + r) % q_len;
-    const int32_t visible = kv_len - q_len + tok + 1; /* keys 0 .. visible-1; may be <= 0 */
-    limit[r] = visible < end ? visible : end;
-    if (limit[r] < begin) limit[r] = begin;
+    const int64_t pos = (int64_t)kv_len - q_len + tok; /* may be < 0 */
+    const int64_t visible = p->non_causal ? kv_len : pos + 1; /* keys .. visible-1 */
+    int64_t lo = begin;
+    if (window_left >= 0 && pos - window_left > lo) lo = pos - window_left;
+    int64_t hi = visible < end ? visible : end;
+    if (hi <= lo) hi = lo = begin; /* sees none of the split's keys */
+    limit[r] = (int32_t)hi;
+    lower[r] = (int32_t)lo;
+    if (hi > lo && lo < tile_begin) tile_begin = (int32_t)lo;
     if (limit[r] > tile_end) tile_end = limit[r];
   }
+  if (tile_begin > tile_end) tile_begin = tile_end;
+  for (int r = 0; r < rows; r++) windowed |= limit[r] > lower[r] && lower[r] > tile_begin;
   for (int h = 0; h < heads; h++) {
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
@@ -150,7 +168,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     v_pos = (ptrdiff_t)t->v_strides[1] * (ptrdiff_t)c->elem_size;
   }
   int nb; /* keys in this block; j0 + nb never overflows (<= tile_end) */
-  for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
+  for (int32_t j0 = tile_begin; j0 < tile_end; j0 += nb) {
     nb = tile_end - j0 < c->block ? tile_end - j0 : c->block;
     if (p->page_size == 0) { /* contiguous: one stride per position */
       const char *kp = k_first + (ptrdiff_t)j0 * k_pos, *vp = v_first + (ptrdiff_t)j0 * v_pos;
@@ -169,12 +187,18 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       values[j] = values[nb - 1];
     }
     int every = 1; /* every row sees every key of the block */
+    int masked = 0; /* some row's window starts inside the block */
     for (int r = 0; r < rows; r++) {
       int n = limit[r] - j0;
       if (n > nb) n = nb;
       if (n < 0) n = 0;
+      int f = 0;
+      if (windowed && lower[r] > j0) f = lower[r] - j0 < nb ? lower[r] - j0 : nb;
+      if (f >= n) n = 0, f = 0; /* the row sees none of the block's keys */
       count[r] = n;
-      every &= n == nb;
+      first[r] = f;
+      every &= n == nb && f == 0;
+      masked |= f > 0;
     }
     /* the scores of every head, then the values of every head: the block's
      * keys are read as one sweep, then its values */
@@ -186,9 +210,11 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         .alpha = alpha,
         .scratch = scratch,
         .count = every ? NULL : count,
+        .first = masked ? first : NULL,
         .keys = keys,
         .values = values,
         .scale = plan->softmax_scale,
+        .soft_cap = p->logits_soft_cap,
         .rows = rows,
         .num_keys = nb,
         .head_dim = head_dim,
@@ -198,9 +224,11 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       /* scores of every head, the softmax of all their rows in one call,
        * then the values; count per head and row */
       for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
+      for (int i = rows; masked && i < all_rows; i++) first[i] = first[i % rows];
       for (int h = 0; h < heads; h++) {
         const fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
         c->kernels.small_scores(&blk);
+        fd_cpu_adjust_scores(&blk, blk.stride);
       }
       fd_cpu_block all = pass;
       all.rows = all_rows;
@@ -217,6 +245,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       for (int h = 0; h < heads; h++) {
         fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
         blk.count = pass.count; /* [rows], all heads alike */
+        blk.first = pass.first;
         if (step == 0)
           c->kernels.scores(&blk);
         else
@@ -237,15 +266,25 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         a = natural;
       }
       if (num_splits == 1) {
-        /* the only split: normalise and write out, lse */
-        if (l[i] > 0.0f)
-          for (int d = 0; d < head_dim; d++) a[d] /= l[i];
+        /* the only split: normalise (the sink joins the sum) and write out, lse */
+        if (t->sinks) {
+          double f, lse;
+          fd_cpu_finish_row(m[i], l[i], 1, t->sinks[hq], &f, &lse);
+          for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
+          if (t->lse)
+            t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
+                   (int64_t)tok * t->lse_strides[2]] = (float)lse;
+        } else {
+          if (l[i] > 0.0f)
+            for (int d = 0; d < head_dim; d++) a[d] /= l[i];
+          if (t->lse)
+            t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
+                   (int64_t)tok * t->lse_strides[2]] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+        }
         const int64_t out_off = (int64_t)b * t->out_strides[0] +
                                 (int64_t)tok * t->out_strides[1] + (int64_t)hq * t->out_strides[2];
-        fd_cpu_store_row((char *)t->out + out_off * (int64_t)c->elem_size, p->dtype, a, head_dim);
-        if (t->lse)
-          t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
-                 (int64_t)tok * t->lse_strides[2]] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+        fd_cpu_store_row((char *)t->out + out_off * (int64_t)c->out_elem_size, p->out_dtype, a,
+                         head_dim);
       } else {
         /* a partial; rows that saw no key write the neutral (-inf, 0, 0) */
         const int64_t slot =
@@ -292,7 +331,12 @@ static double run_share(const cpu_call *c, int share, int shares, double total) 
   for (int32_t b = 0; b < plan->problem.batch; b++) {
     for (int32_t s = 0; s < num_splits; s++) {
       int32_t begin, end;
-      fd_split_range(c->t->kv_len[b], plan->chunk_len, num_splits, s, &begin, &end);
+      const int32_t kv = c->t->kv_len[b];
+      const int32_t start =
+          fd_window_start(kv, plan->problem.q_len, plan->problem.window_left, plan->chunk_len);
+      fd_split_range(kv - start, plan->chunk_len, num_splits, s, &begin, &end);
+      begin += start;
+      end += start;
       if (num_splits > 1 && begin == end) continue;
       const double cost = (double)(end - begin) + FD_CPU_ITEM_OVERHEAD;
       const double span = cost * num_heads_kv;
@@ -322,6 +366,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.t = t;
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
   c.elem_size = fd_dtype_size(p->dtype);
+  c.out_elem_size = fd_dtype_size(p->out_dtype);
   const int32_t num_splits = plan->num_splits;
   if (num_splits > 1) {
     c.partial_o = (float *)((char *)workspace + plan->ws_partial_o);

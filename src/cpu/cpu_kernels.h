@@ -11,6 +11,7 @@
 #define FD_CPU_KERNELS_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "dtype.h"
@@ -78,12 +79,70 @@ typedef struct fd_cpu_block {
   const void *const *keys;   /* [num_keys padded], see above */
   const void *const *values; /* [num_keys padded] */
   ptrdiff_t key_off, value_off; /* bytes */
+  const int *first;          /* [rows] first key of the block each row sees (keys
+                                before it are masked: a sliding window), or NULL: 0 */
   float scale;               /* softmax_scale */
+  float soft_cap;            /* logits_soft_cap: s = cap * tanh(s / cap); 0 = off */
   int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
   int stride;                /* floats from one scratch row to the next, see above */
 } fd_cpu_block;
 
 typedef void (*fd_cpu_step_fn)(const fd_cpu_block *blk);
+
+/* The variants' step between the scores and the online softmax, on row r's
+ * n scaled scores s[0..n): the soft-cap, then the window's mask (keys before
+ * first[r] get -inf; the driver makes first[r] < n or n = 0, so every row
+ * that reaches the softmax keeps a finite score). Every kernel calls it
+ * (fd_cpu_adjust_scores) after writing scores and before their max. */
+static inline void fd_cpu_adjust_row(const fd_cpu_block *b, int r, float *s, int n) {
+  if (b->soft_cap > 0.0f) {
+    const float cap = b->soft_cap, inv = 1.0f / b->soft_cap;
+    for (int j = 0; j < n; j++) s[j] = cap * tanhf(s[j] * inv);
+  }
+  if (b->first) {
+    const int f = b->first[r] < n ? b->first[r] : n;
+    for (int j = 0; j < f; j++) s[j] = -INFINITY;
+  }
+}
+
+/* fd_cpu_adjust_row for every row of the block (scratch rows `stride` apart). */
+static inline void fd_cpu_adjust_scores(const fd_cpu_block *b, int stride) {
+  if (b->soft_cap == 0.0f && !b->first) return;
+  for (int r = 0; r < b->rows; r++) {
+    const int n = b->count ? b->count[r] : b->num_keys;
+    if (n > 0) fd_cpu_adjust_row(b, r, b->scratch + (ptrdiff_t)r * stride, n);
+  }
+}
+
+/* The last step of a row: out = acc * *scale and lse from the row's running
+ * max m and sum l, with the attention sink (has_sink) joining the sum:
+ * M = max(m, sink), L = l e^(m - M) + e^(sink - M), scale = e^(m - M) / L,
+ * lse = M + ln L. A row without keys (l = 0) gets scale 0 and lse = sink
+ * (-inf without a sink); a NaN or +inf sink gives NaN (scale and lse). */
+static inline void fd_cpu_finish_row(double m, double l, int has_sink, double sink, double *scale,
+                                     double *lse) {
+  if (!has_sink) {
+    *scale = l > 0.0 ? 1.0 / l : 0.0;
+    *lse = l > 0.0 ? m + log(l) : -INFINITY;
+    return;
+  }
+  if (isnan(sink) || sink == INFINITY) {
+    *scale = NAN;
+    *lse = NAN;
+    return;
+  }
+  if (!(l > 0.0)) m = -INFINITY, l = 0.0;
+  const double M = m > sink ? m : sink;
+  if (M == -INFINITY) { /* no key, sink -inf */
+    *scale = 0.0;
+    *lse = -INFINITY;
+    return;
+  }
+  const double a = m == -INFINITY ? 0.0 : exp(m - M);
+  const double L = l * a + exp(sink - M);
+  *scale = a / L;
+  *lse = M + log(L);
+}
 
 typedef struct fd_cpu_kernels {
   fd_cpu_step_fn scores; /* scores and online softmax */

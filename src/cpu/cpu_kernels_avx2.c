@@ -267,6 +267,7 @@ static FD_INLINE FD_AVX2 void scores_body(const fd_cpu_block *b, fd_dtype dtype)
   for (; r + 4 <= b->rows; r += 4) scores_tile(b, r, 4, 2, dtype);
   for (; r + 2 <= b->rows; r += 2) scores_tile(b, r, 2, 4, dtype);
   for (; r < b->rows; r++) scores_tile(b, r, 1, 8, dtype);
+  fd_cpu_adjust_scores(b, FD_CPU_KEY_BLOCK);
   softmax_rows(b);
 }
 

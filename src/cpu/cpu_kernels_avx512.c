@@ -705,6 +705,7 @@ static FD_INLINE FD_AVX512 void scores_body(const fd_cpu_block *b, fd_dtype dtyp
     for (; r + 2 <= b->rows; r += 2) scores_tile(b, r, 2, 8, dtype);
     for (; r < b->rows; r++) scores_tile(b, r, 1, 16, dtype);
   }
+  fd_cpu_adjust_scores(b, FD_CPU_KEY_BLOCK);
   softmax_rows(b);
 }
 

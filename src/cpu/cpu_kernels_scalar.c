@@ -20,10 +20,11 @@ static inline void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
       const char *k = (const char *)b->keys[j] + b->key_off;
       float dot = 0.0f;
       for (int d = 0; d < head_dim; d++) dot += qr[d] * fd_load_elem(k, dtype, d);
-      dot *= b->scale;
-      s[j] = dot;
-      if (dot > block_max) block_max = dot;
+      s[j] = dot * b->scale;
     }
+    fd_cpu_adjust_row(b, r, s, n);
+    for (int j = 0; j < n; j++)
+      if (s[j] > block_max) block_max = s[j];
     const float m_new = block_max > b->m[r] ? block_max : b->m[r];
     const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* never (-inf) - (-inf) */
     const float alpha = expf(b->m[r] - m_use); /* m = -inf: 0 */

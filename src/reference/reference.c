@@ -62,17 +62,32 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
   if (!att)
     return fd_fail(err, FD_STATUS_OUT_OF_MEMORY, "reference: malloc of %d scores failed", longest);
 
+  const int32_t window_left = p->window_left; /* resolved: -1 = no window */
+  const double cap = p->logits_soft_cap;
   double q_row[256]; /* [head_dim] */
   for (int32_t b = 0; b < batch; b++) {
     for (int32_t tok = 0; tok < q_len; tok++) {
       for (int32_t h = 0; h < num_heads_q; h++) {
         const int32_t hk = h / group;
-        const int64_t n = (int64_t)t->kv_len[b] - q_len + tok + 1; /* visible keys */
+        /* visible keys [lo, hi): causal rows see up to their position p,
+         * a window from p - window_left; non-causal rows see every key */
+        const int64_t pos = (int64_t)t->kv_len[b] - q_len + tok;
+        int64_t hi = p->non_causal ? t->kv_len[b] : pos + 1;
+        int64_t lo = 0;
+        if (window_left >= 0 && pos - window_left > lo) lo = pos - window_left;
+        if (hi < lo) hi = lo;
+        const int has_sink = t->sinks != NULL;
+        const double sink = has_sink ? (double)t->sinks[h] : -INFINITY;
         double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
         double *lse = lse64 ? lse64 + ((int64_t)b * num_heads_q + h) * q_len + tok : NULL;
         for (int32_t d = 0; d < head_dim; d++) o[d] = 0.0;
-        if (n <= 0) {
-          if (lse) *lse = -INFINITY;
+        if (isnan(sink) || sink == INFINITY) { /* a blown-up sink: a NaN row */
+          for (int32_t d = 0; d < head_dim; d++) o[d] = NAN;
+          if (lse) *lse = NAN;
+          continue;
+        }
+        if (hi <= lo) { /* no visible key: out 0, lse = log(exp(sink)) */
+          if (lse) *lse = sink;
           continue;
         }
 
@@ -80,28 +95,30 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
                               (int64_t)h * t->q_strides[2];
         for (int32_t d = 0; d < head_dim; d++) q_row[d] = fd_load_elem(t->q, p->dtype, q_off + d);
 
-        /* scores and their max */
-        double max = -INFINITY;
-        for (int32_t j = 0; j < n; j++) {
-          const int64_t k_off = kv_offset(plan, t, t->k_strides, b, j, hk);
+        /* scores (att[j - lo]) and their max, the sink included */
+        double max = sink;
+        for (int64_t j = lo; j < hi; j++) {
+          const int64_t k_off = kv_offset(plan, t, t->k_strides, b, (int32_t)j, hk);
           double dot = 0.0;
           for (int32_t d = 0; d < head_dim; d++)
             dot += q_row[d] * fd_load_elem(t->k_cache, p->dtype, k_off + d);
-          att[j] = scale * dot;
-          if (att[j] > max) max = att[j];
+          double x = scale * dot;
+          if (cap > 0.0) x = cap * tanh(x / cap);
+          att[j - lo] = x;
+          if (x > max) max = x;
         }
 
-        /* softmax, max subtracted */
-        double sum = 0.0;
-        for (int32_t j = 0; j < n; j++) {
-          att[j] = exp(att[j] - max);
-          sum += att[j];
+        /* softmax, max subtracted; the sink joins the denominator only */
+        double sum = has_sink ? exp(sink - max) : 0.0;
+        for (int64_t j = lo; j < hi; j++) {
+          att[j - lo] = exp(att[j - lo] - max);
+          sum += att[j - lo];
         }
 
         /* weighted sum of the values */
-        for (int32_t j = 0; j < n; j++) {
-          const int64_t v_off = kv_offset(plan, t, t->v_strides, b, j, hk);
-          const double w = att[j] / sum;
+        for (int64_t j = lo; j < hi; j++) {
+          const int64_t v_off = kv_offset(plan, t, t->v_strides, b, (int32_t)j, hk);
+          const double w = att[j - lo] / sum;
           for (int32_t d = 0; d < head_dim; d++)
             o[d] += w * fd_load_elem(t->v_cache, p->dtype, v_off + d);
         }
@@ -135,7 +152,7 @@ fd_status fd_reference_run(const fd_plan *plan, const fd_tensors *t, fd_error *e
           const double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
           const int64_t out_off = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
                                   (int64_t)h * t->out_strides[2];
-          for (int32_t d = 0; d < head_dim; d++) store_elem(t->out, p->dtype, out_off + d, o[d]);
+          for (int32_t d = 0; d < head_dim; d++) store_elem(t->out, p->out_dtype, out_off + d, o[d]);
           if (t->lse)
             t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)h * t->lse_strides[1] +
                    (int64_t)tok * t->lse_strides[2]] =
