@@ -304,7 +304,8 @@ static void test_plan_defaults(void **state) {
   assert_true(plan.softmax_scale == 0.5f);
 }
 
-/* The variants' valid values: accepted, and kept in plan.problem. */
+/* The variants' valid values: accepted, and kept in plan.problem (resolved:
+ * has_window 1 with window_left -1 is no window, out_dtype 0 is dtype). */
 static void test_plan_variants_accepted(void **state) {
   (void)state;
   const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
@@ -323,7 +324,8 @@ static void test_plan_variants_accepted(void **state) {
         v.has_window = 1, v.window_left = windows[i], v.q_len = FD_MAX_Q_LEN;
         snprintf(what, sizeof what, "%s window_left %d", fd_backend_name(p.backend), windows[i]);
         expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, what);
-        assert_int_equal(plan.problem.has_window, 1);
+        /* resolved: window_left -1 is no window */
+        assert_int_equal(plan.problem.has_window, windows[i] >= 0);
         assert_int_equal(plan.problem.window_left, windows[i]);
       }
       const float caps[] = {1e-30f, 1.0f, 50.0f, 3.0e38f};
@@ -349,6 +351,10 @@ static void test_plan_variants_accepted(void **state) {
       assert_int_equal(plan.problem.out_dtype, FD_DTYPE_F32);
       v.out_dtype = p.dtype;
       expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "out_dtype = dtype");
+      assert_int_equal(plan.problem.out_dtype, p.dtype);
+      v.out_dtype = (fd_dtype)0; /* resolved: dtype */
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "out_dtype 0");
+      assert_int_equal(plan.problem.out_dtype, p.dtype);
       /* all of them at once (the window and non-causal exclude each other) */
       v = p;
       v.has_window = 1, v.window_left = 63, v.logits_soft_cap = 30.0f, v.out_dtype = FD_DTYPE_F32, v.q_len = 16;
