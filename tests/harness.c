@@ -1516,10 +1516,16 @@ int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {
     const int64_t n = (int64_t)(bufs[which]->bytes / s->esize);
     unsigned char *live = calloc((size_t)(n ? n : 1), 1);
     if (!live) return -1;
-    for (int32_t b = 0; b < c->batch; b++)
-      for (int32_t j = 0; j < c->kv_len[b]; j++)
+    for (int32_t b = 0; b < c->batch; b++) {
+      /* with a window, the keys before the first row's window start (rounded
+       * down to the plan's chunk_len) are never read either */
+      int32_t lo = 0, w0 = 0;
+      if (c->has_window && c->window_left >= 0 && !c->non_causal && fd_case_visible(c, b, 0, &lo) > 0)
+        w0 = lo / d->ref_plan.chunk_len * d->ref_plan.chunk_len;
+      for (int32_t j = w0; j < c->kv_len[b]; j++)
         for (int32_t hk = 0; hk < c->num_heads_kv; hk++)
           memset(live + kv_offset(s, strides[which], b, j, hk), 1, (size_t)c->head_dim);
+    }
     for (int64_t i = 0; i < n; i++)
       if (!live[i]) fill_elem(bufs[which]->data, c->dtype, i, fill);
     free(live);
