@@ -8,7 +8,9 @@
  *     m* = max_s m_s,  w_s = exp(m_s - m*),  l* = sum_s w_s l_s,
  *     out = (sum_s w_s O_s) / l*,  lse = m* + log(l*).
  *   m_s is in natural-log units. A row with m* = -inf (no visible key) gets
- *   out = 0 and lse = -inf; w_s is never computed from (-inf) - (-inf).
+ *   out = 0 and lse = -inf; w_s is never computed from (-inf) - (-inf). A
+ *   split whose m or l is NaN (the split kernels make l NaN for a blow-up)
+ *   makes the row NaN. Sinks join l* in the last step (fd_finish_row).
  *   Sums run in a fixed order (lane-strided, then a butterfly; splits in
  *   order per element), so results are bitwise reproducible.
  *
@@ -58,7 +60,8 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
 
   int kv = p.kv_len[b];
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  const int active = fd_active_splits(kv, p.chunk_len, S);
+  const int active =
+      fd_seq_active_splits(kv, p.q_len, p.window_left, p.chunk_len, S, p.split_len_fixed);
 
   /* The partials are the split kernel's: wait for its grid (no-op without PDL). */
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -79,8 +82,14 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   float2 ms0 = make_float2(-INFINITY, 0.0f); /* (m, l) of split `lane` (the common case) */
   if (lane < active) ms0 = *reinterpret_cast<const float2 *>(ml + 2 * lane);
   float m = ms0.x;
-  for (int s = lane + 32; s < active; s += 32) m = fmaxf(m, ml[2 * s]);
+  bool blown = isnan(ms0.x) || isnan(ms0.y); /* a split's blow-up: the row is NaN */
+  for (int s = lane + 32; s < active; s += 32) {
+    const float2 ms = *reinterpret_cast<const float2 *>(ml + 2 * s);
+    m = fmaxf(m, ms.x);
+    blown = blown || isnan(ms.x) || isnan(ms.y);
+  }
   m = fd_warp_max(m);
+  blown = __any_sync(0xffffffffu, blown);
 
   float l = 0.0f;
   if (m != -INFINITY) {
@@ -92,14 +101,17 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
     }
   }
   l = fd_warp_sum(l);
+  if (blown) l = __int_as_float(0x7fc00000);
   __syncwarp();
 
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  /* the row's last step (the sink joins l when there is one) */
+  float inv, lse;
+  fd_finish_row(m, l, p.sinks != nullptr, p.sinks ? p.sinks[h] : 0.0f, &inv, &lse);
   T *out = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
            (int64_t)t * p.out_strides[1] + (int64_t)h * p.out_strides[2];
   for (int d = lane * 4; d < D; d += 128) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (l > 0.0f) {
+    if (l > 0.0f && inv == inv) {
       for (int s0 = 0; s0 < active; s0 += FD_COMBINE_BATCH) {
         if (s0 != 0 || d != lane * 4) { /* else loaded above */
 #pragma unroll
@@ -119,11 +131,12 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
         }
       }
     }
-    fd_store4(out + d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    const float4 v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    fd_store4(out + d, v);
   }
   if (lane == 0 && p.lse)
     p.lse[(int64_t)b * p.lse_strides[0] + (int64_t)h * p.lse_strides[1] +
-          (int64_t)t * p.lse_strides[2]] = l > 0.0f ? m + logf(l) : -INFINITY;
+          (int64_t)t * p.lse_strides[2]] = lse;
 }
 
 template <typename T>
@@ -150,7 +163,8 @@ static cudaError_t fd_combine_launch_instance(const fd_kernel_params *p, cudaStr
 }
 
 cudaError_t fd_combine_launch(const fd_kernel_params *p, cudaStream_t stream) {
-  switch (p->dtype) {
+  /* templated on the out dtype (the partials are float32) */
+  switch (p->out_f32 ? (int)FD_DTYPE_F32 : p->dtype) {
     case FD_DTYPE_F32: return fd_combine_launch_instance<float>(p, stream);
     case FD_DTYPE_F16: return fd_combine_launch_instance<__half>(p, stream);
     case FD_DTYPE_BF16: return fd_combine_launch_instance<__nv_bfloat16>(p, stream);

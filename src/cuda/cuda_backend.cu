@@ -127,15 +127,25 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_capacity = plan->kv_capacity;
   kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
+  kp->split_len_fixed = fd_split_len_fixed(pr);
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
+  kp->window_left = pr->window_left;
+  kp->non_causal = pr->non_causal;
+  if (pr->logits_soft_cap > 0.0f) {
+    kp->cap_in = 1.0f / (pr->logits_soft_cap * 1.4426950408889634f);
+    kp->cap_out = pr->logits_soft_cap * 1.4426950408889634f;
+  }
+  kp->sinks = t->sinks;
+  kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;
 }
 
 extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
                                  void *stream, fd_error *err) {
   const fd_problem *pr = &plan->problem;
-  if (pr->head_dim != 64 && pr->head_dim != 128 && pr->head_dim != 256)
+  if (pr->head_dim != 64 && pr->head_dim != 80 && pr->head_dim != 96 && pr->head_dim != 128 &&
+      pr->head_dim != 256)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                   "head_dim: %d is not supported by the CUDA backend (64, 128 or 256)",
+                   "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
                    pr->head_dim);
   if (pr->batch > 65535)
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "batch: %d exceeds the CUDA backend's 65535",
@@ -165,7 +175,11 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     /* A grid no larger than the GPU runs one block per SM whichever kernel
      * runs it: take the 8-warp one, twice the bytes in flight. */
     const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
-    e = fd_split_mma_launch(&kp, fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys), s);
+    /* the deterministic mode always runs the 4-warp kernel: the variant must
+     * not follow the grid (its key-warp partition sums in another order) */
+    const int wide = !pr->deterministic &&
+                     fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys);
+    e = fd_split_mma_launch(&kp, wide, s);
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";

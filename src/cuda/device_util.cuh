@@ -94,6 +94,70 @@ static __device__ __forceinline__ void fd_cp_async_wait(void) {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
+/* ---- Variants: a row's visible keys, soft-cap, the sink epilogue ---- */
+
+/* Keys [*lo, *hi) that query token t sees, within the split's [begin, end):
+ * causal rows up to their position kv - q_len + t, from position -
+ * window_left with a window; non-causal rows every key. Empty rows get
+ * lo = hi = begin. */
+static __device__ __forceinline__ void fd_row_keys(int t, int q_len, int kv, int window_left,
+                                                   int non_causal, int begin, int end, int *lo,
+                                                   int *hi) {
+  const int pos = kv - q_len + t;
+  int h = non_causal ? kv : pos + 1;
+  int l = begin;
+  if (window_left >= 0 && pos - window_left > l) l = pos - window_left;
+  h = min(h, end);
+  if (h <= l) h = l = begin;
+  *lo = l;
+  *hi = h;
+}
+
+/* The soft-cap on a base-2 score (cap_out = 0: off): cap * tanh(x / cap) in
+ * natural units, x = s ln 2. */
+static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float cap_out) {
+  return cap_out * tanhf(s * cap_in);
+}
+
+/* A row's last step from its running max m (natural log units, -inf for no
+ * key) and sum l: *scale multiplies the unnormalised O, *lse is the row's
+ * log-sum-exp; a NaN m or l (a blow-up) gives NaN for both. With a sink (has_sink) it joins the sum: M = max(m, sink),
+ * L = l e^(m - M) + e^(sink - M). A row without keys gets scale 0 and lse =
+ * -inf or the sink; a NaN or +inf sink gives NaN. (src/cpu/cpu_kernels.h's
+ * fd_cpu_finish_row is the same in double.) */
+static __device__ __forceinline__ void fd_finish_row(float m, float l, bool has_sink, float sink,
+                                                     float *scale, float *lse) {
+  if (isnan(m) || isnan(l)) { /* a blow-up in the row's inputs */
+    *scale = __int_as_float(0x7fc00000);
+    *lse = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (!has_sink) {
+    *scale = l > 0.0f ? 1.0f / l : 0.0f;
+    *lse = l > 0.0f ? m + logf(l) : -INFINITY;
+    return;
+  }
+  if (isnan(sink) || sink == INFINITY) {
+    *scale = __int_as_float(0x7fc00000);
+    *lse = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (!(l > 0.0f)) {
+    m = -INFINITY;
+    l = 0.0f;
+  }
+  const float M = fmaxf(m, sink);
+  if (M == -INFINITY) {
+    *scale = 0.0f;
+    *lse = -INFINITY;
+    return;
+  }
+  const float a = m == -INFINITY ? 0.0f : expf(m - M);
+  const float L = fmaf(l, a, expf(sink - M));
+  *scale = a / L;
+  *lse = M + logf(L);
+}
+
 /* ---- Warp reductions (butterfly: every lane gets the result, fixed order) ---- */
 
 static __device__ __forceinline__ float fd_warp_max(float x) {

@@ -40,7 +40,15 @@ typedef struct fd_kernel_params {
   int32_t kv_capacity;        /* kv_len is clamped to [0, kv_capacity] on the device */
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
   int32_t num_splits;         /* plan->num_splits */
+  int32_t split_len_fixed;    /* keys per split in the deterministic mode, else 0 (split.h) */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
+  /* Variants (flashdecode.h, WHAT IT COMPUTES) */
+  int32_t window_left;        /* -1 = no window */
+  int32_t non_causal;         /* 1: every row sees keys [0, kv_len) */
+  float cap_in, cap_out;      /* soft-cap on base-2 scores s: cap_out * tanh(s * cap_in);
+                                 cap_out = 0: off */
+  const float *sinks;         /* [num_heads_q] natural-log units, or NULL */
+  int32_t out_f32;            /* out is float32 (fd_problem.out_dtype), else dtype */
 } fd_kernel_params;
 
 /* Launch the split kernel (split_kernel.cu) for p->dtype and p->head_dim on

@@ -7,7 +7,11 @@
  *   num_splits > 1: unnormalised O into partial_o and (m ln 2, l) into
  *                   partial_ml, for the combine kernel;
  *   num_splits == 1: out = O / l and lse = m ln 2 + ln l (out = 0 and
- *                   lse = -inf for a row without keys).
+ *                   lse = -inf for a row without keys), the sink joining l
+ *                   when there is one (fd_finish_row); out in float32 when
+ *                   p.out_f32.
+ * A row whose summed O holds a NaN or Inf gets l = NaN (so lse, and the
+ * combine, show it). Two block barriers; every thread of the block calls it.
  * Row r (0 .. pass_rows - 1) is query head hk * group + (row0 + r) / q_len,
  * token (row0 + r) % q_len. Internal to src/cuda.
  */
@@ -30,6 +34,11 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
   const int tid = threadIdx.x;
   const int q_len = p.q_len;
   const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
+  /* rows whose O holds a NaN or Inf (from a value they see): their l becomes
+   * NaN, so lse (and a later combine) show the blow-up */
+  __shared__ int s_blown[16];
+  if (tid < 16) s_blown[tid] = 0;
+  __syncthreads();
   for (int item = tid; item < pass_rows * (D / 4); item += NTHREADS) {
     const int r = item / (D / 4);
     const int d = (item % (D / 4)) * 4;
@@ -42,6 +51,7 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       acc.z += x.z;
       acc.w += x.w;
     }
+    if (!(isfinite(acc.x) && isfinite(acc.y) && isfinite(acc.z) && isfinite(acc.w))) s_blown[r] = 1;
     if (p.num_splits > 1) {
       float *dst = p.partial_o + ((prow_base + r) * p.num_splits + split) * D + d;
       *reinterpret_cast<float4 *>(dst) = acc;
@@ -51,15 +61,23 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       const int t = row - gi * q_len;
       const int64_t h = (int64_t)hk * p.group + gi;
       const float lr = l[r * ML_STRIDE];
-      const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-      T *dst = static_cast<T *>(p.out) + (int64_t)b * p.out_strides[0] +
-               (int64_t)t * p.out_strides[1] + h * p.out_strides[2] + d;
-      fd_store4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      float inv = lr > 0.0f ? 1.0f / lr : 0.0f, lse_unused;
+      if (p.sinks)
+        fd_finish_row(m[r * ML_STRIDE] * 0.69314718055994531f, lr, true, p.sinks[h], &inv,
+                      &lse_unused);
+      const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
+                          h * p.out_strides[2] + d;
+      const float4 v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (p.out_f32)
+        fd_store4(static_cast<float *>(p.out) + off, v);
+      else
+        fd_store4(static_cast<T *>(p.out) + off, v);
     }
   }
+  __syncthreads();
   if (tid < pass_rows) {
     const float m2 = m[tid * ML_STRIDE];
-    const float lr = l[tid * ML_STRIDE];
+    const float lr = s_blown[tid] ? __int_as_float(0x7fc00000) : l[tid * ML_STRIDE];
     const float ln2 = 0.69314718055994531f;
     if (p.num_splits > 1) {
       float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;
@@ -69,8 +87,10 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       const int gi = row / q_len;
       const int t = row - gi * q_len;
       const int64_t h = (int64_t)hk * p.group + gi;
+      float scale, lse;
+      fd_finish_row(m2 * ln2, lr, p.sinks != nullptr, p.sinks ? p.sinks[h] : 0.0f, &scale, &lse);
       p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          lr > 0.0f ? m2 * ln2 + logf(lr) : -INFINITY;
+          lse;
     }
   }
 }

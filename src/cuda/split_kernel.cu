@@ -3,7 +3,8 @@
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads per
  *   (split s, kv head hk, sequence b). The block runs the online softmax over
- *   keys [begin, end) = fd_split_range(kv_len[b], chunk_len, num_splits, s)
+ *   keys [begin, end) = w0 + fd_split_range(kv_len[b] - w0, chunk_len,
+ *   num_splits, s), w0 = fd_window_start (0 without a sliding window),
  *   for EVERY query row of kv head hk, so each key and value is read from HBM
  *   once per block. Rows of the block: r = gi * q_len + t for query head
  *   h = hk * group + gi and query token t (head-major, the order of the
@@ -34,6 +35,12 @@
  *      key groups' O slices add up without any rescaling at the end.
  *   3. PV: each thread scales its O by alpha[row] and adds p * v for its keys
  *      (p of all rows of a key: one or two 16-byte shared loads).
+ *   Variants: a row sees keys [lo, hi) of fd_row_keys (device_util.cuh:
+ *   causal, a sliding window, or non-causal); a pass reads keys from the
+ *   first one any of its rows sees (earlier ones are zero-filled, not read);
+ *   the soft-cap applies to each score before its mask. head_dim 80 and 96
+ *   run in the 128 instance's rows (template D = 128, DV = head_dim), their
+ *   columns past DV zero-filled without a read.
  *   A row whose running max is still -inf uses 0 in place of the max, so
  *   p = 0 and alpha = 0 (never (-inf) - (-inf)).
  *   The pass body is unrolled for NR = 8, 4, 2 or 1 rows (block-uniform choice
@@ -82,20 +89,28 @@
 /* Keys per tile, at most (= plan's chunk_len, so tiles align with splits). */
 #define FD_MAX_KEYS_PER_TILE 64
 
-/* Blocks an SM the kernel is sized for: four for fp32 rows of head_dim <= 128
- * (16 warps an SM; Nsight Compute at B=64 8k with two: 0.48 eligible warps
- * a scheduler, stalls on shared memory and shuffle results), else as many as
+/* Blocks an SM the kernel's registers are sized for: three for fp32 rows of
+ * head_dim <= 128 (four, 16 warps an SM, before the compensated sums needed
+ * 168 registers; Nsight Compute at B=64 8k with two: 0.48 eligible warps a
+ * scheduler, stalls on shared memory and shuffle results), else as many as
  * fit (two). */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_split_min_blocks() {
-  return sizeof(T) == 4 && D <= 128 ? 4 : 1;
+  return sizeof(T) == 4 && D <= 128 ? 3 : 1;
 }
 
-/* Bytes of K (and as many of V) per stage, at most: 8 KB where four blocks
- * an SM are wanted, else 16 KB. */
+/* Rows a pass holds: 8, or 4 for float head_dim 256 (o, its compensation
+ * and q of 8 rows would not fit the registers). */
+template <typename T, int D>
+__host__ __device__ constexpr int fd_rows_per_pass() {
+  return sizeof(T) == 4 && D == 256 ? 4 : FD_ROWS_PER_PASS;
+}
+
+/* Bytes of K (and as many of V) per stage, at most: 8 KB for float rows of
+ * head_dim <= 128 (four blocks' stages fit an SM), else 16 KB. */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_tile_bytes() {
-  return fd_split_min_blocks<T, D>() == 4 ? 8192 : 16384;
+  return sizeof(T) == 4 && D <= 128 ? 8192 : 16384;
 }
 
 template <typename T, int D>
@@ -147,20 +162,21 @@ static __device__ __forceinline__ int fd_scatter_row(int lt) {
 /* Issues the cp.async copies of one K/V tile: keys key0 .. key0 + nkeys - 1
  * of sequence b (nkeys <= KT); the rest of the tile is zero-filled.
  * k_base/v_base already include the kv head's offset. sK/sV/valid: this stage. */
-template <typename T, int D>
+template <typename T, int D, int DV>
 static __device__ __forceinline__ void fd_load_tile(const fd_kernel_params &p, const T *k_base,
                                                     const T *v_base, T *sK, T *sV,
                                                     unsigned char *valid, int b, int key0,
-                                                    int nkeys) {
+                                                    int klo, int nkeys) {
   constexpr int VEC = 16 / (int)sizeof(T);
   constexpr int VECS = D / VEC;
   constexpr int KT = fd_keys_per_tile<T, D>();
   constexpr int LOADS = KT * VECS / FD_SPLIT_THREADS;
   const int piece = threadIdx.x % VECS; /* the same for every copy of this thread */
+  const bool col_ok = DV == D || piece * VEC < DV; /* padded columns: zeros, no read */
 #pragma unroll
   for (int n = 0; n < LOADS; n++) {
     const int kl = (int)(threadIdx.x + n * FD_SPLIT_THREADS) / VECS;
-    bool ok = kl < nkeys;
+    bool ok = kl < nkeys && kl >= klo;
     int64_t k_off = 0, v_off = 0;
     if (ok) {
       const int j = key0 + kl;
@@ -178,9 +194,10 @@ static __device__ __forceinline__ void fd_load_tile(const fd_kernel_params &p, c
       k_off = outer * p.k_strides[0] + pos * p.k_strides[1] + piece * VEC;
       v_off = outer * p.v_strides[0] + pos * p.v_strides[1] + piece * VEC;
     }
+    if (piece == 0) valid[kl] = ok ? 1 : 0;
+    ok = ok && col_ok;
     fd_cp_async16(sK + kl * D + piece * VEC, k_base + (ok ? k_off : 0), ok);
     fd_cp_async16(sV + kl * D + piece * VEC, v_base + (ok ? v_off : 0), ok);
-    if (piece == 0) valid[kl] = ok ? 1 : 0;
   }
 }
 
@@ -218,7 +235,7 @@ static __device__ __forceinline__ void fd_load_rows(const float *src, float (&ds
  * split's keys, then the pass's outputs. NR (8, 4, 2 or 1) is the row count the
  * loops are unrolled for; rows pass_rows .. NR-1 are phantoms (q = 0, every key
  * masked, never written out). Ends with a block barrier. */
-template <typename T, int D, int NR>
+template <typename T, int D, int NR, int DV>
 static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
                                                      const fd_block_pos &bp, int row0,
                                                      int pass_rows, unsigned char *smem) {
@@ -262,18 +279,31 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
   const T *k_base = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_base = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
 
-  /* Row (row0 + r) is token t = (row0 + r) % q_len and sees keys < kv - q_len + t + 1.
-   * pass_end: no row of the pass sees a key at or past it (those are not loaded);
-   * my_limit: keys the row this lane writes scores for sees, within the split. */
-  int t_max = 0;
+  /* Row (row0 + r) is token t = (row0 + r) % q_len and sees keys [lo, hi)
+   * (fd_row_keys: causal, windowed or not, or non-causal). [pass_lo,
+   * pass_end): the keys some row of the pass sees (no other key is read);
+   * tiles start at kbeg, the 64-key boundary at or below pass_lo. my_lo,
+   * my_limit: the keys of the row this lane writes scores for. */
+  int pass_lo = end, pass_end = begin;
 #pragma unroll
-  for (int r = 0; r < NR; r++)
-    if (r < pass_rows) t_max = max(t_max, (row0 + r) % q_len);
-  const int pass_end = max(begin, min(end, kv - q_len + t_max + 1));
+  for (int r = 0; r < NR; r++) {
+    if (r < pass_rows) {
+      int lo, hi;
+      fd_row_keys((row0 + r) % q_len, q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi);
+      if (hi > lo) {
+        pass_lo = min(pass_lo, lo);
+        pass_end = max(pass_end, hi);
+      }
+    }
+  }
+  if (pass_lo > pass_end) pass_lo = pass_end;
+  const int kbeg = begin + (pass_lo - begin) / FD_MAX_KEYS_PER_TILE * FD_MAX_KEYS_PER_TILE;
   const int my_row = fd_scatter_row<NR>(lt); /* the row whose scores this lane writes */
-  int my_limit = begin;                      /* phantom rows see nothing */
+  int my_lo = begin, my_limit = begin;       /* phantom rows see nothing */
   if (my_row < pass_rows)
-    my_limit = max(begin, min(end, kv - q_len + (row0 + my_row) % q_len + 1));
+    fd_row_keys((row0 + my_row) % q_len, q_len, kv, p.window_left, p.non_causal, begin, end,
+                &my_lo, &my_limit);
+  const bool capped = p.cap_out != 0.0f; /* soft-cap (uniform) */
 
   /* q slices of the pass's rows, scaled into base-2 units; zero for phantom rows. */
   float qf[NR][ELEMS];
@@ -287,7 +317,14 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       const T *qp = static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
                     (int64_t)t * p.q_strides[1] + h * p.q_strides[2];
 #pragma unroll
-      for (int v = 0; v < NVEC; v++) fd_load16_to_float(qp + (lt + TPK * v) * VEC, &qf[r][v * VEC]);
+      for (int v = 0; v < NVEC; v++) {
+        if (DV == D || (lt + TPK * v) * VEC < DV) {
+          fd_load16_to_float(qp + (lt + TPK * v) * VEC, &qf[r][v * VEC]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; e++) qf[r][v * VEC + e] = 0.0f; /* padded columns */
+        }
+      }
 #pragma unroll
       for (int e = 0; e < ELEMS; e++) qf[r][e] *= p.scale_log2;
     } else {
@@ -295,44 +332,48 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       for (int e = 0; e < ELEMS; e++) qf[r][e] = 0.0f;
     }
   }
-  float o[NR][ELEMS];
+  /* O and l are compensated (Kahan) sums: oc / lc hold the low-order parts
+   * the running sums lost, so their error does not grow with the number of
+   * keys (4M identical keys: within 2e-6 of max|V|). */
+  float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
   for (int r = 0; r < NR; r++)
 #pragma unroll
-    for (int e = 0; e < ELEMS; e++) o[r][e] = 0.0f;
-  float m_run[RPW], l_run[RPW]; /* rows warp + NWARPS * i; the same in every lane */
+    for (int e = 0; e < ELEMS; e++) o[r][e] = oc[r][e] = 0.0f;
+  float m_run[RPW], l_run[RPW], lc[RPW]; /* rows warp + NWARPS * i; the same in every lane */
 #pragma unroll
   for (int i = 0; i < RPW; i++) {
     m_run[i] = -INFINITY;
-    l_run[i] = 0.0f;
+    l_run[i] = lc[i] = 0.0f;
   }
 
-  const int span = pass_end - begin;
+  const int span = pass_end - kbeg;
   const int num_tiles = span / KT + (span % KT != 0);
 
   /* Prologue: tiles 0 .. STAGES-2 in flight (one commit group per tile, empty or not). */
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < num_tiles) {
-      const int key0 = begin + s * KT;
-      fd_load_tile<T, D>(p, k_base, v_base, sK + s * KT * D, sV + s * KT * D, sValid + s * KT, b,
-                         key0, min(KT, pass_end - key0));
+      const int key0 = kbeg + s * KT;
+      fd_load_tile<T, D, DV>(p, k_base, v_base, sK + s * KT * D, sV + s * KT * D, sValid + s * KT,
+                             b, key0, pass_lo - key0, min(KT, pass_end - key0));
     }
     fd_cp_async_commit();
   }
 
   for (int it = 0; it < num_tiles; it++) {
     const int stage = it % STAGES;
-    const int key0 = begin + it * KT;
+    const int key0 = kbeg + it * KT;
     fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
     __syncthreads();                 /* everyone's did; tile it-1 fully consumed */
     {
       const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
       if (nt < num_tiles) {
         const int ns = nt % STAGES;
-        const int nkey0 = begin + nt * KT;
-        fd_load_tile<T, D>(p, k_base, v_base, sK + ns * KT * D, sV + ns * KT * D,
-                           sValid + ns * KT, b, nkey0, min(KT, pass_end - nkey0));
+        const int nkey0 = kbeg + nt * KT;
+        fd_load_tile<T, D, DV>(p, k_base, v_base, sK + ns * KT * D, sV + ns * KT * D,
+                               sValid + ns * KT, b, nkey0, pass_lo - nkey0,
+                               min(KT, pass_end - nkey0));
       }
       fd_cp_async_commit();
     }
@@ -353,9 +394,10 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       for (int e = 0; e < ELEMS; e++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[r] = fmaf(qf[r][e], kf[e], acc[r]);
-      const float score = fd_reduce_scatter<NR, TPK>(acc, lt);
+      float score = fd_reduce_scatter<NR, TPK>(acc, lt);
       if (lt < NR) {
-        const bool visible = kl < my_limit - key0 && tValid[kl];
+        const bool visible = kl < my_limit - key0 && kl >= my_lo - key0 && tValid[kl];
+        if (capped) score = fd_soft_cap(score, p.cap_in, p.cap_out);
         sS[kl * NR + my_row] = visible ? score : -INFINITY;
       }
     }
@@ -390,7 +432,12 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
           }
         }
         psum = fd_warp_sum(psum);
-        l_run[i] = l_run[i] * alpha + psum;
+        {
+          const float base = l_run[i] * alpha, y = psum - lc[i] * alpha;
+          const float sum = base + y;
+          lc[i] = (sum - base) - y;
+          l_run[i] = sum;
+        }
         m_run[i] = m_new;
         if (lane == 0) sAlpha[r] = alpha;
       }
@@ -402,7 +449,10 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
     for (int r = 0; r < NR; r++) {
       const float a = sAlpha[r];
 #pragma unroll
-      for (int e = 0; e < ELEMS; e++) o[r][e] *= a;
+      for (int e = 0; e < ELEMS; e++) {
+        o[r][e] *= a;
+        oc[r][e] *= a;
+      }
     }
     const T *tV = sV + stage * KT * D;
 #pragma unroll
@@ -416,9 +466,21 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
       for (int e = 0; e < ELEMS; e++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) o[r][e] = fmaf(pr[r], vf[e], o[r][e]);
+        for (int r = 0; r < NR; r++) { /* o += p v, compensated */
+          const float y = fmaf(pr[r], vf[e], -oc[r][e]);
+          const float sum = o[r][e] + y;
+          oc[r][e] = (sum - o[r][e]) - y;
+          o[r][e] = sum;
+        }
     }
   }
+  /* the compensated sums' values */
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) o[r][e] -= oc[r][e];
+#pragma unroll
+  for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
   __syncthreads();      /* K/V area free for the merge */
 
@@ -445,12 +507,12 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
   }
   __syncthreads();
 
-  fd_store_pass<T, D, KG, NR, D, 1, FD_SPLIT_THREADS>(p, b, hk, bp.split, row0, pass_rows, sRed,
-                                                      sM, sL);
+  fd_store_pass<T, DV, KG, NR, D, 1, FD_SPLIT_THREADS>(p, b, hk, bp.split, row0, pass_rows, sRed,
+                                                       sM, sL);
   __syncthreads(); /* sRed / sM / sL / the K/V stages are reused by the next pass */
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
     fd_split_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(16) unsigned char fd_smem[];
@@ -461,73 +523,75 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.b = blockIdx.z;
   int kv = p.kv_len[bp.b];
   bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  fd_split_range(bp.kv, p.chunk_len, p.num_splits, bp.split, &bp.begin, &bp.end);
+  fd_seq_split(bp.kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed,
+               bp.split, &bp.begin, &bp.end);
   if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
 
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no
    * per-row branches (full instruction-level parallelism across rows). */
   const int rows_total = p.group * p.q_len;
-  for (int row0 = 0; row0 < rows_total; row0 += FD_ROWS_PER_PASS) {
-    const int pass_rows = min(FD_ROWS_PER_PASS, rows_total - row0);
-    if (pass_rows > 4)
-      fd_split_pass<T, D, 8>(p, bp, row0, pass_rows, fd_smem);
+  for (int row0 = 0; row0 < rows_total; row0 += fd_rows_per_pass<T, D>()) {
+    const int pass_rows = min(fd_rows_per_pass<T, D>(), rows_total - row0);
+    if (fd_rows_per_pass<T, D>() == 8 && pass_rows > 4)
+      fd_split_pass<T, D, fd_rows_per_pass<T, D>(), DV>(p, bp, row0, pass_rows, fd_smem);
     else if (pass_rows > 2)
-      fd_split_pass<T, D, 4>(p, bp, row0, pass_rows, fd_smem);
+      fd_split_pass<T, D, 4, DV>(p, bp, row0, pass_rows, fd_smem);
     else if (pass_rows > 1)
-      fd_split_pass<T, D, 2>(p, bp, row0, pass_rows, fd_smem);
+      fd_split_pass<T, D, 2, DV>(p, bp, row0, pass_rows, fd_smem);
     else
-      fd_split_pass<T, D, 1>(p, bp, row0, pass_rows, fd_smem);
+      fd_split_pass<T, D, 1, DV>(p, bp, row0, pass_rows, fd_smem);
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 static cudaError_t fd_split_prepare(void) {
   constexpr size_t smem = fd_split_smem_bytes<T, D>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(
-        fd_split_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        fd_split_kernel<T, D, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
   }
   /* All of the unified L1/shared array as shared memory (2 or 4 blocks). */
-  return cudaFuncSetAttribute(fd_split_kernel<T, D>,
+  return cudaFuncSetAttribute(fd_split_kernel<T, D, DV>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 static cudaError_t fd_split_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
   constexpr size_t smem = fd_split_smem_bytes<T, D>();
-  const cudaError_t e = fd_split_prepare<T, D>();
+  const cudaError_t e = fd_split_prepare<T, D, DV>();
   if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
-  fd_split_kernel<T, D><<<grid, FD_SPLIT_THREADS, smem, stream>>>(*p);
+  fd_split_kernel<T, D, DV><<<grid, FD_SPLIT_THREADS, smem, stream>>>(*p);
   return cudaGetLastError();
 }
 
+/* D: the shared-memory row width; DV: head_dim (80 and 96 in rows of 128). */
 template <typename T>
 static cudaError_t fd_split_launch_dim(const fd_kernel_params *p, cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_launch_instance<T, 64>(p, stream);
-    case 128: return fd_split_launch_instance<T, 128>(p, stream);
-    case 256: return fd_split_launch_instance<T, 256>(p, stream);
+    case 64: return fd_split_launch_instance<T, 64, 64>(p, stream);
+    case 80: return fd_split_launch_instance<T, 128, 80>(p, stream);
+    case 96: return fd_split_launch_instance<T, 128, 96>(p, stream);
+    case 128: return fd_split_launch_instance<T, 128, 128>(p, stream);
+    case 256: return fd_split_launch_instance<T, 256, 256>(p, stream);
   }
   return cudaErrorInvalidValue;
 }
 
+/* fp32 only: fp16/bf16 run the tensor-core kernel (split_mma_kernel.cu), so
+ * this kernel is not instantiated for them (build time). */
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream) {
-  switch (p->dtype) {
-    case FD_DTYPE_F32: return fd_split_launch_dim<float>(p, stream);
-    case FD_DTYPE_F16: return fd_split_launch_dim<__half>(p, stream);
-    case FD_DTYPE_BF16: return fd_split_launch_dim<__nv_bfloat16>(p, stream);
-  }
+  if (p->dtype == FD_DTYPE_F32) return fd_split_launch_dim<float>(p, stream);
   return cudaErrorInvalidValue;
 }
 
-template <int D>
+template <int D, int DV>
 static cudaError_t fd_split_occupancy_f32(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_prepare<float, D>();
+  const cudaError_t e = fd_split_prepare<float, D, DV>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_kernel<float, D>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_kernel<float, D, DV>,
                                                        FD_SPLIT_THREADS,
                                                        fd_split_smem_bytes<float, D>());
 }
@@ -535,9 +599,11 @@ static cudaError_t fd_split_occupancy_f32(int *blocks_per_sm) {
 cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm) {
   *blocks_per_sm = 0;
   switch (head_dim) {
-    case 64: return fd_split_occupancy_f32<64>(blocks_per_sm);
-    case 128: return fd_split_occupancy_f32<128>(blocks_per_sm);
-    case 256: return fd_split_occupancy_f32<256>(blocks_per_sm);
+    case 64: return fd_split_occupancy_f32<64, 64>(blocks_per_sm);
+    case 80: return fd_split_occupancy_f32<128, 80>(blocks_per_sm);
+    case 96: return fd_split_occupancy_f32<128, 96>(blocks_per_sm);
+    case 128: return fd_split_occupancy_f32<128, 128>(blocks_per_sm);
+    case 256: return fd_split_occupancy_f32<256, 256>(blocks_per_sm);
   }
   return cudaErrorInvalidValue;
 }

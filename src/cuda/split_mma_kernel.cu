@@ -4,8 +4,9 @@
  * kernel (split_kernel.cu); both write the same partials for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
- *   s, kv head hk, sequence b), over keys [begin, end) =
- *   fd_split_range(kv_len[b], chunk_len, num_splits, s), for EVERY query row
+ *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
+ *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
+ *   fd_window_start (0 without a sliding window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
  *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
@@ -28,14 +29,24 @@
  * PER TILE (one barrier)  S = Q K^T by mma (Q in A fragments, loaded once per
  *   pass by ldmatrix; K by ldmatrix as the "col" B operand), fp32
  *   accumulators; S is scaled by softmax_scale * log2(e) in fp32 (q enters the
- *   mma unrounded, exactly as given) and masked to -inf for keys a row does
- *   not see (n_t = kv_len - q_len + t + 1, the split's end, a bad page). Online
+ *   mma unrounded, exactly as given), soft-capped when asked (cap tanh(s /
+ *   cap), tanhf) and masked to -inf for keys a row does not see: keys
+ *   [lo_t, hi_t) of fd_row_keys (device_util.cuh: causal up to the row's
+ *   position, from position - window_left with a window, every key when
+ *   non-causal), within the split, and a bad page. The lower bounds are
+ *   recomputed only in the tiles before the pass's highest one (a window's
+ *   first tiles), which keeps the registers of the causal loop. Online
  *   softmax in base 2 over the warp's 16 keys: the row max over the lane's 4
  *   scores and a quad shuffle; alpha = 2^(m_old - m_new); a row whose max is
  *   still -inf uses 0 in its place (never (-inf) - (-inf)). P = 2^(S - m) is
  *   rounded to the 16-bit type straight from the accumulators into A fragments
  *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
  *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
+ *
+ * HEAD_DIM  64, 128, 256 as themselves; 80 and 96 in the 128 instance's
+ *   shared-memory rows (template D = 128, DV = 80 or 96): the columns past DV
+ *   are zero-filled without a read, Q K^T runs DV / 16 k-steps and P V
+ *   DV / 8 n-tiles.
  *
  * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes a
  *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
@@ -53,7 +64,10 @@
  *   only such tiles test flags per score. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
- *   (64), so tiles start at multiples of 64 keys; a 128-key tile may run
+ *   (64), so tiles start at multiples of 64 keys (a pass starts at the 64-key
+ *   boundary at or below the first key any of its rows sees; keys below that
+ *   key are zero-filled, not read: they lie in the prologue's tiles); a
+ *   128-key tile may run
  *   past its split's end, and every key is bounds-checked (not loaded, score
  *   -inf). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
  *   a block, 128 KB an SM at 2 blocks; NW = 8: 2 tiles of 64 KB (5 of 32 KB
@@ -74,6 +88,11 @@
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
  *   keys).
  *
+ * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
+ *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
+ *   contiguous, paged), pass_output.cuh (the epilogue); this file: the tile
+ *   math (Q K^T, mask, online softmax, P V), the kernel and its launchers.
+ *
  * PDL  The kernel is launched with programmatic stream serialisation:
  *   every block first waits in griddepcontrol.wait until the
  *   previous kernel in the stream has completed (a no-op without PDL), so
@@ -82,6 +101,7 @@
  *   is scheduled as soon as all split blocks are resident; it waits for this
  *   grid to complete before it reads the partials.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -90,259 +110,36 @@
 #include "flashdecode.h"
 #include "kernel_params.cuh"
 #include "device_util.cuh"
+#include "mma_config.cuh"
+#include "mma_loaders.cuh"
+#include "mma_primitives.cuh"
 #include "pass_output.cuh"
 #include "split.h"
 
-#define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
-#define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
-
-
-/* Compile-time shape of the kernel for one head_dim and NW warps a block:
- * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
- * tile, ~196 KB of stages; launched when the grid has no more blocks than
- * the GPU has SMs). */
-template <int D, int NW>
-struct fd_mma_cfg {
-  static constexpr int THREADS = 32 * NW;
-  static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
-  static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
-  static constexpr int KT = 16 * KW;                /* keys per tile */
-  static constexpr int STAGES = D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
-  static constexpr int DPW = D / DW;               /* O columns per warp */
-  static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
-  static constexpr int KS = D / 16;                /* k-steps of Q K^T */
-  static constexpr int CH = D / 8;                 /* 16-byte chunks per row */
-  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * D * 2; /* K and V stages */
-  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
-  static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
-  static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
-  static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
-  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
-  static_assert(D == 64 || D == 128 || D == 256, "head_dim");
-  static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
-  /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
-  static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SMEM + 1024) <= 233472), "shared memory");
-  static_assert(NW == 4 || NW == 8, "warps");
-  static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
-  static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
-                "O merge buffer must fit in the K/V stages");
-};
-
-/* ---- mma.sync / ldmatrix wrappers ---- */
-
-/* c += a * b for one m16n8k16 tile: a = 4 registers of 16-bit pairs (A, row
- * major), b = 2 (B, "col"), c = 4 fp32. */
-template <typename T>
-static __device__ __forceinline__ void fd_mma16816(float (&c)[4], const uint32_t (&a)[4],
-                                                   uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/* Four 8x8 16-bit matrices from shared memory; lane l gives row l % 8 of matrix l / 8. */
-static __device__ __forceinline__ void fd_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* Two floats -> hi + lo registers of two 16-bit values each, hi = RN(x) and
- * lo = RN(x - hi): P = hi + lo carries ~16 significant bits, so P·V done as
- * two mma keeps the weights as exact as the fp32 sum l they are divided by
- * (one 16-bit P alone costs 2^-9 relative per weight in bf16). */
-template <typename T>
-static __device__ __forceinline__ void fd_pack2_split(float lo_val, float hi_val, uint32_t &hi,
-                                                      uint32_t &lo) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo_val, hi_val);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(lo_val - hf.x, hi_val - hf.y);
-    memcpy(&hi, &h, sizeof hi);
-    memcpy(&lo, &l, sizeof lo);
-  } else {
-    const __half2 h = __floats2half2_rn(lo_val, hi_val);
-    const float2 hf = __half22float2(h);
-    const __half2 l = __floats2half2_rn(lo_val - hf.x, hi_val - hf.y);
-    memcpy(&hi, &h, sizeof hi);
-    memcpy(&lo, &l, sizeof lo);
-  }
-}
-
-/* The same, each matrix transposed. */
-static __device__ __forceinline__ void fd_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* Two floats -> one register of two 16-bit values (lo in the low half), RN. */
-template <typename T>
-static __device__ __forceinline__ uint32_t fd_pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
-  }
-  return r;
-}
-
-/* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
-template <int D>
-static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
-  return (uint32_t)((row * (D / 8) + (chunk ^ (row & 7))) * 16);
-}
-
-/* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
- * the LOADS consecutive keys kr * LOADS + n (n < LOADS), kr = tid / CH, of
- * both K and V. A warp's copy instruction still covers whole rows (its 32
- * threads are 4, 2 or 1 kr by CH = 8, 16 or 32 chunks), and a thread's keys
- * of a tile sit on one page whenever page_size is a power of two >= LOADS
- * (measured: with keys RSTEP rows apart each needed its own page lookup,
- * ~28 instructions a key, bench/NOTES.md). */
-template <int D, int NW>
-struct fd_mma_copy {
-  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* row groups */
-  static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
-  static_assert(LOADS == 4 || LOADS == 8, "keys per thread: tiles start at multiples of LOADS");
-};
-
-/* Contiguous cache: copies the tile whose key kr * LOADS (this thread's
- * first key) sits at element offsets k_off / v_off of k_head / v_head (chunk
- * included); key rows are k_row / v_row elements apart; keys >= nkeys are
- * zero-filled and not read. */
-template <typename T, int D, int NW>
-static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const T *v_head,
-                                                          int64_t k_off, int64_t v_off,
-                                                          int64_t k_row, int64_t v_row, T *sK,
-                                                          T *sV, int nkeys) {
-  using M = fd_mma_copy<D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int kl = k0 + n;
-    const bool ok = kl < nkeys;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_row) : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_row) : v_head, ok);
-  }
-}
-
-/* Paged cache: the page ids of this thread's keys of the tile at key0 (-1 for
- * keys >= nkeys), loaded one tile ahead of their use so that the
- * block_table latency hides behind a tile of math. one_page (page_size a
- * power of two >= LOADS): the thread's keys share one page, only pg[0] is
- * loaded. pshift = log2(page_size) when it is a power of two, else -1. */
-template <int D, int NW>
-static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
-                                                       int pshift, bool one_page, int key0,
-                                                       int nkeys,
-                                                       int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
-  using M = fd_mma_copy<D, NW>;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
-  if (one_page) {
-    if (k0 < nkeys) pg[0] = __ldg(bt_row + ((key0 + k0) >> pshift));
-    return;
-  }
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int j = key0 + k0 + n;
-    if (k0 + n < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
-  }
-}
-
-/* Paged cache: copies the tile at key0 with the page ids from
- * fd_mma_page_ids; a key past nkeys or on a page id outside [0, num_pages)
- * (num_pages > 0) is zero-filled and reads nothing. With num_pages > 0 the
- * keys' validity goes to the byte flags `valid` (a score reads them only in a
- * tile with a bad page) and the return value says whether any of this
- * thread's keys sits on a bad page. */
-template <typename T, int D, int NW>
-static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params &p,
-                                                         const T *k_head, const T *v_head,
-                                                         int pshift, bool one_page, int key0,
-                                                         int nkeys,
-                                                         const int (&pg)[fd_mma_copy<D, NW>::LOADS],
-                                                         T *sK, T *sV, unsigned char *valid) {
-  using M = fd_mma_copy<D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-  const bool flags = p.num_pages > 0;
-  if (one_page) {
-    const int page = pg[0];
-    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
-    const int pos = (key0 + k0) & (p.page_size - 1);
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) {
-      const int kl = k0 + n;
-      const bool ok = kl < nkeys && page_ok;
-      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-      fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * p.k_strides[1]) : k_head, ok);
-      fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * p.v_strides[1]) : v_head, ok);
-    }
-    if (flags && c == 0) { /* LOADS flags of 1 or 0 in one store */
-      if constexpr (M::LOADS == 8)
-        *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
-      else
-        *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
-    }
-    return k0 < nkeys && !page_ok;
-  }
-  bool bad = false;
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int kl = k0 + n;
-    const int j = key0 + kl;
-    const int page = pg[n];
-    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
-    const bool ok = kl < nkeys && page_ok;
-    bad = bad || (kl < nkeys && !page_ok);
-    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
-    if (flags && c == 0) valid[kl] = page_ok ? 1 : 0;
-  }
-  return bad;
-}
-
-/* Keys row r (0..15) of the pass sees within the split: [begin, limit). */
-static __device__ __forceinline__ int fd_row_limit(int r, int row0, int pass_rows, int q_len,
-                                                   int kv, int begin, int end) {
-  if (r >= pass_rows) return begin; /* phantom row: sees nothing */
-  const int t = (row0 + r) % q_len;
-  return max(begin, min(end, kv - q_len + t + 1));
+/* Keys [*lo, *hi) row r (0..15) of the pass sees within the split (phantom
+ * rows see nothing). */
+static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &p, int r, int row0,
+                                                        int pass_rows, int kv, int begin, int end,
+                                                        int *lo, int *hi) {
+  *lo = *hi = begin;
+  if (r < pass_rows)
+    fd_row_keys((row0 + r) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, lo, hi);
 }
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int DV>
 static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
                                                          unsigned char *smem) {
   using C = fd_mma_cfg<D, NW>;
-  constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT, KS = C::KS;
+  constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT;
+  /* DV < D (head_dim 80, 96 in 128-wide storage): the columns past DV are
+   * zeros in shared memory and skipped by the mma loops */
+  constexpr int KS = DV / 16;          /* k-steps of Q K^T */
+  constexpr int NTV = DV == D ? NT : DV / 8; /* O n-tiles computed per warp */
+  static_assert(DV == D || (C::DW == 1 && DV % 16 == 0 && DV < D), "padded head_dim");
   constexpr int ROWS = FD_MMA_ROWS;
   constexpr int OSTRIDE = D + FD_MMA_OPAD;
 
@@ -366,25 +163,34 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
 
-  /* pass_end: no row of the pass sees a key at or past it (those are not loaded). */
-  int t_max = 0;
-  {
-    int t = row0 % q_len;
-    for (int r = 0; r < pass_rows; r++) {
-      t_max = max(t_max, t);
-      t = t + 1 == q_len ? 0 : t + 1;
+  /* [pass_lo, pass_end): the keys some row of the pass sees (no other key is
+   * read); tiles start at kbeg, the 64-key boundary at or below pass_lo. */
+  int pass_lo = end, pass_end = begin, lo_max = begin;
+  for (int r = 0; r < pass_rows; r++) {
+    int lo, hi;
+    fd_pass_row_keys(p, r, row0, pass_rows, kv, begin, end, &lo, &hi);
+    if (hi > lo) {
+      pass_lo = min(pass_lo, lo);
+      lo_max = max(lo_max, lo);
+      pass_end = max(pass_end, hi);
     }
   }
-  const int pass_end = max(begin, min(end, kv - q_len + t_max + 1));
-  const int lim0 = fd_row_limit(g, row0, pass_rows, q_len, kv, begin, end);
-  const int lim1 = fd_row_limit(g + 8, row0, pass_rows, q_len, kv, begin, end);
-  const int span = pass_end - begin;
+  if (pass_lo > pass_end) pass_lo = pass_end;
+  const int kbeg = begin + (pass_lo - begin) / 64 * 64;
+  /* rows g and g + 8 see [lo, lim); the lower bounds matter only in tiles
+   * before lo_max (a window's first tiles) and are recomputed there, which
+   * keeps the loop's registers those of the causal kernel (head_dim 256 is
+   * at 255) */
+  int lo_unused, lim0, lim1;
+  fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
+  fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
+  const int span = pass_end - kbeg;
   const int num_tiles = (span + KT - 1) / KT;
   const float scale = p.scale_log2;
 
-  float o[NT][4];
+  float o[NTV][4];
 #pragma unroll
-  for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < NTV; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY; /* running max of rows g, g + 8 (base 2, quad-uniform) */
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
 
@@ -400,7 +206,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const int r = idx / C::CH;
       const int c = idx % C::CH;
       const T *src = static_cast<const T *>(p.q);
-      const bool ok = r < pass_rows;
+      const bool ok = r < pass_rows && (DV == D || c < DV / 8);
       if (ok) {
         const int gi = (row0 + r) / q_len;
         const int t = (row0 + r) - gi * q_len;
@@ -424,8 +230,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
     const int k0 = tid / C::CH * M::LOADS;
     const int cc = tid % C::CH;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + cc * 8;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + cc * 8;
     const int64_t k_tile = (int64_t)KT * p.k_strides[1];
     const int64_t v_tile = (int64_t)KT * p.v_strides[1];
     int pg[M::LOADS];
@@ -439,7 +245,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
       if (paged && s < num_tiles) {
-        const int key0 = begin + s * KT;
+        const int key0 = kbeg + s * KT;
         fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, key0,
                                min(KT, pass_end - key0), pgp[s]);
       }
@@ -452,17 +258,19 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
       if (s < num_tiles) {
-        const int key0 = begin + s * KT;
+        const int key0 = kbeg + s * KT;
         const int nk = min(KT, pass_end - key0);
+        const int klo = pass_lo - key0; /* keys before it: zero-filled, not read */
         if (paged) {
-          const bool bad = fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, one_page, key0,
-                                                       nk, pgp[s], sK + s * KT * D,
-                                                       sV + s * KT * D, sValid + s * KT);
+          const bool bad = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
+                                                           key0, klo, nk, pgp[s], sK + s * KT * D,
+                                                           sV + s * KT * D, sValid + s * KT);
           if (s < STAGES - 2) bad_early = bad_early || bad;
           else bad_last = bad;
         } else {
-          fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                       p.v_strides[1], sK + s * KT * D, sV + s * KT * D, nk);
+          fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                           p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
+                                           klo, nk);
           k_off += k_tile;
           v_off += v_tile;
         }
@@ -503,7 +311,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     int stage = 0;
     int load_stage = STAGES - 1;
     for (int it = 0; it < num_tiles; it++) {
-      const int key0 = begin + it * KT;
+      const int key0 = kbeg + it * KT;
       fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
       /* everyone's did; tile it-1 fully consumed (and the bad-page bit of
        * tile it + STAGES - 2, copied last iteration) */
@@ -516,20 +324,23 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       {
         const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
         if (nt < num_tiles) {
-          const int nkey0 = begin + nt * KT;
+          const int nkey0 = kbeg + nt * KT;
           const int nk = min(KT, pass_end - nkey0);
+          /* pass_lo - kbeg < 64 <= (STAGES - 1) * KT: only prologue tiles
+           * hold keys below pass_lo */
+          const int klo = 0;
           if (paged) {
-            bad_pend = fd_mma_copy_paged<T, D, NW>(p, k_head, v_head, pshift, one_page, nkey0, nk,
-                                                   pg, sK + load_stage * KT * D,
-                                                   sV + load_stage * KT * D,
-                                                   sValid + load_stage * KT);
+            bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, nkey0,
+                                                       klo, nk, pg, sK + load_stage * KT * D,
+                                                       sV + load_stage * KT * D,
+                                                       sValid + load_stage * KT);
             if (nt + 1 < num_tiles)
               fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
                                      min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
-            fd_mma_copy_contig<T, D, NW>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                         p.v_strides[1], sK + load_stage * KT * D,
-                                         sV + load_stage * KT * D, nk);
+            fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                             p.v_strides[1], sK + load_stage * KT * D,
+                                             sV + load_stage * KT * D, klo, nk);
             k_off += k_tile;
             v_off += v_tile;
           }
@@ -555,14 +366,22 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
       const unsigned char *tValid = sValid + stage * KT;
       const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
+      int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+      if (key0 < lo_max) { /* block-uniform */
+        fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
+        fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
+      }
 #pragma unroll
       for (int n = 0; n < 2; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int kl = kl0 + n * 8 + (e & 1);
-          bool vis = key0 + kl < (e < 2 ? lim0 : lim1);
+          const int j = key0 + kl;
+          bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
           if (bad_pages) vis = vis && tValid[kl] != 0;
-          s[n][e] = vis ? s[n][e] * scale : -INFINITY;
+          float x = s[n][e] * scale;
+          if (p.cap_out != 0.0f) x = fd_soft_cap(x, p.cap_in, p.cap_out); /* uniform */
+          s[n][e] = vis ? x : -INFINITY;
         }
       }
 
@@ -589,7 +408,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
       l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
 #pragma unroll
-      for (int n = 0; n < NT; n++) {
+      for (int n = 0; n < NTV; n++) {
         o[n][0] *= a0;
         o[n][1] *= a0;
         o[n][2] *= a1;
@@ -605,7 +424,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
       const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
 #pragma unroll
-      for (int np = 0; np < NT / 2; np++) {
+      for (int np = 0; np < NTV / 2; np++) {
         uint32_t vb[4];
         fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
         fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
@@ -642,7 +461,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
     float *dst1 = dst0 + 8 * OSTRIDE;
 #pragma unroll
-    for (int n = 0; n < NT; n++) {
+    for (int n = 0; n < NTV; n++) {
       *reinterpret_cast<float2 *>(dst0 + n * 8) = make_float2(o[n][0] * f0, o[n][1] * f0);
       *reinterpret_cast<float2 *>(dst1 + n * 8) = make_float2(o[n][2] * f1, o[n][3] * f1);
     }
@@ -662,12 +481,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   __syncthreads();
 
-  fd_store_pass<T, D, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
-                                                           &sFin[0].x, &sFin[0].y);
+  fd_store_pass<T, DV, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
+                                                            &sFin[0].x, &sFin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
 }
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int DV>
 __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
@@ -683,32 +502,33 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
   const int b = blockIdx.z;
   int kv = __ldg(p.kv_len + b);
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  int begin, end;
-  fd_split_range(kv, p.chunk_len, p.num_splits, split, &begin, &end);
+  int begin, end; /* split.h: a window skips the keys before it */
+  fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+               &begin, &end);
   if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
   const int rows_total = p.group * p.q_len;
   for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-    fd_split_mma_pass<T, D, NW>(p, b, hk, split, kv, begin, end, row0,
-                                min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+    fd_split_mma_pass<T, D, NW, DV>(p, b, hk, split, kv, begin, end, row0,
+                                    min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
 }
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int DV>
 static cudaError_t fd_split_mma_prepare(void) {
   constexpr size_t smem = fd_mma_cfg<D, NW>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory (two 4-warp blocks
    * or one 8-warp block per SM). */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW>,
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, int DV>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, NW>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV>();
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
@@ -723,34 +543,38 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const fd_kernel_params params = *p;
-  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW>, params);
+  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW, DV>, params);
   if (le != cudaSuccess) return le;
   return cudaGetLastError();
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, 4>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV>();
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_split_mma_kernel<T, D, 4>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
+                                                       fd_split_mma_kernel<T, D, 4, DV>,
                                                        fd_mma_cfg<D, 4>::THREADS,
                                                        fd_mma_cfg<D, 4>::SMEM);
 }
 
-template <typename T, int D>
+/* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of 128) */
+template <typename T, int D, int DV>
 static cudaError_t fd_split_mma_launch_wide(const fd_kernel_params *p, int wide,
                                             cudaStream_t stream) {
-  return wide ? fd_split_mma_launch_instance<T, D, 8>(p, stream)
-              : fd_split_mma_launch_instance<T, D, 4>(p, stream);
+  return wide ? fd_split_mma_launch_instance<T, D, 8, DV>(p, stream)
+              : fd_split_mma_launch_instance<T, D, 4, DV>(p, stream);
 }
 
 template <typename T>
 static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int wide,
                                            cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_wide<T, 64>(p, wide, stream);
-    case 128: return fd_split_mma_launch_wide<T, 128>(p, wide, stream);
-    case 256: return fd_split_mma_launch_wide<T, 256>(p, wide, stream);
+    case 64: return fd_split_mma_launch_wide<T, 64, 64>(p, wide, stream);
+    case 80: return fd_split_mma_launch_wide<T, 128, 80>(p, wide, stream);
+    case 96: return fd_split_mma_launch_wide<T, 128, 96>(p, wide, stream);
+    case 128: return fd_split_mma_launch_wide<T, 128, 128>(p, wide, stream);
+    case 256: return fd_split_mma_launch_wide<T, 256, 256>(p, wide, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -766,9 +590,11 @@ cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int wide, cudaStream_
 template <typename T>
 static cudaError_t fd_split_mma_occupancy_dim(int head_dim, int *blocks_per_sm) {
   switch (head_dim) {
-    case 64: return fd_split_mma_occupancy_instance<T, 64>(blocks_per_sm);
-    case 128: return fd_split_mma_occupancy_instance<T, 128>(blocks_per_sm);
-    case 256: return fd_split_mma_occupancy_instance<T, 256>(blocks_per_sm);
+    case 64: return fd_split_mma_occupancy_instance<T, 64, 64>(blocks_per_sm);
+    case 80: return fd_split_mma_occupancy_instance<T, 128, 80>(blocks_per_sm);
+    case 96: return fd_split_mma_occupancy_instance<T, 128, 96>(blocks_per_sm);
+    case 128: return fd_split_mma_occupancy_instance<T, 128, 128>(blocks_per_sm);
+    case 256: return fd_split_mma_occupancy_instance<T, 256, 256>(blocks_per_sm);
   }
   return cudaErrorInvalidValue;
 }
