@@ -25,6 +25,12 @@
  *     lse NaN); every other head's rows as without it.
  *   - NaN or Inf anywhere else never passes (comparisons are written so that
  *     NaN fails them).
+ *   - The oracle itself, against the harness's own float64 attention (the
+ *     exact pass of plain_attention below, written apart from the library's
+ *     reference): out within 1e-9 of the row's max|ref|, lse within 1e-9
+ *     relative. Without it a variant that the oracle and a backend both get
+ *     wrong (say both ignore the soft-cap) would pass: the plain term of the
+ *     bound grows with the oracle's error.
  *
  * TOLERANCE (out vs the float64 oracle fd_reference_f64), per output row
  * (one (sequence, query row, query head), head_dim values):
