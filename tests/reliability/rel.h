@@ -57,7 +57,7 @@ void rel_sync(fd_backend backend);
 /* fd_run with private out, lse and workspace (allocated on the backend's
  * side, NaN-poisoned, workspace `ws_fill`): t's out/lse are replaced by them,
  * with dense strides. The raw results come back in host buffers out_host
- * (batch*q_len*num_heads_q*head_dim elements of the dtype) and lse_host
+ * (batch*q_len*num_heads_q*head_dim elements of the out dtype) and lse_host
  * (batch*num_heads_q*q_len floats). Returns fd_run's status. */
 fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned char ws_fill, void *stream,
                           void *out_host, float *lse_host, fd_error *err);
@@ -76,15 +76,16 @@ void rel_store(fd_dtype dtype, void *base, int64_t i, double x);
 int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void *out, const float *lse,
                     const double *ref, const double *ref_lse, double factor, double abs_tol,
                     double lse_abs_tol, const char *what);
-/* The same with the call's sinks (host, [num_heads_q], may be NULL): a row
- * that sees no key has lse = its sink, and a NaN or +inf sink's rows are NaN
- * (out and lse). */
-int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const float *sinks, const void *out,
-                          const float *lse, const double *ref, const double *ref_lse, double factor,
-                          double abs_tol, double lse_abs_tol, const char *what);
-/* Keys row t of a sequence of kv_len keys sees under p (causal, window,
- * non_causal). */
-int32_t rel_visible(const fd_problem *p, int32_t kv_len, int32_t t);
+/* rel_check_dense for a problem with sinks (sinks_host [num_heads_q], or
+ * NULL): a row that sees no key has lse = its sink. Both read the window and
+ * non_causal fields of p, and out in p's out_dtype. */
+int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const float *sinks_host,
+                          const void *out, const float *lse, const double *ref, const double *ref_lse,
+                          double factor, double abs_tol, double lse_abs_tol, const char *what);
+
+/* The keys row t of a sequence of kv_len keys sees under problem p (window,
+ * non_causal): [*lo, *lo + return value), <= 0 for none. */
+int32_t rel_visible(const fd_problem *p, int32_t kv_len, int32_t t, int32_t *lo);
 
 /* Runs the float64 oracle over host tensors `t` (explicit strides) for
  * problem p (backend ignored) into malloc'ed ref / ref_lse. */
