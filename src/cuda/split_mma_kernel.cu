@@ -1,9 +1,8 @@
 /*
  * split_mma_kernel.cu — the flash-decoding split kernel on tensor cores
  * (mma.sync.m16n8k16, ldmatrix, cp.async: sm_80 instructions; fp16 and bf16
- * K/V; built for sm_80 and sm_90a, see CMakeLists.txt FD_CUDA_ARCHS). fp32
- * keeps the CUDA-core kernel (split_kernel.cu); both write the same partials
- * for the combine.
+ * K/V; built for sm_80 and sm_90a, see CMakeLists.txt FD_CUDA_ARCHS). fp32 keeps the CUDA-core
+ * kernel (split_kernel.cu); both write the same partials for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
  *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
@@ -14,13 +13,14 @@
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
  *   phantom rows see no key); group * q_len > 16 takes more passes over the
  *   split's K/V (the re-reads mostly hit L2).
- *   Three configs (fd_mma_cfg; which one a GPU runs: gpu_select.h): NW = 4,
- *   two blocks an SM where they fit (FD_MMA_4W); NW = 8, one block an SM with
- *   twice the keys a tile and twice the bytes in flight, launched when the
- *   grid has no more blocks than the GPU has SMs (cuda_backend.cu), where
- *   four warps an SM left the schedulers idle (bench/NOTES.md), on GPUs with
- *   ~200 KB a block (FD_MMA_WIDE); NW = 4 with 2 stages for GPUs with 99 KB a
- *   block (sm_86, sm_89, sm_120; FD_MMA_LEAN, head_dim >= 80).
+ *   Three configs (fd_mma_cfg, mma_config.cuh; which one a GPU runs:
+ *   gpu_select.h): NW = 4, two blocks an SM where they fit (FD_MMA_4W); NW =
+ *   8, one block an SM with twice the keys a tile and twice the bytes in
+ *   flight, launched when the grid has no more blocks than the GPU has SMs
+ *   (cuda_backend.cu), where four warps an SM left the schedulers idle
+ *   (bench/NOTES.md), on GPUs with ~200 KB a block (FD_MMA_WIDE); NW = 4
+ *   with 2 stages for GPUs with 99 KB a block (sm_86, sm_89, sm_120;
+ *   FD_MMA_LEAN, head_dim >= 80).
  *
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
@@ -95,6 +95,11 @@
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
  *   keys).
  *
+ * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
+ *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
+ *   contiguous, paged), pass_output.cuh (the epilogue); this file: the tile
+ *   math (Q K^T, mask, online softmax, P V), the kernel and its launchers.
+ *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
  *   without the attribute, gpu_select.h fd_gpu_pdl_ok):
@@ -114,252 +119,12 @@
 #include "flashdecode.h"
 #include "kernel_params.cuh"
 #include "device_util.cuh"
+#include "mma_config.cuh"
+#include "mma_loaders.cuh"
+#include "mma_primitives.cuh"
 #include "pass_output.cuh"
 #include "split.h"
 #include "gpu_select.h"
-
-#define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
-#define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
-
-
-/* Compile-time shape of the kernel for one head_dim and NW warps a block:
- * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
- * tile, ~196 KB of stages; launched when the grid has no more blocks than
- * the GPU has SMs). LEAN (NW = 4 only): 2 stages, for GPUs whose 99 KB a
- * block hold no 3-stage block (gpu_select.h, FD_MMA_LEAN); tiles and warps
- * as without it. */
-template <int D, int NW, int LEAN = 0>
-struct fd_mma_cfg {
-  static constexpr int THREADS = 32 * NW;
-  static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
-  static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
-  static constexpr int KT = 16 * KW;                /* keys per tile */
-  static constexpr int STAGES = LEAN ? 2 : D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
-  static constexpr int DPW = D / DW;               /* O columns per warp */
-  static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
-  static constexpr int KS = D / 16;                /* k-steps of Q K^T */
-  static constexpr int CH = D / 8;                 /* 16-byte chunks per row */
-  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * D * 2; /* K and V stages */
-  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
-  static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
-  static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
-  static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
-  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
-  static_assert(D == 64 || D == 128 || D == 256, "head_dim");
-  static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
-  /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
-  static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SMEM + 1024) <= 233472), "shared memory");
-  static_assert(NW == 4 || NW == 8, "warps");
-  static_assert(!LEAN || (NW == 4 && D != 64), "lean: 4 warps, head_dim 80..256");
-  static_assert(SMEM == FD_MMA_SMEM(D, NW, LEAN), "gpu_select.h sizes the configs the same way");
-  static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
-  /* Keys below a pass's first visible key lie in the prologue's tiles, except
-   * with 2 stages of 32 keys (lean, head_dim 256), where the loop zero-fills
-   * them too (PRE_LO below). */
-  static constexpr bool PRE_LO = (STAGES - 1) * KT < 64;
-  static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
-                "O merge buffer must fit in the K/V stages");
-};
-
-/* ---- mma.sync / ldmatrix wrappers ---- */
-
-/* c += a * b for one m16n8k16 tile: a = 4 registers of 16-bit pairs (A, row
- * major), b = 2 (B, "col"), c = 4 fp32. */
-template <typename T>
-static __device__ __forceinline__ void fd_mma16816(float (&c)[4], const uint32_t (&a)[4],
-                                                   uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/* Four 8x8 16-bit matrices from shared memory; lane l gives row l % 8 of matrix l / 8. */
-static __device__ __forceinline__ void fd_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* Two floats -> hi + lo registers of two 16-bit values each, hi = RN(x) and
- * lo = RN(x - hi): P = hi + lo carries ~16 significant bits, so P·V done as
- * two mma keeps the weights as exact as the fp32 sum l they are divided by
- * (one 16-bit P alone costs 2^-9 relative per weight in bf16). */
-template <typename T>
-static __device__ __forceinline__ void fd_pack2_split(float lo_val, float hi_val, uint32_t &hi,
-                                                      uint32_t &lo) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo_val, hi_val);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(lo_val - hf.x, hi_val - hf.y);
-    memcpy(&hi, &h, sizeof hi);
-    memcpy(&lo, &l, sizeof lo);
-  } else {
-    const __half2 h = __floats2half2_rn(lo_val, hi_val);
-    const float2 hf = __half22float2(h);
-    const __half2 l = __floats2half2_rn(lo_val - hf.x, hi_val - hf.y);
-    memcpy(&hi, &h, sizeof hi);
-    memcpy(&lo, &l, sizeof lo);
-  }
-}
-
-/* The same, each matrix transposed. */
-static __device__ __forceinline__ void fd_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* Two floats -> one register of two 16-bit values (lo in the low half), RN. */
-template <typename T>
-static __device__ __forceinline__ uint32_t fd_pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
-  }
-  return r;
-}
-
-/* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
-template <int D>
-static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
-  return (uint32_t)((row * (D / 8) + (chunk ^ (row & 7))) * 16);
-}
-
-/* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
- * the LOADS consecutive keys kr * LOADS + n (n < LOADS), kr = tid / CH, of
- * both K and V. A warp's copy instruction still covers whole rows (its 32
- * threads are 4, 2 or 1 kr by CH = 8, 16 or 32 chunks), and a thread's keys
- * of a tile sit on one page whenever page_size is a power of two >= LOADS
- * (measured: with keys RSTEP rows apart each needed its own page lookup,
- * ~28 instructions a key, bench/NOTES.md). */
-template <int D, int NW>
-struct fd_mma_copy {
-  static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* row groups */
-  static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
-  static_assert(LOADS == 4 || LOADS == 8, "keys per thread: tiles start at multiples of LOADS");
-};
-
-/* Contiguous cache: copies the tile whose key kr * LOADS (this thread's
- * first key) sits at element offsets k_off / v_off of k_head / v_head (chunk
- * included); key rows are k_row / v_row elements apart; keys >= nkeys are
- * zero-filled and not read. */
-template <typename T, int D, int NW, int DV>
-static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const T *v_head,
-                                                          int64_t k_off, int64_t v_off,
-                                                          int64_t k_row, int64_t v_row, T *sK,
-                                                          T *sV, int klo, int nkeys) {
-  using M = fd_mma_copy<D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-  const bool col_ok = DV == D || c < DV / 8; /* padded columns: zeros, no read */
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int kl = k0 + n;
-    const bool ok = kl < nkeys && kl >= klo && col_ok;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * k_row) : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * v_row) : v_head, ok);
-  }
-}
-
-/* Paged cache: the page ids of this thread's keys of the tile at key0 (-1 for
- * keys >= nkeys), loaded one tile ahead of their use so that the
- * block_table latency hides behind a tile of math. one_page (page_size a
- * power of two >= LOADS): the thread's keys share one page, only pg[0] is
- * loaded. pshift = log2(page_size) when it is a power of two, else -1. */
-template <int D, int NW>
-static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
-                                                       int pshift, bool one_page, int key0,
-                                                       int nkeys,
-                                                       int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
-  using M = fd_mma_copy<D, NW>;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
-  if (one_page) {
-    if (k0 < nkeys) pg[0] = __ldg(bt_row + ((key0 + k0) >> pshift));
-    return;
-  }
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int j = key0 + k0 + n;
-    if (k0 + n < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
-  }
-}
-
-/* Paged cache: copies the tile at key0 with the page ids from
- * fd_mma_page_ids; a key past nkeys or on a page id outside [0, num_pages)
- * (num_pages > 0) is zero-filled and reads nothing. With num_pages > 0 the
- * keys' validity goes to the byte flags `valid` (a score reads them only in a
- * tile with a bad page) and the return value says whether any of this
- * thread's keys sits on a bad page. */
-template <typename T, int D, int NW, int DV>
-static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params &p,
-                                                         const T *k_head, const T *v_head,
-                                                         int pshift, bool one_page, int key0,
-                                                         int klo, int nkeys,
-                                                         const int (&pg)[fd_mma_copy<D, NW>::LOADS],
-                                                         T *sK, T *sV, unsigned char *valid) {
-  using M = fd_mma_copy<D, NW>;
-  const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
-  const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
-  const bool flags = p.num_pages > 0;
-  const bool col_ok = DV == D || c < DV / 8; /* padded columns: zeros, no read */
-  if (one_page) {
-    const int page = pg[0];
-    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
-    const int pos = (key0 + k0) & (p.page_size - 1);
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) {
-      const int kl = k0 + n;
-      const bool ok = kl < nkeys && kl >= klo && page_ok && col_ok;
-      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-      fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * p.k_strides[1]) : k_head, ok);
-      fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * p.v_strides[1]) : v_head, ok);
-    }
-    if (flags && c == 0) { /* LOADS flags of 1 or 0 in one store */
-      if constexpr (M::LOADS == 8)
-        *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
-      else
-        *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
-    }
-    return k0 < nkeys && k0 + M::LOADS > klo && !page_ok;
-  }
-  bool bad = false;
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int kl = k0 + n;
-    const int j = key0 + kl;
-    const int page = pg[n];
-    const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
-    const bool ok = kl < nkeys && kl >= klo && page_ok && col_ok;
-    bad = bad || (kl < nkeys && kl >= klo && !page_ok);
-    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
-    if (flags && c == 0) valid[kl] = page_ok ? 1 : 0;
-  }
-  return bad;
-}
 
 /* Keys [*lo, *hi) row r (0..15) of the pass sees within the split (phantom
  * rows see nothing). */
