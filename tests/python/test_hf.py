@@ -250,3 +250,70 @@ def test_decode_step_compiles_fullgraph():
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
     # the prefill (eager, 7 tokens) and the traced step both ran flashdecode
     assert fh.stats["flashdecode"] >= 6 and fh.stats["sdpa"] == 0, fh.stats
+
+
+def _cuda():
+    if not torch.cuda.is_available() or not flashdecode.backend_available("cuda"):
+        pytest.skip("no GPU for flashdecode's CUDA backend (sm_90)")
+    return torch.device("cuda")
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_llama_cuda_float32(cache):
+    """CUDA, float32: the same tokens as sdpa and every step through flashdecode."""
+    device = _cuda()
+    model = tiny("llama", head_dim=64, hidden_size=256).to(device)
+    kw = {} if cache == "dynamic" else {"cache_implementation": "static"}
+    ref = generate(model, "sdpa", PROMPTS.to(device), **kw)
+    got = generate(model, NAME, PROMPTS.to(device), **kw)
+    assert_same_generation(ref, got, atol=1e-3)
+    assert got[2] == {"flashdecode": 36}, got[2]
+
+
+def test_cuda_graph_replay_of_static_decode_steps():
+    """A static-cache decode step captured once in a CUDA graph and replayed: kv_len and
+    the cache position advance on the device, and each replay gives the logits of the
+    eager step (bfloat16, same as bench/bench_e2e.py)."""
+    from transformers import StaticCache
+
+    device = _cuda()
+    model = tiny("llama", head_dim=128, hidden_size=512, num_attention_heads=4,
+                 num_key_value_heads=2).to(device, torch.bfloat16)
+    model.set_attn_implementation(NAME)
+    prompt = PROMPTS[:1].to(device)
+    tokens = torch.tensor([[11], [12], [13], [14], [15]], device=device)
+
+    def prefilled():
+        cache = StaticCache(config=model.config, max_cache_len=64)
+        with torch.no_grad():
+            model(prompt, past_key_values=cache, use_cache=True)
+        return cache
+
+    cache = prefilled()
+    if not isinstance(getattr(cache.layers[0], "cumulative_length", None), torch.Tensor):
+        pytest.skip("rolls the static cache back through transformers 5.x's cumulative_length")
+    with torch.no_grad():
+        eager = [model(t[None], past_key_values=cache, use_cache=True).logits[:, -1].float()
+                 for t in tokens]
+    cache = prefilled()
+    ids = tokens[:1].clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():   # warm-up steps, then roll the cache back
+        model(ids, past_key_values=cache, use_cache=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    for layer in cache.layers:
+        layer.cumulative_length.sub_(1)
+    graph = torch.cuda.CUDAGraph()
+    fh.reset_stats()
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = model(ids, past_key_values=cache, use_cache=True).logits[:, -1]
+    # capturing records the kernels without running them: the cache is still at the prompt
+    assert fh.stats["flashdecode"] == model.config.num_hidden_layers, fh.stats
+    replayed = []
+    for t in tokens:
+        ids.copy_(t[None])
+        graph.replay()
+        replayed.append(out.float().clone())
+    for step, (a, b) in enumerate(zip(replayed, eager)):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-2, msg="step %d" % step)
