@@ -8,6 +8,7 @@ reach flashdecode.decode as window_left = W - 1, logits_soft_cap and float32 sin
 
 Skipped when torch or transformers is missing (the message names which)."""
 import importlib.util
+import inspect
 
 import pytest
 
@@ -123,27 +124,44 @@ def test_broken_flashdecode_is_caught(monkeypatch):
         assert_same_generation(ref, got)
 
 
-def _mask_pair(model, cache, q_len, past, sliding):
-    """(marker, sdpa mask) that the fdecode and sdpa mask functions build for a step of
-    q_len new tokens after ``past`` cached ones."""
+def _sdpa_mask_materialized(*args, **kwargs):
+    """transformers' sdpa mask function, never skipping the mask for SDPA's is_causal."""
     from transformers import masking_utils
 
+    kwargs["allow_is_causal_skip"] = False
+    return masking_utils.AttentionMaskInterface._global_mapping["sdpa"](*args, **kwargs)
+
+
+def _mask_pair(model, cache, q_len, past, sliding):
+    """(marker, sdpa mask) that the fdecode and sdpa mask functions build for a step of
+    q_len new tokens after ``past`` cached ones (transformers 4.x and 5.x arguments)."""
+    import inspect
+
+    from transformers import masking_utils
+
+    masking_utils.AttentionMaskInterface.register("fd_test_sdpa_full", _sdpa_mask_materialized)
     config = model.config
     kv_heads = config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     if past:
         for layer in range(config.num_hidden_layers):
             kv = torch.randn(1, kv_heads, past, head_dim)
-            cache.update(kv, kv, layer)
-    embeds = torch.zeros(1, q_len, 0)
+            cache.update(kv, kv, layer, {"cache_position": torch.arange(past)})
     create = (masking_utils.create_sliding_window_causal_mask if sliding
               else masking_utils.create_causal_mask)
-    kw = dict(config=config, inputs_embeds=embeds, attention_mask=None, cache=cache,
-              position_ids=torch.arange(past, past + q_len).view(1, q_len))
+    params = inspect.signature(create).parameters
+    embeds = torch.zeros(1, q_len, 0)
+    positions = torch.arange(past, past + q_len)
+    kw = dict(config=config, attention_mask=None, position_ids=positions.view(1, q_len))
+    if "inputs_embeds" in params:          # transformers 5.x
+        kw.update(inputs_embeds=embeds, cache=cache)
+    else:                                  # 4.x
+        kw.update(input_embeds=embeds, past_key_values=cache, cache_position=positions)
     config._attn_implementation = NAME
     marker = create(**kw)
+    config._attn_implementation = "fd_test_sdpa_full"
+    reference = create(**kw)
     config._attn_implementation = "sdpa"
-    reference = create(**kw, allow_is_causal_skip=False)
     return marker, reference
 
 
@@ -231,22 +249,28 @@ def test_decode_step_compiles_fullgraph():
     model.set_attn_implementation(NAME)
     prompt = PROMPTS[:1]
 
+    pass_position = "cache_position" in inspect.signature(model.forward).parameters
+
     def run(step_fn):
         cache = StaticCache(config=model.config, max_cache_len=32)
+        n = prompt.shape[1]
         with torch.no_grad():
-            logits = model(prompt, past_key_values=cache, use_cache=True).logits[:, -1:]
+            kw = {"cache_position": torch.arange(n)} if pass_position else {}
+            logits = model(prompt, past_key_values=cache, use_cache=True, **kw).logits[:, -1:]
             outs = []
-            for _ in range(4):
+            for step in range(4):   # transformers 4.x needs the position (5.x: the cache's)
                 tok = logits.argmax(-1)
-                logits = step_fn(tok, cache)
+                kw = {"cache_position": torch.tensor([n + step])} if pass_position else {}
+                logits = step_fn(tok, cache, kw)
                 outs.append(logits)
         return torch.cat(outs, 1)
 
-    eager = run(lambda tok, cache: model(tok, past_key_values=cache, use_cache=True).logits)
+    eager = run(lambda tok, cache, kw: model(tok, past_key_values=cache, use_cache=True,
+                                             **kw).logits)
     compiled_forward = torch.compile(model.forward, fullgraph=True, backend="aot_eager")
     fh.reset_stats()
-    compiled = run(lambda tok, cache: compiled_forward(tok, past_key_values=cache,
-                                                       use_cache=True).logits)
+    compiled = run(lambda tok, cache, kw: compiled_forward(tok, past_key_values=cache,
+                                                           use_cache=True, **kw).logits)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
     # the prefill (eager, 7 tokens) and the traced step both ran flashdecode
     assert fh.stats["flashdecode"] >= 6 and fh.stats["sdpa"] == 0, fh.stats
