@@ -51,6 +51,8 @@ def tiny(kind, **over):
                                         query_pre_attn_scalar=16, attn_logit_softcapping=5.0,
                                         final_logit_softcapping=30.0)
     elif kind == "gpt_oss":      # sinks, sliding layers of window 4
+        if not hasattr(transformers, "GptOssConfig"):
+            pytest.skip("this transformers has no GPT-OSS (4.55 or later)")
         cfg = transformers.GptOssConfig(**common, head_dim=16, sliding_window=4,
                                         num_local_experts=4, num_experts_per_tok=2)
     else:
@@ -65,9 +67,32 @@ def tiny(kind, **over):
     return model
 
 
+def make_cache(kind, config, max_len=64, batch=1):
+    """A DynamicCache or StaticCache for ``config`` (the constructors of 4.x and 5.x)."""
+    from transformers import DynamicCache, StaticCache
+
+    if kind == "dynamic":
+        try:
+            return DynamicCache(config=config)
+        except TypeError:
+            return DynamicCache()
+    try:
+        return StaticCache(config=config, max_cache_len=max_len)
+    except TypeError:
+        return StaticCache(config=config, max_batch_size=batch, max_cache_len=max_len,
+                           device="cpu", dtype=torch.float32)
+
+
+def set_impl(model, name):
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:   # transformers < 4.54: the modules read the config at every call
+        model.config._attn_implementation = name
+
+
 def generate(model, impl, ids, steps=12, **kw):
     """Greedy tokens and per-step logits with attn_implementation ``impl``."""
-    model.set_attn_implementation(impl)
+    set_impl(model, impl)
     fh.reset_stats()
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
@@ -157,10 +182,11 @@ def _mask_pair(model, cache, q_len, past, sliding):
     embeds = torch.zeros(1, q_len, 0)
     positions = torch.arange(past, past + q_len)
     kw = dict(config=config, attention_mask=None, position_ids=positions.view(1, q_len))
-    if "inputs_embeds" in params:          # transformers 5.x
-        kw.update(inputs_embeds=embeds, cache=cache)
-    else:                                  # 4.x
-        kw.update(input_embeds=embeds, past_key_values=cache, cache_position=positions)
+    # the argument names changed across transformers versions
+    kw["inputs_embeds" if "inputs_embeds" in params else "input_embeds"] = embeds
+    kw["cache" if "cache" in params else "past_key_values"] = cache
+    if "cache_position" in params:
+        kw["cache_position"] = positions
     config._attn_implementation = NAME
     marker = create(**kw)
     config._attn_implementation = "fd_test_sdpa_full"
@@ -177,14 +203,9 @@ def test_marker_is_the_sdpa_mask(kind, cache_kind, past, q_len):
     """marker_mask(marker) equals the boolean mask transformers' sdpa mask function builds,
     for dynamic and static caches with and without a sliding window (window 5: the cache
     drops keys once it is full, so kv_offset > 0)."""
-    from transformers import DynamicCache, StaticCache
-
     model = tiny(kind)
     sliding = kind == "mistral"
-    if cache_kind == "dynamic":
-        cache = DynamicCache(config=model.config)
-    else:
-        cache = StaticCache(config=model.config, max_cache_len=64)
+    cache = make_cache(cache_kind, model.config)
     marker, reference = _mask_pair(model, cache, q_len, past, sliding)
     assert fh.is_marker(marker), marker
     assert marker.shape[0] == (2 if sliding else 1)
@@ -247,16 +268,14 @@ def test_decode_step_compiles_fullgraph():
     """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
     function and the attention function have no graph break, and the compiled step gives
     the eager step's logits."""
-    from transformers import StaticCache
-
     model = tiny("llama")
-    model.set_attn_implementation(NAME)
+    set_impl(model, NAME)
     prompt = PROMPTS[:1]
 
     pass_position = "cache_position" in inspect.signature(model.forward).parameters
 
     def run(step_fn):
-        cache = StaticCache(config=model.config, max_cache_len=32)
+        cache = make_cache("static", model.config, max_len=32)
         n = prompt.shape[1]
         with torch.no_grad():
             kw = {"cache_position": torch.arange(n)} if pass_position else {}
@@ -302,24 +321,24 @@ def test_cuda_graph_replay_of_static_decode_steps():
     """A static-cache decode step captured once in a CUDA graph and replayed: kv_len and
     the cache position advance on the device, and each replay gives the logits of the
     eager step (bfloat16, same as bench/bench_e2e.py)."""
-    from transformers import StaticCache
-
     device = _cuda()
+    probe = make_cache("static", transformers.LlamaConfig(num_hidden_layers=1))
+    if not isinstance(getattr(getattr(probe, "layers", [None])[0], "cumulative_length", None),
+                      torch.Tensor):
+        pytest.skip("rolls the static cache back through transformers 5.x's cumulative_length")
     model = tiny("llama", head_dim=128, hidden_size=512, num_attention_heads=4,
                  num_key_value_heads=2).to(device, torch.bfloat16)
-    model.set_attn_implementation(NAME)
+    set_impl(model, NAME)
     prompt = PROMPTS[:1].to(device)
     tokens = torch.tensor([[11], [12], [13], [14], [15]], device=device)
 
     def prefilled():
-        cache = StaticCache(config=model.config, max_cache_len=64)
+        cache = make_cache("static", model.config)
         with torch.no_grad():
             model(prompt, past_key_values=cache, use_cache=True)
         return cache
 
     cache = prefilled()
-    if not isinstance(getattr(cache.layers[0], "cumulative_length", None), torch.Tensor):
-        pytest.skip("rolls the static cache back through transformers 5.x's cumulative_length")
     with torch.no_grad():
         eager = [model(t[None], past_key_values=cache, use_cache=True).logits[:, -1].float()
                  for t in tokens]
