@@ -318,7 +318,7 @@ def _unsupported(module, query, key, value, marker, dropout, sliding_window, sof
                 return "strides"
     else:
         return "device"
-    if key.device != query.device or value.device != query.device or marker.device != query.device:
+    if key.device != query.device or value.device != query.device:
         return "device"
     if query.stride(-1) != 1 or key.stride(-1) != 1 or value.stride(-1) != 1:
         return "strides"
@@ -381,6 +381,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if not is_marker(attention_mask):
         return _fallback(module, query, key, value, attention_mask, dropout, scaling,
                          sliding_window, softcap, s_aux, kwargs, "not a decode step")
+    if attention_mask.device != query.device:   # layers spread over devices
+        attention_mask = attention_mask.to(query.device)
     reason = _unsupported(module, query, key, value, attention_mask, dropout, sliding_window,
                           softcap, s_aux, kwargs)
     if reason is not None:
