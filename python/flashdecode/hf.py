@@ -13,18 +13,20 @@ substring test), so a registered function of that name cannot be selected.
 
 What runs where
 ---------------
-Decode steps (1 to 16 new tokens per sequence, a causal or sliding-window-causal mask, no
-padding) run ``flashdecode.decode`` on the model's KV cache in place: transformers' cache
+Decode steps (1 to 16 new tokens per sequence, so also a short prompt's prefill; a causal
+or sliding-window-causal mask; no padding) run ``flashdecode.decode`` on the model's KV cache in place: transformers' cache
 is [batch, kv_heads, capacity, head_dim] and flashdecode reads it through strides
 (``key.transpose(1, 2)``; no copy, no transposition). Everything else goes to PyTorch SDPA
 exactly as ``attn_implementation="sdpa"`` would run it (the mask of the sdpa mask
-function): prefill (more than 16 new tokens), padded batches, packed sequences, chunked
+function): steps of more than 16 new tokens (prefill), padded batches, packed sequences, chunked
 or custom masks, dropout/training, dtypes other than float32/float16/bfloat16, a head_dim
 the backend lacks, a device flashdecode has no backend for. Steps with a logit soft-cap or
 attention sinks that the installed flashdecode cannot compute go to the model's own eager
 attention (SDPA has neither). The model's softmax scale (``scaling``), sliding window
 (``window_left = sliding_window - 1``), soft-cap (``logits_soft_cap``) and sinks (float32
-``sinks``) are passed to flashdecode when it accepts those keywords.
+``sinks``) are passed to flashdecode when it accepts those keywords (the window's size
+comes from the model's ``sliding_window`` argument; a step whose mask has a window while
+the layer passes none, or the reverse, falls back).
 
 kv_len
 ------
@@ -39,13 +41,14 @@ cache tensor the layer gets that the last query row sees:
     kv_len = q_offset + q_len - kv_offset
 
 where q_offset is the position of the first new token (``cache_position[0]`` in
-transformers 4.x) and kv_offset the absolute position of the cache tensor's first key
+transformers up to 5.3) and kv_offset the absolute position of the cache tensor's first key
 (non-zero only for sliding-window caches that dropped old keys), both as transformers'
 mask functions receive them. Assumption: no padding, so every sequence of the batch has
 that same length and sees the keys 0 .. kv_len - 1 of its row. A 2-D padding mask that is
 not all ones (left padding) makes the step fall back to SDPA; under torch.compile the
-mask's values cannot be read, so there any 2-D padding mask falls back (call the model
-with ``attention_mask=None`` for compiled decoding with flashdecode). For a static cache
+mask's values cannot be read, so there any 2-D padding mask falls back (call a compiled
+model with ``attention_mask=None``; ``generate`` with a static cache builds its masks
+outside the compiled forward, so it is not affected). For a static cache
 the position is a device tensor, so kv_len is computed on the device: the decode step
 can be captured in a CUDA graph and replayed as the cache grows.
 
