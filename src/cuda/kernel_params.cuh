@@ -41,9 +41,6 @@ typedef struct fd_kernel_params {
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
   int32_t num_splits;         /* plan->num_splits */
   int32_t split_len_fixed;    /* keys per split in the deterministic mode, else 0 (split.h) */
-  int32_t pdl;                /* host: launch the tensor-core split kernel and the combine
-                                 with programmatic dependent launch (the loaded code is
-                                 sm_90+ and waits: gpu_select.h, fd_gpu_pdl_ok) */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
   /* Variants (flashdecode.h, WHAT IT COMPUTES) */
   int32_t window_left;        /* -1 = no window */
@@ -52,6 +49,9 @@ typedef struct fd_kernel_params {
                                  cap_out = 0: off */
   const float *sinks;         /* [num_heads_q] natural-log units, or NULL */
   int32_t out_f32;            /* out is float32 (fd_problem.out_dtype), else dtype */
+  int32_t pdl;                /* host only: launch the tensor-core split kernel and the
+                                 combine with programmatic dependent launch (the loaded
+                                 code is sm_90+ and waits: gpu_select.h, fd_gpu_pdl_ok) */
 } fd_kernel_params;
 
 /* Launch the split kernel (split_kernel.cu) for p->dtype and p->head_dim on
