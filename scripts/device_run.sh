@@ -255,7 +255,8 @@ if [ "$MODE" = ampere ]; then
     budget=$(( left - 50 )); [ "$budget" -gt 240 ] && budget=240
     # files <date>-<commit>-sm80ptx-h200*.csv, beside the sm_90a run's <date>-<commit>-h200*.csv
     # shellcheck disable=SC2086
-    FLASHDECODE_LIBRARY="$PWD/build-sm80ptx/libflashdecode.so" timeout $(( left - 10 )) \
+    FLASHDECODE_LIBRARY="$PWD/build-sm80ptx/libflashdecode.so" \
+      FD_READ_PROBE_LIBRARY="$PWD/build-sm80ptx/libfd_read_probe.so" timeout $(( left - 10 )) \
       python3 bench/bench_gpu.py --no-peers --tag sm80ptx --out-dir "$OUT" --traces bench/data \
       --commit "$COMMIT" --budget-s "$budget" ${FD_BENCH_ARGS:-} >/tmp/fd-bench.txt 2>&1
     r=$?
