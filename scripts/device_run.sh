@@ -238,10 +238,13 @@ if [ "$MODE" = ampere ]; then
   fi
 
   if step "both builds at once: test_fatbin, test_gpu_select device, ctest -L gpu, memcheck of the GPU grid" 200; then
-    avariant sm80ptx >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
-    avariant sm86 >/tmp/fd-amp-sm86.txt 2>&1 & p2=$!
-    wait $p1 || status=1
-    wait $p2 || status=1
+    # bounded by the deadline (less the summary's margin): the log must come back
+    left=$(( DEADLINE - ($(date +%s) - START) - 20 ))
+    timeout "$left" bash -c "$(declare -f avariant); avariant sm80ptx" >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
+    timeout "$left" bash -c "$(declare -f avariant); avariant sm86" >/tmp/fd-amp-sm86.txt 2>&1 & p2=$!
+    wait $p1; r1=$?; wait $p2; r2=$?
+    [ $r1 -eq 0 ] || { status=1; [ $r1 -eq 124 ] && echo "   [sm80ptx] stopped at the deadline"; }
+    [ $r2 -eq 0 ] || { status=1; [ $r2 -eq 124 ] && echo "   [sm86] stopped at the deadline"; }
     for n in sm80ptx sm86; do
       echo "-- [$n]"
       grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|^  16-bit|^  float32|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit| passed| failed| skipped|error" \
