@@ -180,8 +180,8 @@ typedef struct fd_nccl_plan {
  * FD_MAX_MERGE_STATES; sizes beyond 2^52 bytes) or FD_STATUS_BACKEND_ERROR
  * (an NCCL query failed; the message names it).
  */
-FD_NCCL_API fd_status fd_nccl_plan_init(fd_nccl_plan *plan, const fd_nccl_problem *problem, ncclComm_t comm,
-                            fd_error *err);
+FD_NCCL_API fd_status fd_nccl_plan_init(fd_nccl_plan *plan, const fd_nccl_problem *problem,
+                                        ncclComm_t comm, fd_error *err);
 
 /*
  * Where this rank's states sit in `workspace`: *out (dtype) and *lse
@@ -191,8 +191,8 @@ FD_NCCL_API fd_status fd_nccl_plan_init(fd_nccl_plan *plan, const fd_nccl_proble
  * Returns FD_STATUS_OK or FD_STATUS_INVALID_ARGUMENT (plan not made by
  * fd_nccl_plan_init, workspace NULL).
  */
-FD_NCCL_API fd_status fd_nccl_local_slot(const fd_nccl_plan *plan, void *workspace, void **out, float **lse,
-                             fd_error *err);
+FD_NCCL_API fd_status fd_nccl_local_slot(const fd_nccl_plan *plan, void *workspace, void **out,
+                                         float **lse, fd_error *err);
 
 /*
  * Enqueue on `stream` the all-gather of every rank's states into the
@@ -212,9 +212,10 @@ FD_NCCL_API fd_status fd_nccl_local_slot(const fd_nccl_plan *plan, void *workspa
  * FD_STATUS_UNSUPPORTED (check_shapes while `stream` is capturing),
  * FD_STATUS_BACKEND_ERROR (an NCCL or CUDA call failed; named).
  */
-FD_NCCL_API fd_status fd_nccl_gather(const fd_nccl_plan *plan, ncclComm_t comm, const void *local_out,
-                         const float *local_lse, void *workspace, size_t workspace_size,
-                         void *stream, fd_error *err);
+FD_NCCL_API fd_status fd_nccl_gather(const fd_nccl_plan *plan, ncclComm_t comm,
+                                     const void *local_out, const float *local_lse,
+                                     void *workspace, size_t workspace_size, void *stream,
+                                     fd_error *err);
 
 /*
  * Enqueue on `stream` the merge of the gathered states (fd_merge_states,
@@ -227,8 +228,8 @@ FD_NCCL_API fd_status fd_nccl_gather(const fd_nccl_plan *plan, ncclComm_t comm, 
  * not made by fd_nccl_plan_init; FD_STATUS_WORKSPACE_TOO_SMALL.
  */
 FD_NCCL_API fd_status fd_nccl_merge_gathered(const fd_nccl_plan *plan, const void *workspace,
-                                 size_t workspace_size, void *out, float *lse, void *stream,
-                                 fd_error *err);
+                                             size_t workspace_size, void *out, float *lse,
+                                             void *stream, fd_error *err);
 
 /*
  * fd_nccl_gather then fd_nccl_merge_gathered: the merged out / lse of all
@@ -236,9 +237,10 @@ FD_NCCL_API fd_status fd_nccl_merge_gathered(const fd_nccl_plan *plan, const voi
  * inside a caller's ncclGroupStart / ncclGroupEnd: see above). Statuses:
  * those of the two calls.
  */
-FD_NCCL_API fd_status fd_nccl_merge(const fd_nccl_plan *plan, ncclComm_t comm, const void *local_out,
-                        const float *local_lse, void *workspace, size_t workspace_size, void *out,
-                        float *lse, void *stream, fd_error *err);
+FD_NCCL_API fd_status fd_nccl_merge(const fd_nccl_plan *plan, ncclComm_t comm,
+                                    const void *local_out, const float *local_lse,
+                                    void *workspace, size_t workspace_size, void *out,
+                                    float *lse, void *stream, fd_error *err);
 
 /*
  * Wait for `stream` (cudaStreamQuery, polled every ~50 us) while watching
@@ -251,8 +253,8 @@ FD_NCCL_API fd_status fd_nccl_merge(const fd_nccl_plan *plan, ncclComm_t comm, c
  * caller's ncclCommAbort). Returns FD_STATUS_OK when the stream's work is
  * done. Host-side: not for use inside a graph capture.
  */
-FD_NCCL_API fd_status fd_nccl_wait(ncclComm_t comm, void *stream, double timeout_s, int abort_on_timeout,
-                       fd_error *err);
+FD_NCCL_API fd_status fd_nccl_wait(ncclComm_t comm, void *stream, double timeout_s,
+                                   int abort_on_timeout, fd_error *err);
 
 #ifdef __cplusplus
 } /* extern "C" */
