@@ -1,7 +1,8 @@
 /*
  * multi_gpu_decode.c — one decode step with the KV cache spread across GPUs:
  * one process drives every visible GPU (ncclCommInitAll), each sequence's
- * pages are cut into contiguous ranges, one range (a shard) per GPU, each GPU
+ * pages are cut into contiguous ranges, one range (a shard) per GPU, which
+ * holds those pages only (its own page pool and block table), each GPU
  * runs fd_run over its shard (fp32 states, with lse) and flashdecode_nccl
  * gathers and merges the states, so that every GPU ends with the attention
  * over the whole cache. Checked against one GPU's fd_run over the whole
@@ -103,36 +104,40 @@ typedef struct shard {
 
 static int pages_of(int32_t kv_len) { return (kv_len + PAGE - 1) / PAGE; }
 
-/* Shard s of n: pages [P*s/n, P*(s+1)/n) of each sequence of P pages (at
- * lengths `kv_len`). */
-static void cut(const host_cache *c, const int32_t *kv_len, int s, int n, shard *sh) {
+/* Shard s of n: pages [P*s/n, P*(s+1)/n) of each sequence, P its pages at
+ * capacity (`kv_cap`): a shard owns a fixed range of positions, and holds
+ * the part of it the sequence has reached (the last shards fill up last). */
+static void cut(const host_cache *c, const int32_t *kv_cap, int s, int n, shard *sh) {
   for (int b = 0; b < c->batch; b++) {
-    const int p = pages_of(kv_len[b]);
+    const int p = pages_of(kv_cap[b]);
     sh->lo[b] = (int)((int64_t)p * s / n);
     sh->hi[b] = (int)((int64_t)p * (s + 1) / n);
   }
 }
 
-/* A shard's block table (into the full pool's page ids) and key counts. */
-static void shard_tables(const host_cache *c, const int32_t *kv_len, const shard *sh, int max_pages,
-                         int32_t *bt, int32_t *kv) {
+/* A shard's block table (its GPU's page ids: sequence b's page i is local
+ * page base[b] + i - lo[b]) and key counts at lengths `kv_len`. */
+static void shard_tables(const host_cache *c, const int32_t *kv_len, const shard *sh,
+                         const int32_t *base, int max_pages, int32_t *bt, int32_t *kv) {
   for (int b = 0; b < c->batch; b++) {
     const int p = pages_of(kv_len[b]);
+    const int end = sh->hi[b] < p ? sh->hi[b] : p;
     kv[b] = 0;
-    for (int i = sh->lo[b]; i < sh->hi[b]; i++) {
-      bt[b * max_pages + (i - sh->lo[b])] = c->first[b] + i;
+    for (int i = sh->lo[b]; i < end; i++) {
+      bt[b * max_pages + (i - sh->lo[b])] = base[b] + i - sh->lo[b];
       kv[b] += (i == p - 1) ? kv_len[b] - PAGE * i : PAGE;
     }
   }
 }
 
-/* Everything one GPU holds. Every GPU keeps the whole page pool here for
- * simplicity of the page ids (a real server holds its pages only; the
- * kernels read only the pages in the block table). */
+/* Everything one GPU holds: its shards' pages only (its own pool), their
+ * tables, the plans and buffers. */
 typedef struct gpu {
   int device;
   cudaStream_t stream;
-  void *q, *k, *v;
+  void *q, *k, *v;                          /* k, v: [num_pages, PAGE, HKV, D], this GPU's pages */
+  int num_pages;
+  int32_t base[MAX_SHARDS][MAX_BATCH];      /* local page id of each shard's first page */
   int32_t *bt[MAX_SHARDS], *kv[MAX_SHARDS]; /* per local shard */
   fd_plan plan;
   void *fd_ws;
@@ -143,6 +148,8 @@ typedef struct gpu {
 } gpu;
 
 static int g_gpus, g_local, g_max_pages;
+static int32_t g_kv_cap[MAX_BATCH]; /* the lengths the shards are cut for */
+static void *g_ref_k, *g_ref_v;     /* GPU 0: the whole pool, for the single-GPU reference */
 static double g_timeout = 60.0;
 
 /* Upload every local shard's tables for lengths `kv_len`. */
@@ -152,8 +159,8 @@ static void upload_tables(gpu *g, const host_cache *c, const int32_t *kv_len, in
   if (!bt) exit(1);
   for (int l = 0; l < g_local; l++) {
     shard sh;
-    cut(c, kv_len, rank * g_local + l, g_gpus * g_local, &sh);
-    shard_tables(c, kv_len, &sh, g_max_pages, bt, kv);
+    cut(c, g_kv_cap, rank * g_local + l, g_gpus * g_local, &sh);
+    shard_tables(c, kv_len, &sh, g->base[l], g_max_pages, bt, kv);
     CUDA_OK(cudaMemcpyAsync(g->bt[l], bt, (size_t)c->batch * g_max_pages * sizeof(int32_t),
                             cudaMemcpyHostToDevice, g->stream));
     CUDA_OK(cudaMemcpyAsync(g->kv[l], kv, (size_t)c->batch * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -248,8 +255,8 @@ static void whole_cache(const host_cache *c, const int32_t *kv_len, gpu *g0, flo
   fd_tensors t;
   memset(&t, 0, sizeof t);
   t.q = g0->q;
-  t.k_cache = g0->k;
-  t.v_cache = g0->v;
+  t.k_cache = g_ref_k;
+  t.v_cache = g_ref_v;
   t.kv_len = d_kv;
   t.block_table = d_bt;
   t.out = d_out;
@@ -380,9 +387,10 @@ int main(int argc, char **argv) {
 
   /* Shard tables are sized for the grown lengths (the graph's replay). */
   g_max_pages = 1;
+  memcpy(g_kv_cap, kv_grow, sizeof g_kv_cap);
   for (int s = 0; s < g_gpus * g_local; s++) {
     shard sh;
-    cut(&c, kv_grow, s, g_gpus * g_local, &sh);
+    cut(&c, g_kv_cap, s, g_gpus * g_local, &sh);
     for (int b = 0; b < batch; b++)
       if (sh.hi[b] - sh.lo[b] > g_max_pages) g_max_pages = sh.hi[b] - sh.lo[b];
   }
@@ -405,8 +413,30 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaSetDevice(r));
     CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     g->q = dev_copy(c.q, nq * 2);
-    g->k = dev_copy(c.k, pool * 2);
-    g->v = dev_copy(c.v, pool * 2);
+    /* this GPU's pool: the pages of its shards, shard after shard */
+    const size_t page_elems = (size_t)PAGE * HKV * D;
+    uint16_t *hk = malloc(pool * 2), *hv = malloc(pool * 2);
+    if (!hk || !hv) return 1;
+    g->num_pages = 0;
+    for (int l = 0; l < g_local; l++) {
+      shard sh;
+      cut(&c, g_kv_cap, r * g_local + l, g_gpus * g_local, &sh);
+      for (int b = 0; b < batch; b++) {
+        g->base[l][b] = g->num_pages;
+        for (int i = sh.lo[b]; i < sh.hi[b]; i++, g->num_pages++) {
+          memcpy(hk + (size_t)g->num_pages * page_elems, c.k + (size_t)(c.first[b] + i) * page_elems, page_elems * 2);
+          memcpy(hv + (size_t)g->num_pages * page_elems, c.v + (size_t)(c.first[b] + i) * page_elems, page_elems * 2);
+        }
+      }
+    }
+    g->k = dev_copy(hk, (size_t)g->num_pages * page_elems * 2);
+    g->v = dev_copy(hv, (size_t)g->num_pages * page_elems * 2);
+    free(hk);
+    free(hv);
+    if (r == 0) { /* the reference's copy of the whole cache */
+      g_ref_k = dev_copy(c.k, pool * 2);
+      g_ref_v = dev_copy(c.v, pool * 2);
+    }
     for (int l = 0; l < g_local; l++) {
       CUDA_OK(cudaMalloc((void **)&g->bt[l], (size_t)batch * g_max_pages * sizeof(int32_t)));
       CUDA_OK(cudaMalloc((void **)&g->kv[l], (size_t)batch * sizeof(int32_t)));
@@ -423,7 +453,7 @@ int main(int argc, char **argv) {
     p.head_dim = D;
     p.page_size = PAGE;
     p.max_pages_per_seq = g_max_pages;
-    p.num_pages = c.num_pages;
+    p.num_pages = g->num_pages > 0 ? g->num_pages : 1;
     FD_OK(fd_plan_init(&g->plan, &p, &err_));
     CUDA_OK(cudaMalloc(&g->fd_ws, g->plan.workspace_size ? g->plan.workspace_size : 16));
     fd_nccl_problem np;
@@ -489,6 +519,10 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaFree(g->q));
     CUDA_OK(cudaFree(g->k));
     CUDA_OK(cudaFree(g->v));
+    if (r == 0) {
+      CUDA_OK(cudaFree(g_ref_k));
+      CUDA_OK(cudaFree(g_ref_v));
+    }
     CUDA_OK(cudaFree(g->fd_ws));
     CUDA_OK(cudaFree(g->nccl_ws));
     CUDA_OK(cudaFree(g->out));
