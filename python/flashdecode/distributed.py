@@ -25,13 +25,9 @@ __all__ = ["decode"]
 
 
 def _all_gather(gathered, local, group):
-    """gathered [world * n] <- every rank's local [n], in rank order."""
-    if dist.get_backend(group) == "gloo":
-        # gloo has no all_gather_into_tensor of [world, n]; a list of views of
-        # the flat output is written in place.
-        dist.all_gather(list(gathered.view(-1, local.numel()).unbind(0)), local, group=group)
-    else:
-        dist.all_gather_into_tensor(gathered, local, group=group)
+    """gathered [world * n] <- every rank's local [n], in rank order (flat tensors: gloo's
+    all_gather_into_tensor takes those, NCCL's any)."""
+    dist.all_gather_into_tensor(gathered, local, group=group)
 
 
 def _check_shapes(q, group, world, rank):
