@@ -291,11 +291,8 @@ def _rank_main(rank, world, args_dict, store_path, result_path):
 
 
 def _measure_group(torch, dist, fd, clock, device, rank, n, group, a):
-    def gather(gathered, packed):
-        if dist.get_backend(group) == "gloo":
-            dist.all_gather(list(gathered.view(n, -1).unbind(0)), packed, group=group)
-        else:
-            dist.all_gather_into_tensor(gathered.view(-1), packed, group=group)
+    def gather(gathered, packed):  # what flashdecode.distributed does (flat tensors)
+        dist.all_gather_into_tensor(gathered.view(-1), packed, group=group)
 
     out = []
     # correctness once: rank r holds keys [r*L/n, (r+1)*L/n) of a seeded cache
@@ -317,7 +314,7 @@ def _measure_group(torch, dist, fd, clock, device, rank, n, group, a):
     # the all-gather over a size sweep (the model's fit)
     for nbytes in a["sweep"]:
         src = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
-        dst = torch.empty(n, nbytes // 4, dtype=torch.float32, device=device)
+        dst = torch.empty(n * (nbytes // 4), dtype=torch.float32, device=device)
         dist.barrier(group=group)
         out.append(dict(mode="allgather", shards=n, state_bytes=nbytes,
                         us_exchange=clock.time(lambda i: gather(dst, src)), rank=rank))
