@@ -95,7 +95,8 @@
  *   inside the NCCL kernels on the stream (the host calls return;
  *   cudaStreamSynchronize never does) or, at the first collective of a
  *   communicator (connection set-up), inside ncclGroupEnd. NCCL has no
- *   timeout of its own for this; the caller gives one:
+ *   timeout of its own for this; the caller gives one with fd_nccl_wait
+ *   (and takes care of the set-up with a non-blocking communicator):
  *     - fd_nccl_wait(comm, stream, timeout_s, 1, &err) polls the stream and
  *       ncclCommGetAsyncError instead of cudaStreamSynchronize, and after
  *       timeout_s calls ncclCommAbort(comm), which stops the pending NCCL
@@ -103,12 +104,13 @@
  *       make a new one, e.g. ncclCommInitRank) and leaves out / lse
  *       undefined; it returns FD_STATUS_BACKEND_ERROR saying so;
  *     - a communicator made non-blocking (ncclConfig_t.blocking = 0,
- *       ncclCommInitRankConfig) never blocks the host inside NCCL calls,
- *       which then return ncclInProgress: fd_nccl_gather waits for its
- *       group to be enqueued (ncclCommGetAsyncError) before it returns, so
- *       the merge is never enqueued ahead of the gather; a watchdog thread
- *       may call ncclCommAbort(comm) at any time to end that wait (the call
- *       then returns FD_STATUS_BACKEND_ERROR).
+ *       ncclCommInitRankConfig) returns ncclInProgress from NCCL calls
+ *       instead of blocking; fd_nccl_gather then polls
+ *       ncclCommGetAsyncError until its group is enqueued before it returns,
+ *       so that the merge is never enqueued ahead of the gather. That poll
+ *       has no timeout of its own (at a communicator's first collective it
+ *       includes connecting to the peers): warm a communicator up with one
+ *       call under your own watch before relying on it.
  *   A call that fails on one rank before its gather (a local error) leaves
  *   the other ranks waiting in theirs: handle any error as fatal for the
  *   step on every rank (abort the communicator, or time out as above).
