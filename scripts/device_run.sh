@@ -71,7 +71,8 @@ if want test && step "variants fuzz (dev/cuda/variants_fuzz.c: CUDA vs float64 r
   CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")
   cc -O2 -Iinclude -Itests dev/cuda/variants_fuzz.c build/libflashdecode.a tests/gpu_mem.c \
     -fopenmp -lm -I"$CUDA_ROOT/include" -L"$CUDA_ROOT/lib64" -lcudart -lstdc++ -o /tmp/fd-vfuzz &&
-    timeout 120 /tmp/fd-vfuzz 600 "$(date +%s)" 2>&1 | tail -25 || status=1
+    { timeout 120 /tmp/fd-vfuzz 600 "$(date +%s)" >/tmp/fd-vfuzz.txt 2>&1 || status=1; }
+  tail -25 /tmp/fd-vfuzz.txt
 fi
 
 if want test && step "generate --backend cuda --check" 20; then
