@@ -257,7 +257,7 @@ typedef struct fd_problem {
                             only inside fd_plan_init. */
   /* ---- Attention variants (zero = off) ---- */
   int32_t has_window;    /* 1: sliding window of window_left keys (below); 0 = none */
-  int32_t window_left;   /* with has_window: a row at position p sees keys
+  int32_t window_left;   /* with has_window (checked >= -1 always): a row at position p sees keys
                             p - window_left .. p; >= 0, or -1 = no window
                             (FlashInfer's window_left; flash-attn's
                             window_size = (window_left, 0); a model's
@@ -367,6 +367,9 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *   block_table [batch, max_pages_per_seq] int32, row stride block_table_stride
  *            (0 = max_pages_per_seq); key j of sequence b lives in page
  *            block_table[b][j / page_size] at position j % page_size. Paged only.
+ *            With a sliding window, the entries of pages wholly before the
+ *            first row's window (rounded down to 64 keys) are neither read
+ *            nor checked: a server may have freed those pages.
  *   kv_len   [batch] int32, 0 <= kv_len[b] <= kv_capacity (cache_seqlens)
  *   out      [batch, q_len, num_heads_q, head_dim]      out_dtype strides {batch, token, head}
  *   sinks    [num_heads_q] float32, optional (NULL), contiguous

@@ -81,6 +81,14 @@ if want test && step "ctest (all tests, GPU included)" 120; then
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | tail -40
 fi
 
+if want test && step "variants fuzz (dev/cuda/variants_fuzz.c: CUDA vs float64 reference)" 40; then
+  CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")
+  cc -O2 -Iinclude -Itests dev/cuda/variants_fuzz.c build/libflashdecode.a tests/gpu_mem.c \
+    -fopenmp -lm -I"$CUDA_ROOT/include" -L"$CUDA_ROOT/lib64" -lcudart -lstdc++ -o /tmp/fd-vfuzz &&
+    { timeout 120 /tmp/fd-vfuzz 600 "$(date +%s)" >/tmp/fd-vfuzz.txt 2>&1 || status=1; }
+  tail -25 /tmp/fd-vfuzz.txt
+fi
+
 if want test && step "generate --backend cuda --check" 20; then
   ./build/flashdecode generate --backend cuda --check --ids 2>&1 | tail -9
   ./build/flashdecode generate --backend cuda --num-splits 1 2>&1 | tail -1

@@ -131,7 +131,7 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    FD_MAX_Q_LEN_NON_CAUSAL);
   if (p->has_window != 0 && p->has_window != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "has_window: %d, must be 0 or 1", p->has_window);
-  if (p->has_window && p->window_left < -1)
+  if (p->window_left < -1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "window_left: %d, must be >= 0, or -1 for no window", p->window_left);
   if (p->has_window && p->window_left >= 0 && p->non_causal)

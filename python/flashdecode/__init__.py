@@ -9,6 +9,9 @@ version (and numpy alone).
     plan.run(q, k_cache, v_cache, kv_len, out=out)                    # run per layer
     out, lse = flashdecode.merge_states(states_out, states_lse)       # merge partial states
 
+    import flashdecode.distributed                                    # KV across ranks (torch)
+    out = flashdecode.distributed.decode(q, k_shard, v_shard, kv_len_shard, group=group)
+
 Attention variants: sliding window (window_left), logit soft-cap
 (logits_soft_cap), attention sinks (sinks), non-causal rows (non_causal, for
 the shared prefix of cascade decoding) and fp32 out (out_dtype).

@@ -288,9 +288,9 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
   kp->window_left = pr->window_left;
   kp->non_causal = pr->non_causal;
-  if (pr->logits_soft_cap > 0.0f) {
-    kp->cap_in = 1.0f / (pr->logits_soft_cap * 1.4426950408889634f);
-    kp->cap_out = pr->logits_soft_cap * 1.4426950408889634f;
+  if (pr->logits_soft_cap > 0.0f) { /* in double: cap * log2(e) overflows float near 2.4e38 */
+    kp->cap_in = (float)(1.0 / ((double)pr->logits_soft_cap * 1.4426950408889634));
+    kp->cap_out = pr->logits_soft_cap;
   }
   kp->sinks = t->sinks;
   kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;

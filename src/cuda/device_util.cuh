@@ -135,10 +135,11 @@ static __device__ __forceinline__ void fd_row_keys(int t, int q_len, int kv, int
   *hi = h;
 }
 
-/* The soft-cap on a base-2 score (cap_out = 0: off): cap * tanh(x / cap) in
- * natural units, x = s ln 2. */
+/* The soft-cap on a base-2 score s: cap * tanh(x / cap) in natural units,
+ * x = s ln 2, back in base 2 (cap_out = cap, cap_in = 1 / (cap log2 e); the
+ * product with log2 e comes last, so caps up to FLT_MAX do not overflow). */
 static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float cap_out) {
-  return cap_out * tanhf(s * cap_in);
+  return (cap_out * tanhf(s * cap_in)) * 1.4426950408889634f;
 }
 
 /* A row's last step from its running max m (natural log units, -inf for no

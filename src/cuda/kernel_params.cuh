@@ -45,7 +45,8 @@ typedef struct fd_kernel_params {
   /* Variants (flashdecode.h, WHAT IT COMPUTES) */
   int32_t window_left;        /* -1 = no window */
   int32_t non_causal;         /* 1: every row sees keys [0, kv_len) */
-  float cap_in, cap_out;      /* soft-cap on base-2 scores s: cap_out * tanh(s * cap_in);
+  float cap_in, cap_out;      /* soft-cap on base-2 scores s: (cap_out * tanh(s * cap_in))
+                                 * log2(e), cap_out = the cap, cap_in = 1 / (cap log2(e));
                                  cap_out = 0: off */
   const float *sinks;         /* [num_heads_q] natural-log units, or NULL */
   int32_t out_f32;            /* out is float32 (fd_problem.out_dtype), else dtype */

@@ -143,6 +143,17 @@ static void fuzz_plan(reader *r) {
     for (int32_t b = 0; b < p.batch; b++) hint[b] = edgy32(r);
     p.kv_len_hint = hint;
   }
+  /* values flashdecode.h calls invalid (whatever else is wrong): refused,
+   * not resolved into valid ones */
+  const int nc = p.non_causal == 1;
+  const int bad_variant =
+      (p.has_window != 0 && p.has_window != 1) || (p.has_window == 1 && p.window_left < -1) ||
+      !(p.logits_soft_cap >= 0.0f) || isinf(p.logits_soft_cap) || (p.non_causal != 0 && p.non_causal != 1) ||
+      (nc && p.has_window == 1 && p.window_left >= 0) ||
+      (p.out_dtype != 0 && (fd_dtype_size(p.out_dtype) == 0 ||
+                            (p.out_dtype != FD_DTYPE_F32 && p.out_dtype != p.dtype))) ||
+      p.q_len < 0 || p.q_len > (nc ? FD_MAX_Q_LEN_NON_CAUSAL : FD_MAX_Q_LEN) ||
+      (p.deterministic != 0 && p.deterministic != 1) || (p.deterministic == 1 && p.num_splits != 0);
   fd_plan plan;
   fd_error err;
   memset(&err, 0x5a, sizeof err);
@@ -151,6 +162,11 @@ static void fuzz_plan(reader *r) {
   if (verbose()) printf("plan: %s%s%s\n", fd_status_name(st), st ? ": " : "", st ? err.message : "");
   fd_plan plan2;
   if (fd_plan_init(&plan2, &p, NULL) != st) fail("fd_plan_init: another status without err");
+  if (st == FD_STATUS_OK && bad_variant)
+    fail("fd_plan_init accepted has_window %d, window_left %d, logits_soft_cap %g, non_causal %d, q_len %d, "
+         "out_dtype %d (dtype %d), deterministic %d (num_splits %d)",
+         p.has_window, p.window_left, (double)p.logits_soft_cap, p.non_causal, p.q_len, (int)p.out_dtype,
+         (int)p.dtype, p.deterministic, p.num_splits);
   if (st == FD_STATUS_OK) {
     const fd_problem *q = &plan.problem;
     if (plan.backend != FD_BACKEND_CPU && plan.backend != FD_BACKEND_REFERENCE &&

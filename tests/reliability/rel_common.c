@@ -203,9 +203,8 @@ int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const
         const double l = lse ? lse[lrow] : 0.0;
         int bad = !finite || !(err <= floor_rel * ref_max + abs_tol);
         if (lse) {
-          if (visible <= 0 && sinks_host)
-            bad |= !(l == sinks_host[h] ||
-                     fabs(l - sinks_host[h]) <= ltol * fmax(1.0, fabs(sinks_host[h])));
+          if (visible <= 0 && sinks_host) /* the sink (-inf: no sink) */
+            bad |= !(l == sinks_host[h] || fabs(l - sinks_host[h]) <= ltol * fmax(1.0, fabs(sinks_host[h])));
           else if (visible <= 0)
             bad |= !(isinf(l) && l < 0);
           else

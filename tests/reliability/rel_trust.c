@@ -422,12 +422,80 @@ static void deterministic(void **state) {
       }
 }
 
+/* A sliding-window server frees the pages wholly before a window: their
+ * block_table ids (-1 here, with num_pages known) are never checked or read,
+ * and the result equals the one with the pages still there. */
+static void window_freed_pages(void **state) {
+  const rel_env *env = REL_ENV(state);
+  const fd_backend be = env->backend;
+  enum { PS = 16, PAGES = 64, D = 64, HQ = 4 };
+  const int32_t n = PAGES * PS - 5, window = 100;
+  uint64_t s = env->seed ^ 0xf7eeu;
+  const size_t kvn = (size_t)PAGES * PS * D;
+  float *q = malloc((size_t)HQ * D * sizeof *q), *k = malloc(kvn * sizeof *k), *v = malloc(kvn * sizeof *v);
+  assert_non_null(q);
+  assert_non_null(k);
+  assert_non_null(v);
+  fill_random(FD_DTYPE_F32, q, (size_t)HQ * D, 1.0, &s);
+  fill_random(FD_DTYPE_F32, k, kvn, 1.0, &s);
+  fill_random(FD_DTYPE_F32, v, kvn, 1.0, &s);
+  int32_t bt[PAGES], freed[PAGES];
+  for (int i = 0; i < PAGES; i++) bt[i] = freed[i] = i;
+  for (int i = 0; (i + 1) * PS <= n - 1 - window - 64; i++) freed[i] = -1; /* wholly before w0 */
+  fd_problem p = {0};
+  p.backend = be;
+  p.dtype = FD_DTYPE_F32;
+  p.batch = 1;
+  p.num_heads_q = HQ;
+  p.num_heads_kv = 1;
+  p.head_dim = D;
+  p.page_size = PS;
+  p.max_pages_per_seq = PAGES;
+  p.num_pages = PAGES;
+  p.has_window = 1;
+  p.window_left = window;
+  void *dq = put_copy(be, q, (size_t)HQ * D * sizeof *q), *dk = put_copy(be, k, kvn * sizeof *k),
+       *dv = put_copy(be, v, kvn * sizeof *v);
+  int32_t *dbt = put_copy(be, bt, sizeof bt), *dfreed = put_copy(be, freed, sizeof freed),
+          *dlen = put_copy(be, &n, sizeof n);
+  fd_tensors t = {0};
+  t.q = dq;
+  t.k_cache = dk;
+  t.v_cache = dv;
+  t.kv_len = dlen;
+  float out_a[HQ * D], out_b[HQ * D], lse_a[HQ], lse_b[HQ];
+  const int32_t splits[2] = {1, 3};
+  for (int si = 0; si < 2; si++) {
+    p.num_splits = splits[si];
+    fd_plan plan;
+    fd_error err;
+    assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
+    t.block_table = dbt;
+    if (rel_run_private(&plan, &t, 0, NULL, out_a, lse_a, &err) != FD_STATUS_OK) fail_msg("%s", err.message);
+    t.block_table = dfreed;
+    if (rel_run_private(&plan, &t, 0, NULL, out_b, lse_b, &err) != FD_STATUS_OK)
+      fail_msg("freed pages before the window: %s", err.message);
+    rel_assert_same(out_a, out_b, sizeof out_a, "out with the pages before the window freed");
+    rel_assert_same(lse_a, lse_b, sizeof lse_a, "lse with the pages before the window freed");
+  }
+  rel_free(be, dq);
+  rel_free(be, dk);
+  rel_free(be, dv);
+  rel_free(be, dbt);
+  rel_free(be, dfreed);
+  rel_free(be, dlen);
+  free(q);
+  free(k);
+  free(v);
+}
+
 rel_group rel_group_trust(fd_backend backend) {
   static const struct CMUnitTest tests[] = {
       {"long_identical", long_identical, NULL, NULL, NULL},
       {"long_realistic", long_realistic, NULL, NULL, NULL},
       {"nan_shows", nan_shows, NULL, NULL, NULL},
       {"deterministic", deterministic, NULL, NULL, NULL},
+      {"window_freed_pages", window_freed_pages, NULL, NULL, NULL},
   };
   (void)backend;
   rel_group g = {"trust", tests, sizeof tests / sizeof *tests};
