@@ -2,14 +2,14 @@
 # device_run.sh — everything the GPU machine does, in one call, most important
 # first, each step skipped once the time budget (FD_DEADLINE_S, seconds since
 # start; default 1e9) would be overrun:
-#   1 build (CUDA sm_90a)            2 ctest: every test, GPU ones included
+#   1 build (CUDA: SASS sm_80 + sm_90a, compute_80 PTX)  2 ctest: every test, GPU ones included
 #   3 generate --backend cuda --check
 #   4 compute-sanitizer memcheck/racecheck/initcheck/synccheck, GPU grid
 #   5 bench/bench_gpu.py (peers: SDPA, FlashInfer from .whl/, Flex; the variant rows)
 #                                    6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere]
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
