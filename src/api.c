@@ -18,6 +18,7 @@ size_t fd_struct_size(const char *name) {
   if (!strcmp(name, "fd_tensors")) return sizeof(fd_tensors);
   if (!strcmp(name, "fd_error")) return sizeof(fd_error);
   if (!strcmp(name, "fd_merge_problem")) return sizeof(fd_merge_problem);
+  if (!strcmp(name, "fd_append_tensors")) return sizeof(fd_append_tensors);
   return 0;
 }
 
@@ -26,6 +27,8 @@ size_t fd_dtype_size(fd_dtype dtype) {
     case FD_DTYPE_F32: return 4;
     case FD_DTYPE_F16: return 2;
     case FD_DTYPE_BF16: return 2;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: return 1;
   }
   return 0;
 }
@@ -135,6 +138,9 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
     return st;
   if (p->page_size > 0 && t.block_table_stride == 0) t.block_table_stride = p->max_pages_per_seq;
   if (p->page_size == 0) t.block_table = NULL;
+  if ((st = fd_check_scale_args(plan, in->k_scale, in->v_scale, in->scale_strides, t.scale_strides,
+                                err)))
+    return st;
 
   if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
     return fd_fail(err, FD_STATUS_WORKSPACE_TOO_SMALL,
@@ -144,18 +150,20 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   switch (plan->backend) {
     case FD_BACKEND_CPU:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
+      if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
       return fd_cpu_run(plan, &t, workspace, err);
     case FD_BACKEND_REFERENCE:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
+      if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
       return fd_reference_run(plan, &t, err);
     case FD_BACKEND_CUDA: {
-      size_t e = fd_dtype_size(p->dtype);
+      const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
       if (misaligned(t.q, t.q_strides, e, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED, "q: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.k_cache, t.k_strides, e, 16))
+      if (misaligned(t.k_cache, t.k_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "k_cache: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.v_cache, t.v_strides, e, 16))
+      if (misaligned(t.v_cache, t.v_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "v_cache: CUDA needs 16-byte aligned base and strides");
       if (misaligned(t.out, t.out_strides, fd_dtype_size(p->out_dtype), 16))

@@ -197,6 +197,15 @@ int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k);
 fd_status fd_cpu_run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace,
                          fd_cpu_isa isa, fd_error *err);
 
+/* fp8 caches (cpu_fp8.c). lut[i] = the value of code i of `dtype` (E4M3 or
+ * E5M2). */
+void fd_cpu_fp8_table(fd_dtype dtype, float lut[256]);
+/* dst [n][head_dim] = lut[code] * (scales ? scales[j] : scale) for the
+ * head_dim codes at (const uint8_t *)rows[j] + off, j < n: one rounding to
+ * float32 per element. */
+void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
+                      const float *lut, const float *scales, float scale);
+
 /* dst[i] = src[i] widened to float32, i < n. src: [n] elements of dtype. */
 static inline void fd_cpu_load_row(float *dst, const void *src, fd_dtype dtype, int n) {
   if (dtype == FD_DTYPE_F32) {
