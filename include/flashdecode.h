@@ -105,6 +105,21 @@
  *   (kv_len and block_table included); for the CPU and reference backends,
  *   host pointers.
  *
+ * DETERMINISM
+ *   Every backend is run-to-run reproducible: the same plan and inputs give
+ *   the same bits. With fd_problem.deterministic = 1 a sequence's out and lse
+ *   are also bitwise identical whatever the batch around it, the other
+ *   sequences' lengths, kv_capacity (up to FD_DETERMINISTIC_MAX_KEYS keys
+ *   read a sequence), kv_len_hint, sm_count, the number of CPU threads, and
+ *   CUDA-graph replay versus eager calls (batch-invariant inference, RL
+ *   rollouts that must match training). It fixes the split length at
+ *   FD_DETERMINISTIC_SPLIT_LEN keys (so num_splits must be 0) and runs one
+ *   kernel variant whatever the grid. The cost: short single sequences get
+ *   fewer splits (B = 1 at 16k keys: 8 splits instead of ~32); batches that
+ *   fill the GPU run as fast (bench/NOTES.md has the measured cost).
+ *   Results differ between backends and between deterministic and default
+ *   plans (different summation orders, all within the documented accuracy).
+ *
  * THREAD SAFETY
  *   The library has no mutable global state. A plan is immutable after
  *   fd_plan_init and may be shared by threads; concurrent fd_run calls are
@@ -271,6 +286,8 @@ typedef struct fd_problem {
                             FD_MAX_Q_LEN_NON_CAUSAL; no window. 0 = causal */
   fd_dtype out_dtype;    /* 0 = dtype; FD_DTYPE_F32 for any dtype (states merged
                             later lose nothing to 16-bit rounding) */
+  int32_t deterministic; /* 1: batch-invariant results (DETERMINISM below);
+                            0 = off (fastest) */
   /* ---- fp8 KV cache (zero = the cache has dtype) ---- */
   fd_dtype kv_dtype;     /* element type of k_cache and v_cache: 0 = dtype;
                             FD_DTYPE_E4M3 or FD_DTYPE_E5M2 with dtype
@@ -278,6 +295,11 @@ typedef struct fd_problem {
   fd_kv_scale kv_scale;  /* which scales fd_tensors.k_scale / v_scale hold;
                             only with an fp8 kv_dtype. 0 = none (1.0) */
 } fd_problem;
+
+/* The deterministic mode's split length, and the most keys (after a
+ * window) it serves: FD_MAX_SPLITS splits. */
+#define FD_DETERMINISTIC_SPLIT_LEN 2048
+#define FD_DETERMINISTIC_MAX_KEYS (FD_DETERMINISTIC_SPLIT_LEN * 1024)
 
 /* Most query rows per sequence: causal, non-causal. */
 #define FD_MAX_Q_LEN 16
@@ -331,8 +353,10 @@ typedef struct fd_plan {
  *       window_left < -1; logits_soft_cap negative or not finite; non_causal
  *       not 0 or 1, or with a window; q_len above FD_MAX_Q_LEN_NON_CAUSAL in
  *       non-causal mode; out_dtype not 0 or an fd_dtype, or a 16-bit
- *       out_dtype other than dtype; dtype or out_dtype an fp8 type (they
- *       are cache types: set kv_dtype); kv_dtype not 0, dtype,
+ *       out_dtype other than dtype; deterministic not 0 or 1, with num_splits
+ *       set, or with a kv_capacity (windowed: window_left + q_len + 63)
+ *       above FD_DETERMINISTIC_MAX_KEYS; dtype or out_dtype an fp8 type
+ *       (they are cache types: set kv_dtype); kv_dtype not 0, dtype,
  *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
  *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
  *       kv_dtype.
@@ -579,14 +603,20 @@ typedef struct fd_merge_problem {
  * A state with lse_s = -inf (it saw no key) is the neutral element and its
  * out_s is not read; all states empty gives out = 0 and lse = -inf (never
  * (-inf) - (-inf)). A NaN lse_s gives a NaN row; lse_s = +inf is taken as
- * NaN. Sums run in state order in fp32 (CUDA) or double (CPU).
+ * NaN. Every other state's out_s is read (NaN or inf there propagates, even
+ * where its weight underflows to 0). Sums run in state order in fp32 (CUDA)
+ * or double (CPU), so results are reproducible.
  * CUDA: device pointers, enqueued on `stream`, no allocation, no host sync:
- * graph-capturable. out must not overlap the inputs. Pointers must be aligned
- * to their element type.
+ * graph-capturable; 16-byte loads when states_out is 16-byte aligned,
+ * head_dim * element size is a multiple of 16 bytes and out is aligned to 4
+ * of its elements; element loads otherwise (slower, same results). CPU / reference: host pointers,
+ * synchronous, `stream` ignored. Pointers must be aligned to their element
+ * type; out and lse must not overlap each other or the inputs (checked from
+ * their address ranges).
  * Returns FD_STATUS_OK, or FD_STATUS_INVALID_ARGUMENT (a NULL pointer or
- * problem, a field out of range; message names it; nothing written),
- * FD_STATUS_UNSUPPORTED (CUDA not available), FD_STATUS_BACKEND_ERROR (a
- * launch failed).
+ * problem, a field out of range, a misaligned pointer, an overlap; message
+ * names it; nothing written), FD_STATUS_UNSUPPORTED (CUDA not built in or
+ * device not an sm_90 GPU), FD_STATUS_BACKEND_ERROR (a launch failed).
  */
 FD_API fd_status fd_merge_states(const fd_merge_problem *problem, const void *states_out,
                                  const float *states_lse, void *out, float *lse, void *stream,

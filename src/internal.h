@@ -69,6 +69,10 @@ fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const f
 /* CPU and reference: every scale value fd_run will read is finite and > 0
  * (t has resolved strides and checked kv_len / block_table). */
 fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, fd_error *err);
+/* The fixed split length of a resolved problem (split.h), 0 = derived. */
+static inline int32_t fd_split_len_fixed(const fd_problem *p) {
+  return p->deterministic ? FD_DETERMINISTIC_SPLIT_LEN : 0;
+}
 
 /* fd_plan.magic of a plan made by fd_plan_init. */
 #define FD_PLAN_MAGIC 0x66645031u
@@ -86,6 +90,12 @@ fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, 
  * count comes from kv_len and the plan (see split.h). Exposed for tests. */
 fd_status fd_cpu_combine(const fd_plan *plan, const fd_tensors *t, const float *partial_o,
                          const float *partial_ml, fd_error *err);
+
+/* fd_merge_states on the CPU (src/cpu/cpu_merge.c; the reference backend runs
+ * it too). merge.c has checked every argument; p->out_dtype is resolved
+ * (never 0). Synchronous. */
+fd_status fd_cpu_merge(const fd_merge_problem *p, const void *states_out, const float *states_lse,
+                       void *out, float *lse, fd_error *err);
 
 /* ---- Reference backend (src/reference) ---- */
 fd_status fd_reference_run(const fd_plan *plan, const fd_tensors *t, fd_error *err);
@@ -113,6 +123,11 @@ fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
 static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t split_keys) {
   return blocks <= sm_count && split_keys >= 128;
 }
+/* fd_merge_states on device p->device (src/cuda/merge_backend.cu): checked
+ * arguments as for fd_cpu_merge; enqueues one kernel on `stream`, no
+ * allocation, no synchronisation. */
+fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states_out, const float *states_lse,
+                        void *out, float *lse, void *stream, fd_error *err);
 /* Stream-ordered allocation for fd_decode. */
 fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err);
 fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err);

@@ -164,6 +164,14 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "logits_soft_cap: %g, must be 0 (off) or a finite value > 0",
                    (double)p->logits_soft_cap);
+  if (p->deterministic != 0 && p->deterministic != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "deterministic: %d, must be 0 or 1",
+                   p->deterministic);
+  if (p->deterministic && p->num_splits != 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "num_splits: %d with deterministic; the deterministic mode fixes the split "
+                   "length at %d keys (num_splits must be 0)",
+                   p->num_splits, FD_DETERMINISTIC_SPLIT_LEN);
   if (p->out_dtype != 0) {
     if (fd_dtype_size(p->out_dtype) == 0)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
@@ -303,6 +311,15 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   int32_t splits;
   if (backend == FD_BACKEND_REFERENCE) {
     splits = 1; /* the oracle never splits */
+  } else if (p.deterministic) {
+    /* fixed-length splits: enough for the longest sequence the plan serves */
+    const int64_t keys = keys_read(&p, p.kv_capacity);
+    if (keys > FD_DETERMINISTIC_MAX_KEYS)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "kv_capacity: %d keys read a sequence exceed the deterministic mode's %d "
+                     "(FD_DETERMINISTIC_MAX_KEYS)",
+                     p.kv_capacity, FD_DETERMINISTIC_MAX_KEYS);
+    splits = (int32_t)ceil_div(keys > 0 ? keys : 1, FD_DETERMINISTIC_SPLIT_LEN);
   } else if (p.num_splits == 0) {
     int64_t hint_chunks = ceil_div(longest, FD_CHUNK_LEN);
     /* A work item: one (sequence, kv head, split) on CUDA. The CPU backend

@@ -61,5 +61,43 @@ FD_HD int32_t fd_window_start(int32_t kv_len, int32_t q_len, int32_t window_left
   return (int32_t)(lo / chunk_len * chunk_len);
 }
 
+/* Keys per split of a sequence: fixed_len when the plan fixes it (the
+ * deterministic mode), else fd_split_len of the len keys. */
+FD_HD int32_t fd_seq_split_len(int32_t len, int32_t chunk_len, int32_t num_splits,
+                               int32_t fixed_len) {
+  return fixed_len > 0 ? fixed_len : fd_split_len(len, chunk_len, num_splits);
+}
+
+/* THE cut every backend makes (split kernels, combine steps, CPU): split
+ * `split` of a sequence of kv_len keys covers keys [*begin, *end): keys
+ * [w0, kv_len) (w0 = fd_window_start) in pieces of fd_seq_split_len keys;
+ * empty (begin == end) past the last key. */
+FD_HD void fd_seq_split(int32_t kv_len, int32_t q_len, int32_t window_left, int32_t chunk_len,
+                        int32_t num_splits, int32_t fixed_len, int32_t split, int32_t *begin,
+                        int32_t *end) {
+  const int32_t w0 = fd_window_start(kv_len, q_len, window_left, chunk_len);
+  const int32_t len = kv_len - w0;
+  if (len <= 0) {
+    *begin = *end = w0 > kv_len ? kv_len : w0;
+    if (kv_len <= 0) *begin = *end = 0;
+    return;
+  }
+  const int64_t per = fd_seq_split_len(len, chunk_len, num_splits, fixed_len);
+  int64_t b = (int64_t)split * per, e = b + per;
+  if (b > len) b = len;
+  if (e > len) e = len;
+  *begin = (int32_t)(w0 + b);
+  *end = (int32_t)(w0 + e);
+}
+
+/* Splits of fd_seq_split that hold at least one key (0 for kv_len <= 0). */
+FD_HD int32_t fd_seq_active_splits(int32_t kv_len, int32_t q_len, int32_t window_left,
+                                   int32_t chunk_len, int32_t num_splits, int32_t fixed_len) {
+  const int32_t len = kv_len - fd_window_start(kv_len, q_len, window_left, chunk_len);
+  if (len <= 0) return 0;
+  const int64_t per = fd_seq_split_len(len, chunk_len, num_splits, fixed_len);
+  return (int32_t)(((int64_t)len + per - 1) / per);
+}
+
 #undef FD_HD
 #endif /* FD_SPLIT_H */

@@ -8,7 +8,9 @@
  * over the splits s < fd_active_splits(kv_len[b], ...), in increasing s (a
  * fixed order: reproducible). Sums are in double. An empty split (m = -inf)
  * adds nothing and is skipped, so (-inf) - (-inf) is never formed; a row with
- * no key at all (m* = -inf) gets out = 0 and lse = -inf.
+ * no key at all (m* = -inf) gets out = 0 and lse = -inf (the sink's lse with
+ * one). A split whose m or l is NaN (a blow-up in the inputs the row sees)
+ * makes the row's out and lse NaN, whatever the split count.
  */
 #include <math.h>
 
@@ -27,15 +29,17 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
   const int32_t h = (int32_t)(row / p->q_len % p->num_heads_q);
   const int32_t b = (int32_t)(row / ((int64_t)p->q_len * p->num_heads_q));
   const int32_t kv = t->kv_len[b];
-  const int32_t active = fd_active_splits(
-      kv - fd_window_start(kv, p->q_len, p->window_left, plan->chunk_len), plan->chunk_len,
-      num_splits);
+  const int32_t active = fd_seq_active_splits(kv, p->q_len, p->window_left, plan->chunk_len,
+                                              num_splits, fd_split_len_fixed(p));
   const float *ml = partial_ml + row * num_splits * 2;
   const float *o = partial_o + row * num_splits * head_dim;
 
   float m_star = -INFINITY;
-  for (int32_t s = 0; s < active; s++)
+  int blown = 0; /* a split's m or l is NaN: the row is NaN (never a silent number) */
+  for (int32_t s = 0; s < active; s++) {
     if (ml[2 * s] > m_star) m_star = ml[2 * s];
+    blown |= isnan(ml[2 * s]) || isnan(ml[2 * s + 1]);
+  }
 
   double sum[256] = {0}; /* [head_dim] sum_s w_s O_s */
   double l_star = 0.0;
@@ -53,7 +57,8 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
   /* l_star = 0: no key (out 0, lse -inf, or the sink's with one) */
   float out_row[256]; /* [head_dim] */
   double f, lse_d;
-  fd_cpu_finish_row(m_star, l_star, t->sinks != NULL, t->sinks ? t->sinks[h] : 0.0, &f, &lse_d);
+  fd_cpu_finish_row(m_star, blown ? NAN : l_star, t->sinks != NULL, t->sinks ? t->sinks[h] : 0.0,
+                    &f, &lse_d);
   for (int d = 0; d < head_dim; d++) out_row[d] = (float)(sum[d] * f);
   const float lse = (float)lse_d;
 

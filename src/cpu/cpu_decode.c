@@ -318,22 +318,22 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         fd_cpu_unpair_row(natural, a, head_dim);
         a = natural;
       }
+      /* a non-finite output (NaN or Inf in a value the row sees) makes the
+       * row's sum NaN, so its lse shows the blow-up too */
+      float row_l = l[i];
+      for (int d = 0; d < head_dim; d++)
+        if (!isfinite(a[d])) row_l = NAN;
       if (num_splits == 1) {
-        /* the only split: normalise (the sink joins the sum) and write out, lse */
-        if (t->sinks) {
-          double f, lse;
-          fd_cpu_finish_row(m[i], l[i], 1, t->sinks[hq], &f, &lse);
-          for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
-          if (t->lse)
-            t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
-                   (int64_t)tok * t->lse_strides[2]] = (float)lse;
-        } else {
-          if (l[i] > 0.0f)
-            for (int d = 0; d < head_dim; d++) a[d] /= l[i];
-          if (t->lse)
-            t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
-                   (int64_t)tok * t->lse_strides[2]] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
-        }
+        /* the only split: normalise (the sink joins the sum) and write out,
+         * lse; in double exactly as fd_cpu_combine does for one split, so a
+         * sequence's bits do not depend on the plan's split count when its
+         * keys fit one split (the deterministic mode) */
+        double f, lse;
+        fd_cpu_finish_row(m[i], row_l, t->sinks != NULL, t->sinks ? t->sinks[hq] : 0.0, &f, &lse);
+        for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
+        if (t->lse)
+          t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
+                 (int64_t)tok * t->lse_strides[2]] = (float)lse;
         const int64_t out_off = (int64_t)b * t->out_strides[0] +
                                 (int64_t)tok * t->out_strides[1] + (int64_t)hq * t->out_strides[2];
         fd_cpu_store_row((char *)t->out + out_off * (int64_t)c->out_elem_size, p->out_dtype, a,
@@ -344,7 +344,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
             (((int64_t)b * p->num_heads_q + hq) * q_len + tok) * num_splits + split;
         memcpy(c->partial_o + slot * head_dim, a, (size_t)head_dim * sizeof *a);
         c->partial_ml[slot * 2 + 0] = m[i];
-        c->partial_ml[slot * 2 + 1] = l[i];
+        c->partial_ml[slot * 2 + 1] = row_l;
       }
     }
   }
@@ -385,11 +385,8 @@ static double run_share(const cpu_call *c, int share, int shares, double total) 
     for (int32_t s = 0; s < num_splits; s++) {
       int32_t begin, end;
       const int32_t kv = c->t->kv_len[b];
-      const int32_t start =
-          fd_window_start(kv, plan->problem.q_len, plan->problem.window_left, plan->chunk_len);
-      fd_split_range(kv - start, plan->chunk_len, num_splits, s, &begin, &end);
-      begin += start;
-      end += start;
+      fd_seq_split(kv, plan->problem.q_len, plan->problem.window_left, plan->chunk_len, num_splits,
+                   fd_split_len_fixed(&plan->problem), s, &begin, &end);
       if (num_splits > 1 && begin == end) continue;
       const double cost = (double)(end - begin) + FD_CPU_ITEM_OVERHEAD;
       const double span = cost * num_heads_kv;

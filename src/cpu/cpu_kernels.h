@@ -115,12 +115,18 @@ static inline void fd_cpu_adjust_scores(const fd_cpu_block *b, int stride) {
 }
 
 /* The last step of a row: out = acc * *scale and lse from the row's running
- * max m and sum l, with the attention sink (has_sink) joining the sum:
+ * max m and sum l (NaN m or l: NaN scale and lse), with the attention sink
+ * (has_sink) joining the sum:
  * M = max(m, sink), L = l e^(m - M) + e^(sink - M), scale = e^(m - M) / L,
  * lse = M + ln L. A row without keys (l = 0) gets scale 0 and lse = sink
  * (-inf without a sink); a NaN or +inf sink gives NaN (scale and lse). */
 static inline void fd_cpu_finish_row(double m, double l, int has_sink, double sink, double *scale,
                                      double *lse) {
+  if (isnan(m) || isnan(l)) { /* a blow-up (NaN in the inputs, an overflowing score) */
+    *scale = NAN;
+    *lse = NAN;
+    return;
+  }
   if (!has_sink) {
     *scale = l > 0.0 ? 1.0 / l : 0.0;
     *lse = l > 0.0 ? m + log(l) : -INFINITY;

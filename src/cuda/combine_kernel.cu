@@ -8,7 +8,9 @@
  *     m* = max_s m_s,  w_s = exp(m_s - m*),  l* = sum_s w_s l_s,
  *     out = (sum_s w_s O_s) / l*,  lse = m* + log(l*).
  *   m_s is in natural-log units. A row with m* = -inf (no visible key) gets
- *   out = 0 and lse = -inf; w_s is never computed from (-inf) - (-inf).
+ *   out = 0 and lse = -inf; w_s is never computed from (-inf) - (-inf). A
+ *   split whose m or l is NaN (the split kernels make l NaN for a blow-up)
+ *   makes the row NaN. Sinks join l* in the last step (fd_finish_row).
  *   Sums run in a fixed order (lane-strided, then a butterfly; splits in
  *   order per element), so results are bitwise reproducible.
  *
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   int kv = p.kv_len[b];
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
   const int active =
-      fd_active_splits(kv - fd_window_start(kv, p.q_len, p.window_left, p.chunk_len), p.chunk_len, S);
+      fd_seq_active_splits(kv, p.q_len, p.window_left, p.chunk_len, S, p.split_len_fixed);
 
   /* The partials are the split kernel's: wait for its grid (no-op without PDL). */
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -80,8 +82,14 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   float2 ms0 = make_float2(-INFINITY, 0.0f); /* (m, l) of split `lane` (the common case) */
   if (lane < active) ms0 = *reinterpret_cast<const float2 *>(ml + 2 * lane);
   float m = ms0.x;
-  for (int s = lane + 32; s < active; s += 32) m = fmaxf(m, ml[2 * s]);
+  bool blown = isnan(ms0.x) || isnan(ms0.y); /* a split's blow-up: the row is NaN */
+  for (int s = lane + 32; s < active; s += 32) {
+    const float2 ms = *reinterpret_cast<const float2 *>(ml + 2 * s);
+    m = fmaxf(m, ms.x);
+    blown = blown || isnan(ms.x) || isnan(ms.y);
+  }
   m = fd_warp_max(m);
+  blown = __any_sync(0xffffffffu, blown);
 
   float l = 0.0f;
   if (m != -INFINITY) {
@@ -93,6 +101,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
     }
   }
   l = fd_warp_sum(l);
+  if (blown) l = __int_as_float(0x7fc00000);
   __syncwarp();
 
   /* the row's last step (the sink joins l when there is one) */

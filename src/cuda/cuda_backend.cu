@@ -127,6 +127,7 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->kv_capacity = plan->kv_capacity;
   kp->chunk_len = plan->chunk_len;
   kp->num_splits = plan->num_splits;
+  kp->split_len_fixed = fd_split_len_fixed(pr);
   kp->scale_log2 = plan->softmax_scale * 1.4426950408889634f; /* log2(e) */
   kp->window_left = pr->window_left;
   kp->non_causal = pr->non_causal;
@@ -183,7 +184,11 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     /* A grid no larger than the GPU runs one block per SM whichever kernel
      * runs it: take the 8-warp one, twice the bytes in flight. */
     const int64_t blocks = (int64_t)kp.num_splits * kp.num_heads_kv * kp.batch;
-    e = fd_split_mma_launch(&kp, fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys), s);
+    /* the deterministic mode always runs the 4-warp kernel: the variant must
+     * not follow the grid (its key-warp partition sums in another order) */
+    const int wide = !pr->deterministic &&
+                     fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys);
+    e = fd_split_mma_launch(&kp, wide, s);
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";

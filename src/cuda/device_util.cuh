@@ -121,12 +121,17 @@ static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float
 
 /* A row's last step from its running max m (natural log units, -inf for no
  * key) and sum l: *scale multiplies the unnormalised O, *lse is the row's
- * log-sum-exp. With a sink (has_sink) it joins the sum: M = max(m, sink),
+ * log-sum-exp; a NaN m or l (a blow-up) gives NaN for both. With a sink (has_sink) it joins the sum: M = max(m, sink),
  * L = l e^(m - M) + e^(sink - M). A row without keys gets scale 0 and lse =
  * -inf or the sink; a NaN or +inf sink gives NaN. (src/cpu/cpu_kernels.h's
  * fd_cpu_finish_row is the same in double.) */
 static __device__ __forceinline__ void fd_finish_row(float m, float l, bool has_sink, float sink,
                                                      float *scale, float *lse) {
+  if (isnan(m) || isnan(l)) { /* a blow-up in the row's inputs */
+    *scale = __int_as_float(0x7fc00000);
+    *lse = __int_as_float(0x7fc00000);
+    return;
+  }
   if (!has_sink) {
     *scale = l > 0.0f ? 1.0f / l : 0.0f;
     *lse = l > 0.0f ? m + logf(l) : -INFINITY;

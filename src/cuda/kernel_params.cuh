@@ -40,6 +40,7 @@ typedef struct fd_kernel_params {
   int32_t kv_capacity;        /* kv_len is clamped to [0, kv_capacity] on the device */
   int32_t chunk_len;          /* plan->chunk_len (split.h) */
   int32_t num_splits;         /* plan->num_splits */
+  int32_t split_len_fixed;    /* keys per split in the deterministic mode, else 0 (split.h) */
   float scale_log2;           /* softmax_scale * log2(e): scores in base-2 units */
   /* Variants (flashdecode.h, WHAT IT COMPUTES) */
   int32_t window_left;        /* -1 = no window */

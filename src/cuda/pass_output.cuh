@@ -10,6 +10,8 @@
  *                   lse = -inf for a row without keys), the sink joining l
  *                   when there is one (fd_finish_row); out in float32 when
  *                   p.out_f32.
+ * A row whose summed O holds a NaN or Inf gets l = NaN (so lse, and the
+ * combine, show it). Two block barriers; every thread of the block calls it.
  * Row r (0 .. pass_rows - 1) is query head hk * group + (row0 + r) / q_len,
  * token (row0 + r) % q_len. Internal to src/cuda.
  */
@@ -32,6 +34,11 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
   const int tid = threadIdx.x;
   const int q_len = p.q_len;
   const int64_t prow_base = ((int64_t)b * p.num_heads_q + (int64_t)hk * p.group) * q_len + row0;
+  /* rows whose O holds a NaN or Inf (from a value they see): their l becomes
+   * NaN, so lse (and a later combine) show the blow-up */
+  __shared__ int s_blown[16];
+  if (tid < 16) s_blown[tid] = 0;
+  __syncthreads();
   for (int item = tid; item < pass_rows * (D / 4); item += NTHREADS) {
     const int r = item / (D / 4);
     const int d = (item % (D / 4)) * 4;
@@ -44,6 +51,7 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
       acc.z += x.z;
       acc.w += x.w;
     }
+    if (!(isfinite(acc.x) && isfinite(acc.y) && isfinite(acc.z) && isfinite(acc.w))) s_blown[r] = 1;
     if (p.num_splits > 1) {
       float *dst = p.partial_o + ((prow_base + r) * p.num_splits + split) * D + d;
       *reinterpret_cast<float4 *>(dst) = acc;
@@ -66,9 +74,10 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
         fd_store4(static_cast<T *>(p.out) + off, v);
     }
   }
+  __syncthreads();
   if (tid < pass_rows) {
     const float m2 = m[tid * ML_STRIDE];
-    const float lr = l[tid * ML_STRIDE];
+    const float lr = s_blown[tid] ? __int_as_float(0x7fc00000) : l[tid * ML_STRIDE];
     const float ln2 = 0.69314718055994531f;
     if (p.num_splits > 1) {
       float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;

@@ -492,12 +492,9 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.b = blockIdx.z;
   int kv = p.kv_len[bp.b];
   bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  /* keys [start, kv) are split (a window skips the keys before it, split.h) */
-  const int start = fd_window_start(bp.kv, p.q_len, p.window_left, p.chunk_len);
-  fd_split_range(bp.kv - start, p.chunk_len, p.num_splits, bp.split, &bp.begin, &bp.end);
+  fd_seq_split(bp.kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed,
+               bp.split, &bp.begin, &bp.end);
   if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
-  bp.begin += start;
-  bp.end += start;
 
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no
    * per-row branches (full instruction-level parallelism across rows). */

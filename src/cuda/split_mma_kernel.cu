@@ -730,13 +730,10 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
   const int b = blockIdx.z;
   int kv = __ldg(p.kv_len + b);
   kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
-  /* keys [start, kv) are split (a window skips the keys before it, split.h) */
-  const int start = fd_window_start(kv, p.q_len, p.window_left, p.chunk_len);
-  int begin, end;
-  fd_split_range(kv - start, p.chunk_len, p.num_splits, split, &begin, &end);
+  int begin, end; /* split.h: a window skips the keys before it */
+  fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+               &begin, &end);
   if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
-  begin += start;
-  end += start;
 
   const int rows_total = p.group * p.q_len;
   for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
