@@ -558,12 +558,13 @@ typedef struct fd_append_tensors {
  *       fd_plan_init; num_new < 0; a required pointer NULL (k_new, v_new,
  *       k_cache, v_cache, kv_len; block_table when paged; k_scale and
  *       v_scale when kv_scale is set) or a scale given with
- *       FD_KV_SCALE_NONE; a negative stride. Host-side (CPU, reference): kv_len[b]
+ *       FD_KV_SCALE_NONE; a negative stride; k_new, v_new, k_cache or v_cache
+ *       not aligned to its element size. Host-side (CPU, reference): kv_len[b]
  *       < 0 or kv_len[b] + num_new > kv_capacity; a page id the new tokens
  *       need outside [0, num_pages) (negative ids always); a TENSOR / HEAD
  *       scale that is zero, negative, NaN or infinite.
- *   FD_STATUS_UNSUPPORTED  CUDA: k_new, v_new, k_cache, v_cache not aligned
- *       to their element size; batch * num_new * num_heads_kv above 2^31 - 1.
+ *   FD_STATUS_UNSUPPORTED  CUDA: batch * num_new * num_heads_kv above 2^31 - 1;
+ *       CUDA not built in.
  *   FD_STATUS_BACKEND_ERROR  the CUDA launch failed.
  */
 FD_API fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors,

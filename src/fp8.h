@@ -106,5 +106,29 @@ FD_FP8_HD uint8_t fd_f32_to_e4m3(float f) { return fd_f32_to_fp8(f, 3u, 7u, 0x43
 /* float32 -> e5m2 (ties to even, saturating to +-57344, NaN -> S.11111.11). */
 FD_FP8_HD uint8_t fd_f32_to_e5m2(float f) { return fd_f32_to_fp8(f, 2u, 15u, 0x47600000u); }
 
+/* ---- Quantizing new tokens (fd_append_kv) ---- */
+
+/* The per-token scale of a row whose largest finite |x| is amax (0 when it
+ * has none): amax / max_finite in float32, at least FLT_MIN (2^-126), 1 when
+ * amax is 0. */
+FD_FP8_HD float fd_fp8_token_scale(float amax, float max_finite) {
+  if (!(amax > 0.0f)) return 1.0f;
+  const float s = amax / max_finite;
+  return s < 1.17549435082228750797e-38f ? 1.17549435082228750797e-38f : s;
+}
+
+/* |x| when finite, else 0: what the per-token amax is taken over. */
+FD_FP8_HD float fd_fp8_finite_abs(float x) {
+  const float a = x < 0.0f ? -x : x;
+  return a <= 3.40282346638528859812e+38f ? a : 0.0f; /* NaN and inf compare false */
+}
+
+/* x quantized with scale s: the float32 quotient x / s rounded to e4m3
+ * (e5m2 when `e5m2`), ties to even, saturating. */
+FD_FP8_HD uint8_t fd_fp8_quantize(float x, float s, int e5m2) {
+  const float y = x / s;
+  return e5m2 ? fd_f32_to_e5m2(y) : fd_f32_to_e4m3(y);
+}
+
 #undef FD_FP8_HD
 #endif /* FD_FP8_H */

@@ -74,6 +74,15 @@ static inline int32_t fd_split_len_fixed(const fd_problem *p) {
   return p->deterministic ? FD_DETERMINISTIC_SPLIT_LEN : 0;
 }
 
+/* fd_append_kv after its argument checks (append.c), with explicit strides:
+ * the host code of the CPU and reference backends (cpu/cpu_append.c: checks
+ * kv_len, block_table and TENSOR / HEAD scale values, then writes), and the
+ * CUDA kernel's launch (cuda/append_kernel.cu; stub without CUDA). */
+fd_status fd_host_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
+                         fd_error *err);
+fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
+                         void *stream, fd_error *err);
+
 /* fd_plan.magic of a plan made by fd_plan_init. */
 #define FD_PLAN_MAGIC 0x66645031u
 
