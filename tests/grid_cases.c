@@ -3,13 +3,22 @@
  * test_gpu_grid (CUDA) run. Not the full cross product: a covering subset in
  * which every listed value appears at least once, most with f32 (the strict
  * tolerance) as well as a 16-bit dtype:
- *   head_dim 8, 40, 64, 100, 128, 256 (CUDA: 8/40 -> 64, 100 -> 128)
+ *   head_dim 8, 40, 64, 80, 96, 100, 128, 256 (CUDA: 8/40 -> 64, 100 -> 128)
  *   dtype f32, f16, bf16;  GQA ratios 1, 2, 4, 8 and MQA 16:1
  *   kv_len 0, 1, 63, 64, 65, 97, 4097, 4099, >= 32768; mixed lengths in a batch
  *   q_len 1, 2, 4, 8, 16 (and q_len > kv_len: rows that see no key)
  *   dense and paged caches (page_size 1, 2, 8, 16, 48, 64, 128, 256), contiguous and
  *   non-contiguous layouts, num_splits 0, 1, 2, 7, 128, 1000 (> chunks),
  *   with and without lse, large softmax_scale, automatic splits on many threads.
+ * and the attention variants (variants[], gpu_variants[]):
+ *   sliding window_left 0, 1, 3, 63, 64, 65, 127, 128, 1000, 4095 and -1 (= none),
+ *   kv_len shorter and longer than the window, q_len 1..16 (each row's window
+ *   starts elsewhere), dense and paged, 1/2/7/auto splits; logit soft-cap
+ *   50, 30, 20, 1 (with large inputs, where capping bites); sinks (rows
+ *   that see no key: kv_len 0, q_len > kv_len; a NaN sink); combinations of
+ *   the three; non-causal q_len 32, 64, 128 with kv_len 0, 1, 65, 300, 4099
+ *   (GQA 8: 1024 rows a kv head); float32 out for f16, bf16 and f32;
+ *   head_dim 80 and 96 for every dtype (CUDA runs them as 80 and 96).
  * The CPU grid runs in a few seconds on two cores.
  */
 #include "cpu/cpu_kernels.h"
@@ -64,6 +73,83 @@ static const fd_case grid[] = {
     {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 8, .kv_len = {0, 1, 63, 64, 65, 97, 128, 4099}, .q_len = 2, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_determinism = 1},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 6, .kv_len = {1, 2, 3, 64, 300, 0}, .q_len = 1, .layout = NONCONTIG, .with_lse = 1, .kv_capacity_pad = 77},
     {.dtype = F16, .head_dim = 64, .num_heads_q = 16, .num_heads_kv = 8, .batch = 1, .kv_len = {300}, .q_len = 4, .page_size = 64, .num_splits = 2, .with_lse = 1},
+};
+
+/* The attention variants (flashdecode.h, fd_problem's variant fields), and
+ * head_dim 80 and 96 for every dtype. */
+#define WIN(w) .has_window = 1, .window_left = (w)
+static const fd_case variants[] = {
+    /* head_dim 80 and 96, every dtype, no variant */
+    {.dtype = F32, .head_dim = 80, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 1}, .q_len = 2, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 80, .num_heads_q = 16, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 65, 300}, .q_len = 4, .layout = NONCONTIG, .num_splits = 2, .with_lse = 1},
+    {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {300}, .q_len = 8, .layout = NONCONTIG, .num_splits = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = F16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {64, 2000}, .q_len = 1, .page_size = 64, .num_splits = 7, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 96, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {4097, 1}, .q_len = 2, .page_size = 16, .with_lse = 1, .check_splits = 1},
+    /* sliding window: window_left 0 (a row sees itself), 1, 63/64/65 and
+     * 127/128 around the 64-key chunks, 4095 with kv_len shorter and longer */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 1, 300}, .q_len = 1, .num_splits = 2, .with_lse = 1, .check_splits = 1, WIN(0)},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {5, 200}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, WIN(1)},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 3, .kv_len = {63, 64, 1000}, .q_len = 16, .layout = NONCONTIG, .with_lse = 1, .check_splits = 1, WIN(63)},
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 8, .batch = 2, .kv_len = {64, 4099}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(64)},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {65, 2000}, .q_len = 8, .num_splits = 1, .with_lse = 1, .check_splits = 1, WIN(65)},
+    {.dtype = F32, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {127, 500}, .q_len = 3, .page_size = 16, .num_splits = 2, .with_lse = 1, .check_splits = 1, WIN(127)},
+    {.dtype = F16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 4, .batch = 2, .kv_len = {128, 129}, .q_len = 1, .with_lse = 1, WIN(128)},
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {4095, 5000}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(4095)},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .num_threads = 16, .check_splits = 1, .check_determinism = 1, WIN(4095)},
+    /* a long cache, a short window: splits planned for the window's keys */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 2, .kv_len = {40000, 100}, .q_len = 2, .page_size = 128, .with_lse = 1, .check_splits = 1, WIN(127)},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3000, 200}, .q_len = 16, .page_size = 256, .num_splits = 7, .with_lse = 1, WIN(127)},
+    /* has_window with window_left -1: no window; q_len > kv_len under a window */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 300}, .q_len = 2, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(-1)},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {2, 70}, .q_len = 8, .page_size = 16, .num_splits = 2, .with_lse = 1, .check_splits = 1, WIN(3)},
+    /* logit soft-cap; large inputs (input_scale) so that the cap bites */
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 1000}, .q_len = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1, .logits_soft_cap = 50.0f},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {500}, .q_len = 2, .num_splits = 2, .with_lse = 1, .logits_soft_cap = 30.0f, .input_scale = 4.0f},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {64, 300}, .q_len = 1, .page_size = 16, .with_lse = 1, .logits_soft_cap = 1.0f, .input_scale = 3.0f},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {300}, .q_len = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1, .logits_soft_cap = 1.0f, .input_scale = 8.0f},
+    {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {33, 4099}, .q_len = 4, .page_size = 64, .layout = NONCONTIG, .with_lse = 1, .logits_soft_cap = 30.0f, .input_scale = 3.0f},
+    /* sinks: rows that see no key (kv_len 0, q_len > kv_len) get out 0, lse = sink */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 1, 300}, .q_len = 1, .num_splits = 2, .with_lse = 1, .check_splits = 1, .sinks = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2, 97}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, .sinks = 1},
+    {.dtype = F16, .head_dim = 96, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 4099}, .q_len = 2, .layout = NONCONTIG, .with_lse = 1, .sinks = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {65}, .q_len = 1, .num_splits = 2, .sinks = 1},
+    /* a NaN sink: that head's rows NaN, the others untouched */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 70}, .q_len = 2, .num_splits = 2, .with_lse = 1, .check_splits = 1, .sinks = 1, .nan_sink = 2},
+    {.dtype = BF16, .head_dim = 80, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {3, 1000}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_determinism = 1, .sinks = 1, .nan_sink = 8},
+    /* window, soft-cap and sinks together (Gemma 2, gpt-oss) */
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 65, 2000}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(127), .logits_soft_cap = 50.0f, .sinks = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {3, 4099}, .q_len = 8, .with_lse = 1, WIN(1000), .logits_soft_cap = 30.0f, .sinks = 1, .input_scale = 2.0f},
+    {.dtype = F16, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {1, 300}, .q_len = 16, .layout = NONCONTIG, .num_splits = 2, .with_lse = 1, WIN(63), .logits_soft_cap = 20.0f, .sinks = 1},
+    {.dtype = F32, .head_dim = 256, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .num_splits = 128, .with_lse = 1, .check_splits = 1, WIN(4095), .logits_soft_cap = 50.0f, .sinks = 1},
+    {.dtype = BF16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 700}, .q_len = 2, .num_splits = 7, .with_lse = 1, WIN(0), .sinks = 1, .out_f32 = 1},
+    /* non-causal: every row sees all kv_len keys; q_len up to 128 */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {1, 65}, .q_len = 32, .num_splits = 2, .with_lse = 1, .check_splits = 1, .non_causal = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 32, .page_size = 64, .num_splits = 7, .with_lse = 1, .non_causal = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {65}, .q_len = 128, .with_lse = 1, .check_splits = 1, .non_causal = 1},
+    {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 300}, .q_len = 128, .num_splits = 7, .with_lse = 1, .non_causal = 1, .sinks = 1, .logits_soft_cap = 30.0f},
+    {.dtype = BF16, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 4, .batch = 2, .kv_len = {1, 4099}, .q_len = 64, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .non_causal = 1, .out_f32 = 1},
+    /* float32 out (out_dtype) for every dtype */
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 1000}, .q_len = 2, .num_splits = 7, .with_lse = 1, .check_splits = 1, .out_f32 = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {0, 4099}, .q_len = 1, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .out_f32 = 1},
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 2, .batch = 1, .kv_len = {300}, .q_len = 1, .num_splits = 2, .with_lse = 1, .out_f32 = 1},
+    {.dtype = F16, .head_dim = 80, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {65, 130}, .q_len = 3, .page_size = 16, .num_splits = 2, .with_lse = 1, .check_determinism = 1, WIN(65), .out_f32 = 1},
+};
+
+/* Variant cases only the GPU runs (their float64 oracle is slow on the host). */
+static const fd_case gpu_variants[] = {
+    /* non-causal, GQA 8 with q_len 128: 1024 rows a kv head */
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 128, .with_lse = 1, .check_splits = 1, .non_causal = 1},
+    {.dtype = F16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {4099, 1}, .q_len = 64, .page_size = 64, .num_splits = 7, .with_lse = 1, .non_causal = 1, .sinks = 1},
+    /* long caches under a window: the split count planned for the window */
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {33000, 9000}, .q_len = 2, .with_lse = 1, .check_splits = 1, WIN(4095)},
+    /* Gemma 2 (head_dim 256, window 4096, soft-cap 50), gpt-oss (head_dim 64, window 128, sinks) */
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 8, .batch = 2, .kv_len = {8191, 5000}, .q_len = 1, .page_size = 16, .with_lse = 1, WIN(4095), .logits_soft_cap = 50.0f},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 64, .num_heads_kv = 8, .batch = 3, .kv_len = {5000, 129, 0}, .q_len = 1, .page_size = 16, .with_lse = 1, .check_splits = 1, WIN(127), .sinks = 1},
+    /* head_dim 80 and 96, long and ragged */
+    {.dtype = F16, .head_dim = 80, .num_heads_q = 32, .num_heads_kv = 8, .batch = 1, .kv_len = {33000}, .q_len = 1, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 96, .num_heads_q = 16, .num_heads_kv = 2, .batch = 3, .kv_len = {8191, 1, 4096}, .q_len = 4, .page_size = 64, .layout = NONCONTIG, .with_lse = 1, .out_f32 = 1},
+    {.dtype = F32, .head_dim = 80, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {8191, 129}, .q_len = 2, .page_size = 128, .num_splits = 10, .with_lse = 1, .sinks = 1, .logits_soft_cap = 30.0f},
 };
 
 /* Cases only the GPU runs: long sequences with many heads, big ragged batches. */
@@ -124,10 +210,19 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
     fd_case c = grid[i];
     c.backend = backend;
     if (backend == FD_BACKEND_CUDA) {
-      /* CUDA supports head_dim 64, 128, 256 only. */
+      /* CUDA supports head_dim 64, 80, 96, 128, 256 only. */
       if (c.head_dim < 64) c.head_dim = 64;
-      else if (c.head_dim > 64 && c.head_dim < 128) c.head_dim = 128;
+      else if (c.head_dim > 64 && c.head_dim < 128 && c.head_dim != 80 && c.head_dim != 96) c.head_dim = 128;
       else if (c.head_dim > 128 && c.head_dim < 256) c.head_dim = 256;
+      c.num_threads = 0;
+      c.check_determinism = 1;
+    }
+    cases[n++] = c;
+  }
+  for (int i = 0; i < COUNT(variants) && n < max; i++) {
+    fd_case c = variants[i];
+    c.backend = backend;
+    if (backend == FD_BACKEND_CUDA) {
       c.num_threads = 0;
       c.check_determinism = 1;
     }
@@ -148,6 +243,12 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
   if (backend == FD_BACKEND_CUDA) {
     for (int i = 0; i < COUNT(gpu_extra) && n < max; i++) {
       fd_case c = gpu_extra[i];
+      c.backend = backend;
+      c.check_determinism = 1;
+      cases[n++] = c;
+    }
+    for (int i = 0; i < COUNT(gpu_variants) && n < max; i++) {
+      fd_case c = gpu_variants[i];
       c.backend = backend;
       c.check_determinism = 1;
       cases[n++] = c;

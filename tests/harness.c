@@ -14,7 +14,15 @@
  *   - Cache positions past kv_len, unused pages of a paged pool and the unused
  *     block_table columns (which point at unused pages) hold NaN: a backend
  *     that reads a key it must not see produces NaN and fails.
- *   - Rows that see no key: out exactly 0 and lse exactly -inf.
+ *   - Rows that see no key: out exactly 0 and lse exactly -inf (with sinks:
+ *     lse = the head's sink, within the lse tolerance).
+ *   - With a sliding window, the keys before the chunk holding the first
+ *     row's first key (which flashdecode.h says are never read) are NaN too
+ *     (fd_case_run; the lower-level fd_case_data keeps them, since its runs
+ *     may change kv_len).
+ *   - A NaN sink (nan_sink): every row of that head NaN in out and lse, for
+ *     the backend and the oracle alike (a row that sees no key: out 0 or NaN,
+ *     lse NaN); every other head's rows as without it.
  *   - NaN or Inf anywhere else never passes (comparisons are written so that
  *     NaN fails them).
  *
@@ -28,7 +36,11 @@
  *   the way a framework does it without fused kernels: q * scale rounded to
  *   the dtype, scores rounded to the dtype, softmax in float32 with the
  *   probabilities rounded to the dtype, P.V accumulated in float32 and rounded
- *   to the dtype (for f32 every step is float32). This is FlashAttention's
+ *   to the dtype (for f32 every step is float32). The variants as a framework
+ *   writes them: only the row's keys (window, causal or not); the soft-cap
+ *   cap * tanh(s / cap) in float32 on the rounded score, the capped score
+ *   rounded to the dtype again; a sink as one more float32 logit in the softmax
+ *   (not rounded: the API's sinks are float32). This is FlashAttention's
  *   self-calibrating test bound: a fused kernel must be at most K = 2 times as
  *   wrong as the naive low-precision computation, whatever the inputs make
  *   that error. The fixed floor (relative to the row's largest |ref|) absorbs
@@ -36,6 +48,25 @@
  *       f32 1e-5,   f16 1e-3,   bf16 8e-3.
  *   The f32 cases are the strict ones (the plain error there is ~1e-7), so
  *   every structural feature (paging, splits, strides, long kv) has f32 cases.
+ *
+ *   float32 out of 16-bit inputs (out_f32, out_dtype = FD_DTYPE_F32): the
+ *   computation is still the 16-bit one (16-bit q, k, v; kernels may round
+ *   the probabilities to 16 bits for the tensor-core P.V, whose error is as
+ *   large as the final rounding's), so the bound is the dtype's: K times the
+ *   plain error plus floor(dtype), except that plain's out is then NOT rounded
+ *   to the dtype (its last step is the float32 accumulator, as the kernel's),
+ *   so the plain term no longer carries an output rounding the kernel does
+ *   not have. What the float32 out adds is checked apart: on rows that mix
+ *   at least two values, at most half the elements may be exactly
+ *   representable in the dtype (a float32 result is with probability
+ *   <= 2^-13; an out rounded to 16 bits is every time), so a backend that
+ *   rounds to 16 bits and widens fails (test_tolerance checks that this
+ *   check catches the oracle rounded to the dtype). Cases with a one-hot
+ *   softmax (input_scale, strict), where out is a v row, skip that check.
+ *
+ *   Soft-cap: the score rounding term below is carried through the cap (an
+ *   error d in a score moves cap tanh(s / cap) by d (1 - tanh^2) at most)
+ *   plus the float32 rounding of the capped score itself.
  *
  *   A third term covers what float32 rounding of the scores alone does, in
  *   whatever order a kernel sums q . k (kernels sum in lanes and trees; plain
@@ -96,6 +127,7 @@
 #define K_PLAIN 2.0
 #define LAMBDA_SCORE 4.0
 #define C_KEYS 2.0
+#define ORACLE_TOL 1e-9 /* the oracle vs the harness's float64 attention, relative */
 #define MAX_MESSAGES 12
 #define NAME_MAX_CHARS 1024
 #define PI_D 3.14159265358979323846
@@ -226,7 +258,29 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->strict) n += snprintf(buf + n, size - (size_t)n, "/strict");
   if (n < 0 || (size_t)n >= size) return;
-  if (c->abs_floor != 0.0f) snprintf(buf + n, size - (size_t)n, "/abs%g", (double)c->abs_floor);
+  if (c->abs_floor != 0.0f) n += snprintf(buf + n, size - (size_t)n, "/abs%g", (double)c->abs_floor);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->has_window) n += snprintf(buf + n, size - (size_t)n, "/win%d", c->window_left);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->logits_soft_cap != 0.0f) n += snprintf(buf + n, size - (size_t)n, "/softcap%g", (double)c->logits_soft_cap);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->sinks) n += snprintf(buf + n, size - (size_t)n, "/sinks");
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->nan_sink > 0) n += snprintf(buf + n, size - (size_t)n, "/nansink%d", c->nan_sink - 1);
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->non_causal) n += snprintf(buf + n, size - (size_t)n, "/noncausal");
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->out_f32) snprintf(buf + n, size - (size_t)n, "/out32");
+}
+
+int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo) {
+  const int32_t len = c->kv_len[b];
+  *lo = 0;
+  if (c->non_causal) return len;
+  const int32_t p = len - c->q_len + t; /* the row's position */
+  if (p < 0) return p + 1;
+  if (c->has_window && c->window_left >= 0 && p - c->window_left > 0) *lo = p - c->window_left;
+  return p + 1 - *lo;
 }
 
 /* ---- Failure reporting --------------------------------------------------------- */
@@ -367,7 +421,9 @@ typedef struct setup {
   int64_t out_elems, lse_elems;
   int64_t mis; /* elements from each buffer's (64-byte aligned) start to the tensor's base */
   size_t esize;
-  buf q, k, v, kv_len, bt, out, lse;
+  fd_dtype out_dtype; /* the case's dtype, or FD_DTYPE_F32 with out_f32 */
+  size_t out_esize;
+  buf q, k, v, kv_len, bt, out, lse, sinks;
 } setup;
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -451,6 +507,7 @@ static void setup_free(setup *s) {
   buf_free(&s->bt);
   buf_free(&s->out);
   buf_free(&s->lse);
+  buf_free(&s->sinks);
 }
 
 /* Builds every host tensor with random data; returns 0 or -1 (out of memory). */
@@ -458,6 +515,8 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   memset(s, 0, sizeof *s);
   s->c = c;
   s->esize = fd_dtype_size(c->dtype);
+  s->out_dtype = c->out_f32 ? FD_DTYPE_F32 : c->dtype;
+  s->out_esize = fd_dtype_size(s->out_dtype);
   rng r = {seed};
   const int32_t B = c->batch, T = c->q_len, Hq = c->num_heads_q, Hkv = c->num_heads_kv;
   const int32_t D = c->head_dim, P = c->page_size;
@@ -490,6 +549,11 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->softmax_scale = c->softmax_scale;
   p->num_threads = c->num_threads;
   p->sm_count = c->sm_count;
+  p->has_window = c->has_window;
+  p->window_left = c->window_left;
+  p->logits_soft_cap = c->logits_soft_cap;
+  p->non_causal = c->non_causal;
+  p->out_dtype = c->out_f32 ? FD_DTYPE_F32 : (fd_dtype)0;
 
   const int64_t blocks = P > 0 ? s->num_pages : B;
   s->out_elems = s->mis + B * s->out_strides[0];
@@ -499,8 +563,9 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
       buf_init(&s->v, (size_t)(s->mis + blocks * s->v_strides[0]) * s->esize) ||
       buf_init(&s->kv_len, (size_t)B * sizeof(int32_t)) ||
       buf_init(&s->bt, (size_t)(P > 0 ? B * s->bt_stride : 1) * sizeof(int32_t)) ||
-      buf_init(&s->out, (size_t)s->out_elems * s->esize) ||
-      buf_init(&s->lse, (size_t)s->lse_elems * sizeof(float)))
+      buf_init(&s->out, (size_t)s->out_elems * s->out_esize) ||
+      buf_init(&s->lse, (size_t)s->lse_elems * sizeof(float)) ||
+      buf_init(&s->sinks, (size_t)Hq * sizeof(float)))
     return -1;
 
   memcpy(s->kv_len.data, c->kv_len, (size_t)B * sizeof(int32_t));
@@ -556,7 +621,30 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
         for (int32_t i = 0; i < D; i++)
           fd_store_elem(s->q.data, c->dtype, qo + i, (float)(2.0 * x * rng_normal(&r)));
       }
+  /* Sinks (drawn last: the other tensors are those of the case without
+   * sinks): even heads in [-2, 4], odd heads in [4, 12], where a sink
+   * outweighs the keys of short rows; a NaN for head nan_sink - 1. */
+  float *sinks = (float *)s->sinks.data;
+  for (int32_t h = 0; h < Hq; h++)
+    sinks[h] = (float)(h % 2 ? 4.0 + 8.0 * rng_uniform(&r) : -2.0 + 6.0 * rng_uniform(&r));
+  if (c->nan_sink > 0 && c->nan_sink <= Hq) sinks[c->nan_sink - 1] = NAN;
   return 0;
+}
+
+/* NaN in every key and value a windowed call may not read: those of each
+ * sequence before the first row's window start rounded down to `chunk_len`. */
+static void poison_before_window(setup *s, int32_t chunk_len) {
+  const fd_case *c = s->c;
+  for (int32_t b = 0; b < c->batch; b++) {
+    int32_t lo;
+    if (fd_case_visible(c, b, 0, &lo) <= 0) continue;
+    const int32_t w0 = lo / chunk_len * chunk_len;
+    for (int32_t j = 0; j < w0; j++)
+      for (int32_t hk = 0; hk < c->num_heads_kv; hk++) {
+        poison(s->k.data + (size_t)kv_offset(s, s->k_strides, b, j, hk) * s->esize, c->dtype, (size_t)c->head_dim);
+        poison(s->v.data + (size_t)kv_offset(s, s->v_strides, b, j, hk) * s->esize, c->dtype, (size_t)c->head_dim);
+      }
+  }
 }
 
 /* fd_tensors over the buffers: explicit strides, or all-zero ones (contiguous
@@ -570,8 +658,9 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
   t.v_cache = (char *)buf_ptr(&s->v) + shift;
   t.kv_len = buf_ptr(&s->kv_len);
   t.block_table = s->c->page_size > 0 ? buf_ptr(&s->bt) : NULL;
-  t.out = (char *)buf_ptr(&s->out) + shift;
+  t.out = (char *)buf_ptr(&s->out) + (size_t)s->mis * s->out_esize;
   t.lse = s->c->with_lse ? (float *)buf_ptr(&s->lse) + s->mis : NULL;
+  t.sinks = s->c->sinks ? (const float *)buf_ptr(&s->sinks) : NULL;
   if (!defaults) {
     memcpy(t.q_strides, s->q_strides, sizeof t.q_strides);
     memcpy(t.k_strides, s->k_strides, sizeof t.k_strides);
@@ -592,13 +681,10 @@ static fd_tensors host_tensors(const setup *s) {
   t.v_cache = s->v.data + shift;
   t.kv_len = (const int32_t *)s->kv_len.data;
   t.block_table = s->c->page_size > 0 ? (const int32_t *)s->bt.data : NULL;
-  t.out = s->out.data + shift;
+  t.out = s->out.data + (size_t)s->mis * s->out_esize;
   t.lse = (float *)s->lse.data + s->mis;
+  t.sinks = s->c->sinks ? (const float *)s->sinks.data : NULL;
   return t;
-}
-
-static int32_t visible_keys(const fd_case *c, int32_t b, int32_t t) {
-  return c->kv_len[b] - c->q_len + t + 1;
 }
 
 static size_t dense_index(const fd_case *c, int32_t b, int32_t t, int32_t h) {
@@ -609,14 +695,31 @@ static size_t lse_index(const fd_case *c, int32_t b, int32_t h, int32_t t) {
   return ((size_t)b * c->num_heads_q + h) * c->q_len + t;
 }
 
+/* The case's sink of query head h (NaN when there is none: callers ask c->sinks first). */
+static float case_sink(const setup *s, int32_t h) {
+  return s->c->sinks ? ((const float *)s->sinks.data)[h] : NAN;
+}
+
+/* A head whose rows must be NaN (its sink is NaN). */
+static int nan_head(const fd_case *c, int32_t h) { return c->sinks && c->nan_sink == h + 1; }
+
 /* ---- The plain low-precision attention (the calibration baseline) -------------- */
+
+/* The soft-cap on a rounded score: cap * tanh(x / cap) in float32, the
+ * capped score rounded to the dtype like any score. (A framework's three
+ * separately rounded 16-bit steps made plain 10 % off on most rows of a bf16
+ * case with large logits: a bound that loose catches nothing there.) */
+static float plain_soft_cap(fd_dtype dt, float cap, float x) { return round_to(dt, cap * tanhf(x / cap)); }
 
 /* The textbook attention in low precision (see TOLERANCE) into out, and in
  * the same passes over k and v the row's score rounding term into
  * bound[row] (row = dense_index / head_dim), with the exact softmax p and
- * out in float64. */
+ * out in float64. Variants as a framework writes them: the row's keys only
+ * (window, causal or not), the soft-cap applied to the rounded scores, the
+ * sink appended to the float32 softmax as one more logit. */
 static int plain_attention(const setup *s, float scale, double *out /* dense [B][T][Hq][D] */,
-                           double *bound /* [B][T][Hq] */) {
+                           double *bound /* [B][T][Hq] */, double *exact /* dense [B][T][Hq][D] */,
+                           double *exact_lse /* [B][T][Hq] */) {
   const fd_case *c = s->c;
   const fd_dtype dt = c->dtype;
   const int32_t D = c->head_dim, group = c->num_heads_q / c->num_heads_kv;
@@ -631,15 +734,20 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
     return -1;
   }
   const double u = 0x1p-24, scale_d = (double)scale;
+  const float cap = c->logits_soft_cap;
+  const double cap_d = (double)cap;
   for (int32_t b = 0; b < c->batch; b++)
     for (int32_t t = 0; t < c->q_len; t++)
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         double *o = out + dense_index(c, b, t, h);
-        const int32_t n = visible_keys(c, b, t), hk = h / group;
-        double *row_bound = bound + dense_index(c, b, t, h) / (size_t)D;
+        int32_t lo;
+        const int32_t n = fd_case_visible(c, b, t, &lo), hk = h / group;
+        const size_t row = dense_index(c, b, t, h) / (size_t)D;
+        double *row_bound = bound + row, *x_out = exact + dense_index(c, b, t, h);
         *row_bound = 0.0;
         if (n <= 0) {
-          for (int32_t i = 0; i < D; i++) o[i] = 0.0;
+          for (int32_t i = 0; i < D; i++) o[i] = 0.0, x_out[i] = 0.0;
+          exact_lse[row] = c->sinks ? (double)case_sink(s, h) : -INFINITY;
           continue;
         }
         const int64_t qo = q_offset(s, b, t, h);
@@ -650,7 +758,7 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         float m = -INFINITY;
         double md = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
-          const int64_t ko = kv_offset(s, s->k_strides, b, j, hk);
+          const int64_t ko = kv_offset(s, s->k_strides, b, lo + j, hk);
           float dot = 0.0f;
           double dd = 0.0, t2 = 0.0; /* exact q . k_j and the sum of its squared prefix sums */
           for (int32_t i = 0; i < D; i++) {
@@ -660,13 +768,24 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
             t2 += dd * dd;
           }
           p[j] = round_to(dt, dot);
-          if (p[j] > m) m = p[j];
           pe[j] = scale_d * dd;
           e[j] = LAMBDA_SCORE * u * (fabs(scale_d) * sqrt(t2) + 2.0 * fabs(pe[j]));
+          if (cap > 0.0f) {
+            /* an error d in x moves cap tanh(x / cap) by at most d (1 - tanh^2); the
+             * float32 tanh and multiply add a few ulps of the capped score */
+            p[j] = plain_soft_cap(dt, cap, p[j]);
+            const double th = tanh(pe[j] / cap_d);
+            pe[j] = cap_d * th;
+            e[j] = e[j] * (1.0 - th * th) + LAMBDA_SCORE * u * 2.0 * fabs(pe[j]);
+          }
+          if (p[j] > m) m = p[j];
           if (pe[j] > md) md = pe[j];
         }
-        float l = 0.0f;
-        double ld = 0.0;
+        const float sink = c->sinks ? case_sink(s, h) : -INFINITY;
+        if (sink > m) m = sink;
+        if ((double)sink > md) md = (double)sink;
+        float l = c->sinks ? expf(sink - m) : 0.0f; /* a NaN sink makes the row NaN */
+        double ld = c->sinks ? exp((double)sink - md) : 0.0;
         for (int32_t j = 0; j < n; j++) {
           p[j] = expf(p[j] - m);
           l += p[j];
@@ -675,16 +794,19 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         for (int32_t i = 0; i < D; i++) acc[i] = 0.0f, od[i] = 0.0, sum[i] = 0.0, sq[i] = 0.0;
         for (int32_t j = 0; j < n; j++) {
           const float pj = round_to(dt, p[j] / l);
-          const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
+          const int64_t vo = kv_offset(s, s->v_strides, b, lo + j, hk);
           pe[j] /= ld;
           for (int32_t i = 0; i < D; i++) kv[i] = (float)fd_load_elem(s->v.data, dt, vo + i);
           for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
           for (int32_t i = 0; i < D; i++) od[i] += pe[j] * kv[i];
         }
-        for (int32_t i = 0; i < D; i++) o[i] = round_to(dt, acc[i]);
+        /* float32 out (out_f32) is not rounded to the dtype */
+        for (int32_t i = 0; i < D; i++) o[i] = c->out_f32 ? acc[i] : round_to(dt, acc[i]);
+        for (int32_t i = 0; i < D; i++) x_out[i] = od[i];
+        exact_lse[row] = md + log(ld);
         /* the bound needs the exact out: a second pass over v */
         for (int32_t j = 0; j < n; j++) {
-          const int64_t vo = kv_offset(s, s->v_strides, b, j, hk);
+          const int64_t vo = kv_offset(s, s->v_strides, b, lo + j, hk);
           const double w = pe[j] * e[j];
           for (int32_t i = 0; i < D; i++) {
             const double x = w * fabs(fd_load_elem(s->v.data, dt, vo + i) - od[i]);
@@ -702,16 +824,28 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
   return 0;
 }
 
-/* plain_attention's result in one allocation: the dense out, then one score
- * rounding bound per row (what check_out reads). NULL when out of memory. */
+/* plain_attention's result in one allocation (what check_out and check_lse
+ * read): the dense out, one score rounding bound per row, the float64 out
+ * and the float64 lse per row. NULL when out of memory. */
 static double *plain_new(const setup *s, float scale) {
-  const size_t out_n = dense_index(s->c, s->c->batch, 0, 0);
-  double *plain = malloc((out_n + out_n / (size_t)s->c->head_dim + 1) * sizeof *plain);
-  if (plain && plain_attention(s, scale, plain, plain + out_n)) {
+  const size_t out_n = dense_index(s->c, s->c->batch, 0, 0), rows = out_n / (size_t)s->c->head_dim;
+  double *plain = malloc((2 * out_n + 2 * rows + 1) * sizeof *plain);
+  if (plain && plain_attention(s, scale, plain, plain + out_n, plain + out_n + rows, plain + 2 * out_n + rows)) {
     free(plain);
     return NULL;
   }
   return plain;
+}
+
+/* The parts of plain_new's allocation. */
+static const double *plain_bound(const fd_case *c, const double *plain) { return plain + dense_index(c, c->batch, 0, 0); }
+static const double *plain_exact(const fd_case *c, const double *plain) {
+  const size_t out_n = dense_index(c, c->batch, 0, 0);
+  return plain + out_n + out_n / (size_t)c->head_dim;
+}
+static const double *plain_exact_lse(const fd_case *c, const double *plain) {
+  const size_t out_n = dense_index(c, c->batch, 0, 0);
+  return plain + 2 * out_n + out_n / (size_t)c->head_dim;
 }
 
 /* ---- Reading back and checking ----------------------------------------------------- */
@@ -724,7 +858,7 @@ static void read_back(const setup *s, double *out, double *lse) {
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         const int64_t oo = out_offset(s, b, t, h);
         double *o = out + dense_index(c, b, t, h);
-        for (int32_t i = 0; i < c->head_dim; i++) o[i] = fd_load_elem(s->out.data, c->dtype, oo + i);
+        for (int32_t i = 0; i < c->head_dim; i++) o[i] = fd_load_elem(s->out.data, s->out_dtype, oo + i);
         if (c->with_lse) lse[lse_index(c, b, h, t)] = ((const float *)s->lse.data)[lse_offset(s, b, h, t)];
       }
 }
@@ -751,7 +885,7 @@ static void check_memory(report *rep, const setup *s, const buf *ws, const char 
       }
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < s->out_elems; i++)
-    if (!mark[i] && !is_poison(s->out.data, c->dtype, i) && bad++ == 0) first = i;
+    if (!mark[i] && !is_poison(s->out.data, s->out_dtype, i) && bad++ == 0) first = i;
   if (bad) fail_at(rep, "%s: %lld padding elements of out written (first at element %lld)", run, (long long)bad, (long long)first);
   bad = 0;
   for (int64_t i = 0; i < s->lse_elems; i++) {
@@ -764,17 +898,65 @@ static void check_memory(report *rep, const setup *s, const buf *ws, const char 
   free(mark);
 }
 
-/* ours vs the oracle, with the calibrated bound; rows that see no key exact. */
+/* A float32 out (out_f32) of 16-bit inputs must not be a 16-bit value
+ * rounded: over the rows that mix at least two values (two keys, or a key and
+ * a sink), at most half the elements may be exactly representable in the
+ * dtype (a float32 result is with probability 2^-13 or less). Cases with
+ * large logits (input_scale, strict: one-hot softmax, out = a v row) skip it.
+ * Returns 1 when the check applies and fails. */
+static int out_looks_rounded(const fd_case *c, const double *ours, int64_t *exact_out, int64_t *counted_out) {
+  *exact_out = *counted_out = 0;
+  if (!c->out_f32 || c->dtype == FD_DTYPE_F32 || c->input_scale != 0.0f || c->strict) return 0;
+  int64_t exact = 0, counted = 0;
+  for (int32_t b = 0; b < c->batch; b++)
+    for (int32_t t = 0; t < c->q_len; t++) {
+      int32_t lo;
+      const int32_t n = fd_case_visible(c, b, t, &lo);
+      if (n < (c->sinks ? 1 : 2)) continue;
+      for (int32_t h = 0; h < c->num_heads_q; h++) {
+        if (nan_head(c, h)) continue;
+        const double *o = ours + dense_index(c, b, t, h);
+        for (int32_t i = 0; i < c->head_dim; i++) {
+          counted++;
+          exact += isfinite(o[i]) && (double)round_to(c->dtype, (float)o[i]) == o[i];
+        }
+      }
+    }
+  *exact_out = exact, *counted_out = counted;
+  return counted >= 32 && 2 * exact > counted;
+}
+
+/* ours vs the oracle, with the calibrated bound; rows that see no key exact
+ * (0); rows of a NaN sink NaN (every element; a row that sees no key: 0 or
+ * NaN). */
 static void check_out(report *rep, const fd_case *c, const double *ours, const double *ref,
                       const double *plain /* plain_new's */, const char *run) {
   const double floor_rel = out_floor(c->dtype);
-  const size_t out_n = dense_index(c, c->batch, 0, 0);
   for (int32_t b = 0; b < c->batch; b++)
     for (int32_t t = 0; t < c->q_len; t++)
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         const size_t at = dense_index(c, b, t, h);
         const double *o = ours + at, *r = ref + at, *pl = plain + at;
-        if (visible_keys(c, b, t) <= 0) {
+        int32_t lo;
+        const int32_t visible = fd_case_visible(c, b, t, &lo);
+        if (nan_head(c, h)) {
+          /* a NaN sink: NaN rows, never a silent number (the oracle too) */
+          for (int32_t i = 0; i < c->head_dim; i++) {
+            const int ok = visible <= 0 ? (o[i] == 0.0 || isnan(o[i])) : isnan(o[i]);
+            if (!ok) {
+              fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d] = %g, the head's sink is NaN: want NaN%s", run, b, t,
+                      h, i, o[i], visible <= 0 ? " (or 0: the row sees no key)" : "");
+              break;
+            }
+            if (visible > 0 && !isnan(r[i])) {
+              fail_at(rep, "%s: oracle out[b=%d,t=%d,h=%d][%d] = %g, the head's sink is NaN: want NaN", run, b,
+                      t, h, i, r[i]);
+              break;
+            }
+          }
+          continue;
+        }
+        if (visible <= 0) {
           for (int32_t i = 0; i < c->head_dim; i++)
             if (!(o[i] == 0.0)) {
               fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d] = %g, a row that sees no key must be 0", run, b, t, h, i, o[i]);
@@ -795,7 +977,20 @@ static void check_out(report *rep, const fd_case *c, const double *ours, const d
           if (fabs(pl[i] - r[i]) > err_plain) err_plain = fabs(pl[i] - r[i]);
           if (fabs(r[i]) > ref_max) ref_max = fabs(r[i]);
         }
-        const double score = plain[out_n + at / (size_t)c->head_dim];
+        /* the oracle against the harness's own float64 attention (plain_attention's
+         * exact pass): a variant that the oracle and a backend both get wrong
+         * the same way would otherwise pass, the plain term growing with it */
+        const double *x = plain_exact(c, plain) + at;
+        double x_err = 0.0;
+        for (int32_t i = 0; i < c->head_dim; i++) x_err = fmax(x_err, fabs(x[i] - r[i]));
+        if (!(x_err <= ORACLE_TOL * ref_max + 1e-300)) {
+          fail_at(rep,
+                  "%s: oracle out[b=%d,t=%d,h=%d] differs from the harness's float64 attention by %.3g "
+                  "(max|ref| %.3g): the oracle's variant semantics are wrong (or the harness's)",
+                  run, b, t, h, x_err, ref_max);
+          return;
+        }
+        const double score = plain_bound(c, plain)[at / (size_t)c->head_dim];
         const double tol = (c->strict ? 0.0 : K_PLAIN * err_plain) + floor_rel * ref_max + score + (double)c->abs_floor;
         if (!finite) {
           for (int32_t i = 0; i < c->head_dim; i++)
@@ -810,20 +1005,49 @@ static void check_out(report *rep, const fd_case *c, const double *ours, const d
                   run, b, t, h, worst, o[worst], r[worst], err, tol, err_plain, ref_max, score);
         }
       }
+  int64_t exact, counted;
+  if (out_looks_rounded(c, ours, &exact, &counted))
+    fail_at(rep, "%s: out is float32 (out_f32) but %lld of %lld elements are exact %s values: rounded to the dtype?",
+            run, (long long)exact, (long long)counted, dtype_tag(c->dtype));
 }
 
-static void check_lse(report *rep, const fd_case *c, const double *ours, const double *ref, const char *run) {
+/* lse vs the oracle; a row that sees no key: -inf, or its sink (sinks); a
+ * NaN sink's rows NaN. The oracle's lse against the harness's float64 one. */
+static void check_lse(report *rep, const fd_case *c, const float *sinks, const double *ours, const double *ref,
+                      const double *plain /* plain_new's */, const char *run) {
   const double tol = lse_tol(c->dtype);
+  const double *x_lse = plain_exact_lse(c, plain);
   for (int32_t b = 0; b < c->batch; b++)
     for (int32_t t = 0; t < c->q_len; t++)
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         const size_t at = lse_index(c, b, h, t);
         const double o = ours[at], r = ref[at];
-        if (visible_keys(c, b, t) <= 0) {
-          if (!(isinf(o) && o < 0))
-            fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %g, a row that sees no key must be -inf", run, b, h, t, o);
+        int32_t lo;
+        const int32_t visible = fd_case_visible(c, b, t, &lo);
+        if (nan_head(c, h)) {
+          if (!isnan(o)) fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %g, the head's sink is NaN: want NaN", run, b, h, t, o);
+          if (!isnan(r)) fail_at(rep, "%s: oracle lse[b=%d,h=%d,t=%d] = %g, the head's sink is NaN: want NaN", run, b, h, t, r);
           continue;
         }
+        if (visible <= 0) {
+          if (c->sinks) {
+            /* the sink alone: lse = sinks[h] */
+            const double want = (double)sinks[h], bound = tol * fmax(1.0, fabs(want));
+            if (!(fabs(o - want) <= bound))
+              fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %.9g, a row that sees no key must be its sink %.9g", run,
+                      b, h, t, o, want);
+            if (!(fabs(r - want) <= bound))
+              fail_at(rep, "%s: oracle lse[b=%d,h=%d,t=%d] = %.9g, a row that sees no key must be its sink %.9g",
+                      run, b, h, t, r, want);
+          } else if (!(isinf(o) && o < 0)) {
+            fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %g, a row that sees no key must be -inf", run, b, h, t, o);
+          }
+          continue;
+        }
+        const double x = x_lse[dense_index(c, b, t, h) / (size_t)c->head_dim];
+        if (!(fabs(x - r) <= ORACLE_TOL * fmax(1.0, fabs(x))))
+          fail_at(rep, "%s: oracle lse[b=%d,h=%d,t=%d] = %.17g, the harness's float64 attention %.17g", run, b, h,
+                  t, r, x);
         const double bound = tol * fmax(1.0, fabs(r));
         if (!isfinite(o) || !(fabs(o - r) <= bound))
           fail_at(rep, "%s: lse[b=%d,h=%d,t=%d] = %.9g, oracle %.9g: error %.3g > tol %.3g", run, b,
@@ -831,7 +1055,7 @@ static void check_lse(report *rep, const fd_case *c, const double *ours, const d
       }
 }
 
-/* Two of our own runs (1 split vs N splits): no K term. */
+/* Two of our own runs (1 split vs N splits): no K term. NaN-sink rows: both NaN. */
 static void check_agree(report *rep, const fd_case *c, const double *a, const double *b_out,
                         const double *ref, const double *lse_a, const double *lse_b, const char *run) {
   const double floor_rel = out_floor(c->dtype), ltol = lse_tol(c->dtype);
@@ -839,6 +1063,17 @@ static void check_agree(report *rep, const fd_case *c, const double *a, const do
     for (int32_t t = 0; t < c->q_len; t++)
       for (int32_t h = 0; h < c->num_heads_q; h++) {
         const size_t at = dense_index(c, b, t, h);
+        int32_t lo;
+        const int32_t visible = fd_case_visible(c, b, t, &lo);
+        if (nan_head(c, h)) {
+          for (int32_t i = 0; i < c->head_dim; i++)
+            if (!!isnan(a[at + i]) != !!isnan(b_out[at + i])) {
+              fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d]: %g vs %g (a NaN sink's row)", run, b, t, h, i,
+                      a[at + i], b_out[at + i]);
+              break;
+            }
+          continue;
+        }
         double ref_max = 0.0, diff = 0.0;
         int32_t worst = 0;
         for (int32_t i = 0; i < c->head_dim; i++) {
@@ -846,7 +1081,7 @@ static void check_agree(report *rep, const fd_case *c, const double *a, const do
           double d = fabs(a[at + i] - b_out[at + i]);
           if (d > diff || isnan(d)) diff = d, worst = i;
         }
-        if (!(diff <= floor_rel * ref_max) && !(visible_keys(c, b, t) <= 0 && diff == 0.0))
+        if (!(diff <= floor_rel * ref_max) && !(visible <= 0 && diff == 0.0))
           fail_at(rep, "%s: out[b=%d,t=%d,h=%d][%d]: %.9g vs %.9g, differ by %.3g > %.3g", run, b, t,
                   h, worst, a[at + worst], b_out[at + worst], diff, floor_rel * ref_max);
         if (c->with_lse) {
@@ -891,7 +1126,7 @@ static int run_once(report *rep, setup *s, const fd_plan *plan, unsigned char ws
     fail_at(rep, "%s: out of memory", run);
     return -1;
   }
-  poison(s->out.data, c->dtype, s->out.bytes / s->esize);
+  poison(s->out.data, s->out_dtype, s->out.bytes / s->out_esize);
   poison(s->lse.data, FD_DTYPE_F32, s->lse.bytes / sizeof(float));
   memset(ws.data, ws_fill, ws.bytes);
   const int cuda = c->backend == FD_BACKEND_CUDA;
@@ -937,7 +1172,7 @@ static void check_rejected(report *rep, setup *s, const fd_plan *plan, fd_status
     fail_at(rep, "%s: out of memory", run);
     return;
   }
-  poison(s->out.data, c->dtype, s->out.bytes / s->esize);
+  poison(s->out.data, s->out_dtype, s->out.bytes / s->out_esize);
   poison(s->lse.data, FD_DTYPE_F32, s->lse.bytes / sizeof(float));
   const int cuda = c->backend == FD_BACKEND_CUDA;
   if (cuda && (buf_upload(&s->out) || buf_upload(&s->lse) || buf_upload(&ws))) {
@@ -957,7 +1192,7 @@ static void check_rejected(report *rep, setup *s, const fd_plan *plan, fd_status
     fail_at(rep, "%s: device synchronize or copy back failed", run);
   } else {
     int64_t written = 0;
-    for (int64_t i = 0; i < s->out_elems; i++) written += !is_poison(s->out.data, c->dtype, i);
+    for (int64_t i = 0; i < s->out_elems; i++) written += !is_poison(s->out.data, s->out_dtype, i);
     for (int64_t i = 0; i < s->lse_elems; i++) written += ((const uint32_t *)s->lse.data)[i] != POISON_F32;
     if (written) fail_at(rep, "%s: a rejected run wrote %lld elements of out/lse", run, (long long)written);
     if (!buf_guards_ok(&s->out) || !buf_guards_ok(&s->lse)) fail_at(rep, "%s: guard bytes overwritten", run);
@@ -969,13 +1204,14 @@ static uint64_t inputs_hash(setup *s) {
   if (s->c->backend == FD_BACKEND_CUDA) {
     /* Compare the device copies: fetch them into the host buffers. */
     if (buf_download(&s->q) || buf_download(&s->k) || buf_download(&s->v) ||
-        buf_download(&s->kv_len) || buf_download(&s->bt))
+        buf_download(&s->kv_len) || buf_download(&s->bt) || buf_download(&s->sinks))
       return 0;
   }
   uint64_t h = buf_hash(&s->q);
   h = h * 31 + buf_hash(&s->k);
   h = h * 31 + buf_hash(&s->v);
   h = h * 31 + buf_hash(&s->kv_len);
+  h = h * 31 + buf_hash(&s->sinks);
   return h * 31 + buf_hash(&s->bt);
 }
 
@@ -1015,17 +1251,30 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
       plan_for(&rep, &s, FD_BACKEND_REFERENCE, 1, &ref_plan))
     goto done;
 
-  /* An explicit split count is honoured, clamped to the chunks and FD_MAX_SPLITS. */
+  /* An explicit split count is honoured, clamped to the chunks and FD_MAX_SPLITS.
+   * With a window a plan may also clamp it to the chunks a windowed call
+   * reads (window_left + q_len keys and a chunk, flashdecode.h): any count
+   * from the window's chunks up to the asked one passes. */
   const int64_t chunks = s.kv_capacity > 0 ? ceil_div64(s.kv_capacity, plan.chunk_len) : 1;
   if (plan.num_splits < 1 || plan.num_splits > FD_MAX_SPLITS || plan.num_splits > chunks)
     fail_at(&rep, "plan.num_splits %d outside [1, min(%lld chunks, FD_MAX_SPLITS)]", plan.num_splits, (long long)chunks);
   if (c->num_splits > 0) {
     int64_t want = c->num_splits < chunks ? c->num_splits : chunks;
     if (want > FD_MAX_SPLITS) want = FD_MAX_SPLITS;
-    if (plan.num_splits != want)
-      fail_at(&rep, "plan.num_splits %d, expected %lld (asked %d, %lld chunks)", plan.num_splits,
-              (long long)want, c->num_splits, (long long)chunks);
+    int64_t least = want;
+    if (c->has_window && c->window_left >= 0) {
+      const int64_t wchunks = ceil_div64((int64_t)c->window_left + c->q_len, plan.chunk_len);
+      if (wchunks < least) least = wchunks > 0 ? wchunks : 1;
+    }
+    if (plan.num_splits < least || plan.num_splits > want)
+      fail_at(&rep, "plan.num_splits %d, expected %lld%s (asked %d, %lld chunks)", plan.num_splits,
+              (long long)want, least < want ? " or the window's chunks" : "", c->num_splits, (long long)chunks);
   }
+
+  /* With a window, the keys before the chunk that holds the first row's
+   * first key are never read (flashdecode.h): NaN there from now on, so a
+   * backend (or the oracle) that reads one fails. */
+  if (c->has_window && c->window_left >= 0 && !c->non_causal) poison_before_window(&s, plan.chunk_len);
 
   /* The oracle and the calibration baseline, on the host copies. */
   const size_t out_n = dense_index(c, c->batch, 0, 0), lse_n = lse_index(c, c->batch, 0, 0);
@@ -1044,8 +1293,8 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
     goto done;
   }
 
-  if (c->backend == FD_BACKEND_CUDA &&
-      (buf_upload(&s.q) || buf_upload(&s.k) || buf_upload(&s.v) || buf_upload(&s.kv_len) || buf_upload(&s.bt))) {
+  if (c->backend == FD_BACKEND_CUDA && (buf_upload(&s.q) || buf_upload(&s.k) || buf_upload(&s.v) ||
+                                        buf_upload(&s.kv_len) || buf_upload(&s.bt) || buf_upload(&s.sinks))) {
     fail_at(&rep, "device copy of the inputs failed");
     goto done;
   }
@@ -1061,7 +1310,7 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   snprintf(run, sizeof run, "run (plan: %d splits)", plan.num_splits);
   if (run_once(&rep, &s, &plan, 0xff, run, &main_run)) goto done;
   check_out(&rep, c, main_run.out, ref, plain, run);
-  if (c->with_lse) check_lse(&rep, c, main_run.lse, ref_lse, run);
+  if (c->with_lse) check_lse(&rep, c, (const float *)s.sinks.data, main_run.lse, ref_lse, plain, run);
 
   if (c->check_determinism) {
     /* Same plan, workspace garbage now huge finite floats instead of NaN. */
@@ -1077,14 +1326,19 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
     const int32_t alt = plan.num_splits > 1 ? 1 : 7;
     fd_plan other_plan;
     if (plan_for(&rep, &s, c->backend, alt, &other_plan) == 0) {
-      if (other_plan.num_splits == plan.num_splits) {
+      if (other_plan.chunk_len != plan.chunk_len) {
+        fail_at(&rep, "split check: chunk_len %d vs %d (the keys made NaN before a window assume one)",
+                other_plan.chunk_len, plan.chunk_len);
+      } else if (other_plan.num_splits == plan.num_splits && c->has_window && c->window_left >= 0) {
+        /* both clamped to the chunks of a short window (see above): nothing to compare */
+      } else if (other_plan.num_splits == plan.num_splits) {
         fail_at(&rep, "split check impossible: both plans have %d split(s) (kv_capacity %d)",
                 plan.num_splits, s.kv_capacity);
       } else {
         snprintf(run, sizeof run, "run (plan: %d splits)", other_plan.num_splits);
         if (run_once(&rep, &s, &other_plan, 0xff, run, &other) == 0) {
           check_out(&rep, c, other.out, ref, plain, run);
-          if (c->with_lse) check_lse(&rep, c, other.lse, ref_lse, run);
+          if (c->with_lse) check_lse(&rep, c, (const float *)s.sinks.data, other.lse, ref_lse, plain, run);
           char what[96];
           snprintf(what, sizeof what, "%d vs %d splits", plan.num_splits, other_plan.num_splits);
           check_agree(&rep, c, main_run.out, other.out, ref, main_run.lse, other.lse, what);
@@ -1093,7 +1347,7 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
     }
   }
 
-  if (inputs_hash(&s) != hash_before) fail_at(&rep, "the inputs (q, k, v, kv_len, block_table) changed");
+  if (inputs_hash(&s) != hash_before) fail_at(&rep, "the inputs (q, k, v, kv_len, block_table, sinks) changed");
 
 done:
   result_free(&main_run);
@@ -1214,7 +1468,7 @@ fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
   }
   if (c->backend == FD_BACKEND_CUDA &&
       (buf_upload(&d->s.q) || buf_upload(&d->s.k) || buf_upload(&d->s.v) || buf_upload(&d->s.kv_len) ||
-       buf_upload(&d->s.bt) || buf_upload(&d->s.out) || buf_upload(&d->s.lse))) {
+       buf_upload(&d->s.bt) || buf_upload(&d->s.sinks) || buf_upload(&d->s.out) || buf_upload(&d->s.lse))) {
     fail_at(&d->rep, "device copy of the inputs failed");
     fd_case_data_free(d);
     return NULL;
@@ -1297,9 +1551,9 @@ int fd_case_data_run(fd_case_data *d, const fd_plan *plan, unsigned char ws_fill
   result res = {0};
   if (run_once(&d->rep, s, plan, ws_fill, what, &res) == 0) {
     check_out(&d->rep, c, res.out, d->ref, d->plain, what);
-    if (c->with_lse) check_lse(&d->rep, c, res.lse, d->ref_lse, what);
+    if (c->with_lse) check_lse(&d->rep, c, (const float *)s->sinks.data, res.lse, d->ref_lse, d->plain, what);
     if (inputs_hash(s) != hash_before)
-      fail_at(&d->rep, "%s: the inputs (q, k, v, kv_len, block_table) changed", what);
+      fail_at(&d->rep, "%s: the inputs (q, k, v, kv_len, block_table, sinks) changed", what);
     if (o) {
       o->out = res.out;
       o->lse = res.lse;

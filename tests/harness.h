@@ -64,6 +64,17 @@ typedef struct fd_case {
   float abs_floor;                     /* an absolute error also allowed per element (0 = none):
                                           rows of a few values can cancel to nearly 0, where the
                                           relative floor says nothing (head_dim < 16) */
+  /* Attention variants (fd_problem's fields; zero = off, today's meaning). */
+  int has_window;                      /* 1: fd_problem.has_window with window_left below */
+  int32_t window_left;                 /* with has_window: >= 0, or -1 (= no window) */
+  float logits_soft_cap;               /* 0 = off */
+  int sinks;                           /* 1: fd_tensors.sinks, one float per query head drawn
+                                          afresh: even heads in [-2, 4], odd heads in [4, 12]
+                                          (a sink that dominates short rows) */
+  int32_t nan_sink;                    /* with sinks: 1 + the query head whose sink is NaN (its
+                                          rows must be NaN, every other row unaffected); 0 = none */
+  int non_causal;                      /* fd_problem.non_causal: q_len up to 128 */
+  int out_f32;                         /* fd_problem.out_dtype = FD_DTYPE_F32 (out is float32) */
   /* Extra checks; they do not change the inputs. */
   int check_splits;      /* also run with num_splits = 1 (or 7 when the case has 1) and compare */
   int check_determinism; /* run twice (different workspace garbage), outputs bitwise equal */
@@ -72,6 +83,13 @@ typedef struct fd_case {
 /* Writes the case's reproducible name, e.g.
  * "cpu/bf16/d128/h32:8/b3/kv[0,1,4097]/q2/paged16/splits7/noncontig/lse". */
 void fd_case_name(const fd_case *c, char *buf, size_t size);
+
+/* The keys query row t of sequence b sees: [*lo, *lo + return value); the
+ * return value is <= 0 for a row that sees none (causal rows past kv_len, or
+ * kv_len 0). Causal: position p = kv_len[b] - q_len + t, keys max(0, p - W) ..
+ * p with a window W (has_window, window_left >= 0), 0 .. p without; non-causal:
+ * 0 .. kv_len[b] - 1. */
+int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo);
 
 /* The run's seed: FD_TEST_SEED from the environment when set, else fresh from
  * the clock. Each case derives its own seed from it and its name. */

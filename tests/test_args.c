@@ -183,6 +183,29 @@ static const int32_t hint_neg[2] = {10, -1};
 static const int32_t hint_big[2] = {1001, 10};
 static void m_hint_neg(fd_problem *p) { p->kv_len_hint = hint_neg; }
 static void m_hint_big(fd_problem *p) { p->kv_len_hint = hint_big; }
+/* the attention variants */
+static void m_has_window2(fd_problem *p) { p->has_window = 2, p->window_left = 10; }
+static void m_has_window_neg(fd_problem *p) { p->has_window = -1, p->window_left = 10; }
+static void m_window_left_neg2(fd_problem *p) { p->has_window = 1, p->window_left = -2; }
+static void m_window_left_min(fd_problem *p) { p->has_window = 1, p->window_left = INT32_MIN; }
+static void m_soft_cap_neg(fd_problem *p) { p->logits_soft_cap = -1.0f; }
+static void m_soft_cap_nan(fd_problem *p) { p->logits_soft_cap = NAN; }
+static void m_soft_cap_inf(fd_problem *p) { p->logits_soft_cap = INFINITY; }
+static void m_soft_cap_neg_inf(fd_problem *p) { p->logits_soft_cap = -INFINITY; }
+static void m_soft_cap_tiny_neg(fd_problem *p) { p->logits_soft_cap = -1e-30f; }
+static void m_non_causal2(fd_problem *p) { p->non_causal = 2; }
+static void m_non_causal_neg(fd_problem *p) { p->non_causal = -1; }
+static void m_non_causal_window(fd_problem *p) { p->non_causal = 1, p->has_window = 1, p->window_left = 100; }
+static void m_non_causal_window0(fd_problem *p) { p->non_causal = 1, p->has_window = 1, p->window_left = 0; }
+static void m_non_causal_q129(fd_problem *p) { p->non_causal = 1, p->q_len = FD_MAX_Q_LEN_NON_CAUSAL + 1; }
+static void m_non_causal_q_neg(fd_problem *p) { p->non_causal = 1, p->q_len = -1; }
+static void m_causal_q17(fd_problem *p) { p->q_len = FD_MAX_Q_LEN + 1, p->has_window = 1, p->window_left = 5; }
+static void m_out_dtype9(fd_problem *p) { p->out_dtype = (fd_dtype)9; }
+static void m_out_dtype_neg(fd_problem *p) { p->out_dtype = (fd_dtype)-1; }
+static void m_out_dtype_f16(fd_problem *p) { p->out_dtype = FD_DTYPE_F16; } /* dtype bf16 */
+static void m_out_dtype_bf16_of_f32(fd_problem *p) { p->dtype = FD_DTYPE_F32, p->out_dtype = FD_DTYPE_BF16; }
+static void m_out_dtype_f16_of_f32(fd_problem *p) { p->dtype = FD_DTYPE_F32, p->out_dtype = FD_DTYPE_F16; }
+static void m_out_dtype_bf16_of_f16(fd_problem *p) { p->dtype = FD_DTYPE_F16, p->out_dtype = FD_DTYPE_BF16; }
 
 static void test_plan_bad_fields(void **state) {
   (void)state;
@@ -214,6 +237,28 @@ static void test_plan_bad_fields(void **state) {
       {"sm_count -8", "sm_count", m_sm_neg},
       {"kv_len_hint -1", "kv_len_hint", m_hint_neg},
       {"kv_len_hint > kv_capacity", "kv_len_hint", m_hint_big},
+      {"has_window 2", "has_window", m_has_window2},
+      {"has_window -1", "has_window", m_has_window_neg},
+      {"window_left -2", "window_left", m_window_left_neg2},
+      {"window_left INT32_MIN", "window_left", m_window_left_min},
+      {"logits_soft_cap -1", "logits_soft_cap", m_soft_cap_neg},
+      {"logits_soft_cap NaN", "logits_soft_cap", m_soft_cap_nan},
+      {"logits_soft_cap inf", "logits_soft_cap", m_soft_cap_inf},
+      {"logits_soft_cap -inf", "logits_soft_cap", m_soft_cap_neg_inf},
+      {"logits_soft_cap -1e-30", "logits_soft_cap", m_soft_cap_tiny_neg},
+      {"non_causal 2", "non_causal", m_non_causal2},
+      {"non_causal -1", "non_causal", m_non_causal_neg},
+      {"non_causal with a window of 100", "non_causal|window", m_non_causal_window},
+      {"non_causal with a window of 0", "non_causal|window", m_non_causal_window0},
+      {"non_causal q_len 129", "q_len", m_non_causal_q129},
+      {"non_causal q_len -1", "q_len", m_non_causal_q_neg},
+      {"causal q_len 17 (with a window)", "q_len", m_causal_q17},
+      {"out_dtype 9", "out_dtype", m_out_dtype9},
+      {"out_dtype -1", "out_dtype", m_out_dtype_neg},
+      {"out_dtype f16 of bf16", "out_dtype", m_out_dtype_f16},
+      {"out_dtype bf16 of f32", "out_dtype", m_out_dtype_bf16_of_f32},
+      {"out_dtype f16 of f32", "out_dtype", m_out_dtype_f16_of_f32},
+      {"out_dtype bf16 of f16", "out_dtype", m_out_dtype_bf16_of_f16},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     fd_problem p = valid_problem();
@@ -222,7 +267,16 @@ static void test_plan_bad_fields(void **state) {
     memset(&plan, 0x5a, sizeof plan);
     fd_error err;
     memset(&err, 0, sizeof err);
-    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, cases[i].needle, cases[i].what);
+    const fd_status st = fd_plan_init(&plan, &p, &err);
+    /* "a|b": the message names a or b */
+    char needle[64];
+    snprintf(needle, sizeof needle, "%s", cases[i].needle);
+    char *bar = strchr(needle, '|');
+    if (bar) {
+      *bar = '\0';
+      if (!strstr(err.message, needle)) memmove(needle, bar + 1, strlen(bar + 1) + 1);
+    }
+    expect_status(st, FD_STATUS_INVALID_ARGUMENT, &err, needle, cases[i].what);
     assert_int_equal(fd_plan_init(&plan, &p, NULL), FD_STATUS_INVALID_ARGUMENT);
     /* A plan whose init failed cannot be run. */
     fd_tensors t;
@@ -250,6 +304,66 @@ static void test_plan_defaults(void **state) {
   assert_true(plan.softmax_scale == 0.5f);
 }
 
+/* The variants' valid values: accepted, and kept in plan.problem (resolved:
+ * has_window 1 with window_left -1 is no window, out_dtype 0 is dtype). */
+static void test_plan_variants_accepted(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  const fd_dtype dtypes[] = {FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16};
+  for (int bi = 0; bi < 2; bi++)
+    for (int di = 0; di < 3; di++) {
+      fd_problem p = valid_problem();
+      p.backend = backends[bi];
+      p.dtype = dtypes[di];
+      fd_plan plan;
+      fd_error err;
+      char what[96];
+      const int32_t windows[] = {-1, 0, 1, 127, INT32_MAX};
+      for (size_t i = 0; i < sizeof windows / sizeof *windows; i++) {
+        fd_problem v = p;
+        v.has_window = 1, v.window_left = windows[i], v.q_len = FD_MAX_Q_LEN;
+        snprintf(what, sizeof what, "%s window_left %d", fd_backend_name(p.backend), windows[i]);
+        expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, what);
+        /* resolved: window_left -1 is no window */
+        assert_int_equal(plan.problem.has_window, windows[i] >= 0);
+        assert_int_equal(plan.problem.window_left, windows[i]);
+      }
+      const float caps[] = {1e-30f, 1.0f, 50.0f, 3.0e38f};
+      for (size_t i = 0; i < sizeof caps / sizeof *caps; i++) {
+        fd_problem v = p;
+        v.logits_soft_cap = caps[i];
+        snprintf(what, sizeof what, "%s logits_soft_cap %g", fd_backend_name(p.backend), (double)caps[i]);
+        expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, what);
+        assert_true(plan.problem.logits_soft_cap == caps[i]);
+      }
+      const int32_t qs[] = {1, 17, 64, FD_MAX_Q_LEN_NON_CAUSAL};
+      for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+        fd_problem v = p;
+        v.non_causal = 1, v.q_len = qs[i];
+        snprintf(what, sizeof what, "%s non_causal q_len %d", fd_backend_name(p.backend), qs[i]);
+        expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, what);
+        assert_int_equal(plan.problem.non_causal, 1);
+        assert_int_equal(plan.problem.q_len, qs[i]);
+      }
+      fd_problem v = p;
+      v.out_dtype = FD_DTYPE_F32;
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "out_dtype f32");
+      assert_int_equal(plan.problem.out_dtype, FD_DTYPE_F32);
+      v.out_dtype = p.dtype;
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "out_dtype = dtype");
+      assert_int_equal(plan.problem.out_dtype, p.dtype);
+      v.out_dtype = (fd_dtype)0; /* resolved: dtype */
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "out_dtype 0");
+      assert_int_equal(plan.problem.out_dtype, p.dtype);
+      /* all of them at once (the window and non-causal exclude each other) */
+      v = p;
+      v.has_window = 1, v.window_left = 63, v.logits_soft_cap = 30.0f, v.out_dtype = FD_DTYPE_F32, v.q_len = 16;
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "window, soft-cap, f32 out");
+      v.has_window = 0, v.non_causal = 1, v.q_len = 100;
+      expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "non-causal, soft-cap, f32 out");
+    }
+}
+
 static void test_plan_cuda(void **state) {
   (void)state;
   fd_problem p = valid_problem();
@@ -261,15 +375,24 @@ static void test_plan_cuda(void **state) {
     expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_UNSUPPORTED, &err, "backend", "CUDA without a GPU");
     return;
   }
-  const int32_t unsupported[] = {100, 32, 8, 96, 192};
+  const int32_t unsupported[] = {100, 32, 8, 72, 88, 112, 192};
   for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
     p.head_dim = unsupported[i];
     expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_UNSUPPORTED, &err, "head_dim", "CUDA head_dim");
   }
-  const int32_t supported[] = {64, 128, 256};
-  for (size_t i = 0; i < 3; i++) {
+  const int32_t supported[] = {64, 80, 96, 128, 256};
+  for (size_t i = 0; i < sizeof supported / sizeof *supported; i++) {
     p.head_dim = supported[i];
-    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "CUDA head_dim 64/128/256");
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "CUDA head_dim 64/80/96/128/256");
+    /* and with every variant (each dtype's fp32 out) */
+    fd_problem v = p;
+    v.has_window = 1, v.window_left = 127, v.logits_soft_cap = 30.0f, v.out_dtype = FD_DTYPE_F32, v.q_len = 16;
+    expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "CUDA windowed, soft-capped");
+    v = p;
+    v.non_causal = 1, v.q_len = FD_MAX_Q_LEN_NON_CAUSAL;
+    expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, "CUDA non-causal q_len 128");
+    v.q_len = FD_MAX_Q_LEN_NON_CAUSAL + 1;
+    expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_INVALID_ARGUMENT, &err, "q_len", "CUDA non-causal q_len 129");
   }
   p.head_dim = 257;
   expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, "head_dim", "CUDA head_dim 257");
@@ -470,6 +593,55 @@ static void test_run_cuda_alignment(void **state) {
 #endif
 }
 
+/* A NaN sink is no argument error: its head's rows are NaN (out and lse;
+ * never a silent number), every other row is as without it. CPU (1 and 2
+ * splits) and reference; a sequence with kv_len 0 gets lse = its sink. */
+static void test_run_nan_sink(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++)
+    for (int splits = 1; splits <= 2; splits++)
+      for (int empty = 0; empty < 2; empty++) {
+        fixture *f = make_fixture(backends[bi], 0);
+        if (splits == 1 && backends[bi] == FD_BACKEND_CPU) {
+          fd_problem p = f->problem;
+          p.num_splits = 1;
+          fd_error err;
+          if (fd_plan_init(&f->plan, &p, &err) != FD_STATUS_OK) fail_msg("fd_plan_init: %s", err.message);
+        }
+        if (empty) f->kv_len[1] = 0;
+        const float sinks[HQ] = {0.5f, NAN, -1.0f, 3.0f};
+        f->t.sinks = sinks;
+        fd_error err;
+        char what[96];
+        snprintf(what, sizeof what, "%s, %d split(s), sink NaN for head 1%s", fd_backend_name(backends[bi]),
+                 f->plan.num_splits, empty ? ", kv_len[1] = 0" : "");
+        expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, what);
+        for (int b = 0; b < B; b++)
+          for (int h = 0; h < HQ; h++) {
+            const float *o = f->out + ((size_t)b * T * HQ + h) * D;
+            const float l = f->lse[(size_t)b * HQ + h];
+            const int sees = f->kv_len[b] > 0;
+            for (int i = 0; i < D; i++) {
+              if (h == 1 && sees && !isnan(o[i]))
+                fail_msg("%s: out[b=%d,h=%d][%d] = %g, want NaN", what, b, h, i, (double)o[i]);
+              if (h == 1 && !sees && !(o[i] == 0.0f || isnan(o[i])))
+                fail_msg("%s: out[b=%d,h=%d][%d] = %g (no key), want 0 or NaN", what, b, h, i, (double)o[i]);
+              if (h != 1 && sees && !isfinite(o[i]))
+                fail_msg("%s: out[b=%d,h=%d][%d] = %g, want a number (another head's NaN sink)", what, b, h, i,
+                         (double)o[i]);
+              if (h != 1 && !sees && !(o[i] == 0.0f))
+                fail_msg("%s: out[b=%d,h=%d][%d] = %g (no key), want 0", what, b, h, i, (double)o[i]);
+            }
+            if (h == 1 && !isnan(l)) fail_msg("%s: lse[b=%d,h=%d] = %g, want NaN", what, b, h, (double)l);
+            if (h != 1 && sees && !isfinite(l)) fail_msg("%s: lse[b=%d,h=%d] = %g, want a number", what, b, h, (double)l);
+            if (h != 1 && !sees && !(fabsf(l - sinks[h]) <= 1e-6f * fmaxf(1.0f, fabsf(sinks[h]))))
+              fail_msg("%s: lse[b=%d,h=%d] = %g (no key), want the sink %g", what, b, h, (double)l, (double)sinks[h]);
+          }
+        free_fixture(f);
+      }
+}
+
 /* fd_decode: plan errors and run errors pass through. */
 static void test_decode(void **state) {
   (void)state;
@@ -486,6 +658,31 @@ static void test_decode(void **state) {
   assert_true(outputs_untouched(f));
   f->kv_len[0] = 7;
   expect_status(fd_decode(&f->problem, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode");
+  assert_false(outputs_untouched(f));
+  free_fixture(f);
+}
+
+/* fd_decode: the variants' field errors pass through, nothing written. */
+static void test_decode_variants(void **state) {
+  (void)state;
+  fixture *f = make_fixture(FD_BACKEND_CPU, 0);
+  fd_error err;
+  fd_problem bad = f->problem;
+  bad.non_causal = 2;
+  poison_outputs(f);
+  expect_status(fd_decode(&bad, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "non_causal", "decode non_causal 2");
+  assert_true(outputs_untouched(f));
+  bad = f->problem;
+  bad.out_dtype = FD_DTYPE_BF16;
+  expect_status(fd_decode(&bad, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "out_dtype", "decode out_dtype bf16 of f32");
+  assert_true(outputs_untouched(f));
+  bad = f->problem;
+  bad.logits_soft_cap = NAN;
+  expect_status(fd_decode(&bad, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err, "logits_soft_cap", "decode soft-cap NaN");
+  assert_true(outputs_untouched(f));
+  fd_problem good = f->problem;
+  good.has_window = 1, good.window_left = 10, good.logits_soft_cap = 5.0f;
+  expect_status(fd_decode(&good, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode window 10, soft-cap 5");
   assert_false(outputs_untouched(f));
   free_fixture(f);
 }
@@ -550,10 +747,12 @@ static void test_struct_sizes(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_null),          cmocka_unit_test(test_plan_bad_fields),
-      cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_cuda),
+      cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_variants_accepted),
+      cmocka_unit_test(test_plan_cuda),          cmocka_unit_test(test_run_nan_sink),
       cmocka_unit_test(test_run_null),           cmocka_unit_test(test_run_negative_strides),
       cmocka_unit_test(test_run_workspace),      cmocka_unit_test(test_run_host_checks),
       cmocka_unit_test(test_run_cuda_alignment), cmocka_unit_test(test_decode),
+      cmocka_unit_test(test_decode_variants),
       cmocka_unit_test(test_status_names),       cmocka_unit_test(test_backend_and_dtype_names),
       cmocka_unit_test(test_version),            cmocka_unit_test(test_struct_sizes),
   };
