@@ -27,6 +27,9 @@ static void print_usage(const char *command) {
       "  --kv-len N[,N...]    keys per sequence; a list is repeated over the batch (default 4096)\n"
       "  --q-len N            query rows per sequence, 1..16 (default 1)\n"
       "  --dtype T            f32, f16 or bf16 (default bf16)\n"
+      "  --kv-dtype T         e4m3 or e5m2: an fp8 K/V cache (with --dtype f16 or bf16);\n"
+      "                       same (default) = --dtype\n"
+      "  --kv-scale S         fp8 scales: none, tensor (default), head or token\n"
       "  --page-size N        0 = contiguous cache (default), 1..256 = paged cache\n"
       "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
       "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
@@ -74,7 +77,9 @@ enum {
   OPT_BACKEND,
   OPT_THREADS,
   OPT_SEED,
-  OPT_ITERS
+  OPT_ITERS,
+  OPT_KV_DTYPE,
+  OPT_KV_SCALE
 };
 
 int problem_parse(problem_args *a, int argc, char **argv) {
@@ -105,6 +110,8 @@ int problem_parse(problem_args *a, int argc, char **argv) {
       {"threads", required_argument, NULL, OPT_THREADS},
       {"seed", required_argument, NULL, OPT_SEED},
       {"iters", required_argument, NULL, OPT_ITERS},
+      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+      {"kv-scale", required_argument, NULL, OPT_KV_SCALE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
@@ -119,6 +126,11 @@ int problem_parse(problem_args *a, int argc, char **argv) {
         break;
       case OPT_Q_LEN: bad = args_int("--q-len", optarg, 1, 16, &a->q_len); break;
       case OPT_DTYPE: bad = args_dtype("--dtype", optarg, &a->dtype); break;
+      case OPT_KV_DTYPE: bad = args_kv_dtype("--kv-dtype", optarg, &a->kv_dtype); break;
+      case OPT_KV_SCALE:
+        bad = args_kv_scale("--kv-scale", optarg, &a->kv_scale);
+        a->kv_scale_set = 1;
+        break;
       case OPT_PAGE_SIZE: bad = args_int("--page-size", optarg, 0, 256, &a->page_size); break;
       case OPT_SPLITS: bad = args_int("--num-splits", optarg, 0, FD_MAX_SPLITS, &a->num_splits); break;
       case OPT_BACKEND: bad = args_backend("--backend", optarg, 0, &a->backend); break;
@@ -139,6 +151,12 @@ int problem_parse(problem_args *a, int argc, char **argv) {
   if (bad) return -1;
   if (optind < argc) {
     fprintf(stderr, "flashdecode %s: unexpected argument '%s' (see --help)\n", argv[0], argv[optind]);
+    return -1;
+  }
+  const int fp8 = a->kv_dtype == FD_DTYPE_E4M3 || a->kv_dtype == FD_DTYPE_E5M2;
+  if (fp8 && !a->kv_scale_set) a->kv_scale = FD_KV_SCALE_TENSOR;
+  if (!fp8 && a->kv_scale != FD_KV_SCALE_NONE) {
+    fprintf(stderr, "flashdecode: --kv-scale needs --kv-dtype e4m3 or e5m2\n");
     return -1;
   }
   if (a->num_heads_q % a->num_heads_kv != 0) {
@@ -173,8 +191,11 @@ static uint64_t next_u64(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-/* n values uniform in [-sqrt(3), sqrt(3)) (unit variance), in `dtype`. */
-static void fill_random(void *dst, size_t n, fd_dtype dtype, uint64_t *state) {
+/* n values uniform in [-sqrt(3), sqrt(3)) (unit variance), in `dtype`; fp8
+ * caches hold them divided by their scale (`fp8_scale`: FP8_SCALE, or 1
+ * without scales). */
+#define FP8_SCALE (1.0f / 64.0f)
+static void fill_random(void *dst, size_t n, fd_dtype dtype, float fp8_scale, uint64_t *state) {
   const float scale = 1.7320508f / 8388608.0f; /* sqrt(3) / 2^23 */
   for (size_t i = 0; i < n; i += 2) {
     uint64_t bits = next_u64(state);
@@ -184,6 +205,8 @@ static void fill_random(void *dst, size_t n, fd_dtype dtype, uint64_t *state) {
         case FD_DTYPE_F32: ((float *)dst)[j] = x; break;
         case FD_DTYPE_F16: ((uint16_t *)dst)[j] = fd_f32_to_f16(x); break;
         case FD_DTYPE_BF16: ((uint16_t *)dst)[j] = fd_f32_to_bf16(x); break;
+        case FD_DTYPE_E4M3: ((uint8_t *)dst)[j] = fd_f32_to_e4m3(x / fp8_scale); break;
+        case FD_DTYPE_E5M2: ((uint8_t *)dst)[j] = fd_f32_to_e5m2(x / fp8_scale); break;
       }
     }
   }
@@ -194,6 +217,8 @@ static void *alloc_bytes(size_t bytes) { return malloc(bytes > 0 ? bytes : 1); }
 fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   memset(p, 0, sizeof *p);
   const size_t elem = fd_dtype_size(a->dtype);
+  const fd_dtype kv_dtype = a->kv_dtype != 0 ? a->kv_dtype : a->dtype;
+  const size_t kv_elem = fd_dtype_size(kv_dtype);
   const size_t B = (size_t)a->batch, Hq = (size_t)a->num_heads_q, Hkv = (size_t)a->num_heads_kv,
                D = (size_t)a->head_dim, T = (size_t)a->q_len;
 
@@ -225,7 +250,11 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
 
   p->q_bytes = B * T * Hq * D * elem;
   p->out_bytes = p->q_bytes;
-  p->kv_bytes = kv_rows * Hkv * D * elem;
+  p->kv_bytes = kv_rows * Hkv * D * kv_elem;
+  p->scale_bytes = a->kv_scale == FD_KV_SCALE_TENSOR ? sizeof(float)
+                   : a->kv_scale == FD_KV_SCALE_HEAD  ? Hkv * sizeof(float)
+                   : a->kv_scale == FD_KV_SCALE_TOKEN ? kv_rows * Hkv * sizeof(float)
+                                                      : 0;
   p->lse_bytes = B * Hq * T * sizeof(float);
   p->kv_len_bytes = B * sizeof(int32_t);
   p->table_bytes = a->page_size > 0 ? B * (size_t)p->max_pages_per_seq * sizeof(int32_t) : 0;
@@ -235,11 +264,18 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   p->host.v_cache = alloc_bytes(p->kv_bytes);
   p->host.lse = alloc_bytes(p->lse_bytes);
   if (!p->host.q || !p->host.out || !p->host.k_cache || !p->host.v_cache || !p->host.lse) goto oom;
+  if (p->scale_bytes > 0) {
+    p->host.k_scale = alloc_bytes(p->scale_bytes);
+    p->host.v_scale = alloc_bytes(p->scale_bytes);
+    if (!p->host.k_scale || !p->host.v_scale) goto oom;
+    for (size_t i = 0; i < p->scale_bytes / sizeof(float); i++) p->host.k_scale[i] = p->host.v_scale[i] = FP8_SCALE;
+  }
 
   uint64_t state = a->seed;
-  fill_random(p->host.q, p->q_bytes / elem, a->dtype, &state);
-  fill_random(p->host.k_cache, p->kv_bytes / elem, a->dtype, &state);
-  fill_random(p->host.v_cache, p->kv_bytes / elem, a->dtype, &state);
+  const float fp8_scale = a->kv_scale != FD_KV_SCALE_NONE ? FP8_SCALE : 1.0f;
+  fill_random(p->host.q, p->q_bytes / elem, a->dtype, 1.0f, &state);
+  fill_random(p->host.k_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
+  fill_random(p->host.v_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
   memset(p->host.out, 0, p->out_bytes);
   memset(p->host.lse, 0, p->lse_bytes);
 
@@ -281,6 +317,8 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->num_pages = p->num_pages;
   f->num_splits = a->num_splits;
   f->num_threads = a->num_threads;
+  f->kv_dtype = a->kv_dtype;
+  f->kv_scale = a->kv_scale;
   return FD_STATUS_OK;
 oom:
   problem_free(p);
@@ -297,6 +335,8 @@ void problem_free(problem *p) {
   free(p->host.lse);
   free(p->host.kv_len);
   free(p->host.block_table);
+  free(p->host.k_scale);
+  free(p->host.v_scale);
   memset(p, 0, sizeof *p);
 }
 
@@ -318,13 +358,17 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   memcpy(t.out_strides, t.q_strides, sizeof t.out_strides);
   t.lse = set->lse;
   t.lse_strides[0] = Hq * T, t.lse_strides[1] = T, t.lse_strides[2] = 1;
+  t.k_scale = set->k_scale; /* dense per-token layout: scale_strides all zero */
+  t.v_scale = set->v_scale;
   return t;
 }
 
 double problem_kv_bytes_read(const problem *p) {
   double keys = 0.0;
   for (int32_t b = 0; b < p->fd.batch; b++) keys += (double)p->host.kv_len[b];
-  return 2.0 * keys * p->fd.num_heads_kv * p->fd.head_dim * (double)fd_dtype_size(p->fd.dtype);
+  const fd_dtype kv = p->fd.kv_dtype != 0 ? p->fd.kv_dtype : p->fd.dtype;
+  const double scale = p->fd.kv_scale == FD_KV_SCALE_TOKEN ? 4.0 : 0.0; /* a float per key a head */
+  return 2.0 * keys * p->fd.num_heads_kv * (p->fd.head_dim * (double)fd_dtype_size(kv) + scale);
 }
 
 void problem_poison_outputs(problem *p) {
@@ -334,6 +378,8 @@ void problem_poison_outputs(problem *p) {
       case FD_DTYPE_F32: ((float *)p->host.out)[i] = NAN; break;
       case FD_DTYPE_F16: ((uint16_t *)p->host.out)[i] = 0x7E00u; break;
       case FD_DTYPE_BF16: ((uint16_t *)p->host.out)[i] = 0x7FC0u; break;
+      case FD_DTYPE_E4M3:
+      case FD_DTYPE_E5M2: break; /* never an out dtype */
     }
   }
   for (size_t i = 0; i < p->lse_bytes / sizeof(float); i++) p->host.lse[i] = NAN;
@@ -348,6 +394,9 @@ fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const pro
       (st = gpu_malloc(&dev->v_cache, p->kv_bytes, err)) ||
       (st = gpu_malloc(&dev->out, p->out_bytes, err)) ||
       (st = gpu_malloc((void **)&dev->lse, p->lse_bytes, err)))
+    goto fail;
+  if (p->scale_bytes > 0 && ((st = gpu_malloc((void **)&dev->k_scale, p->scale_bytes, err)) ||
+                             (st = gpu_malloc((void **)&dev->v_scale, p->scale_bytes, err))))
     goto fail;
   if (share) {
     dev->kv_len = share->kv_len;
@@ -370,6 +419,9 @@ fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *st
       (st = gpu_copy_to_device(dev->v_cache, p->host.v_cache, p->kv_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->out, p->host.out, p->out_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->lse, p->host.lse, p->lse_bytes, stream, err)) ||
+      (p->scale_bytes > 0 &&
+       ((st = gpu_copy_to_device(dev->k_scale, p->host.k_scale, p->scale_bytes, stream, err)) ||
+        (st = gpu_copy_to_device(dev->v_scale, p->host.v_scale, p->scale_bytes, stream, err)))) ||
       (st = gpu_copy_to_device(dev->kv_len, p->host.kv_len, p->kv_len_bytes, stream, err)) ||
       (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
                                                       p->table_bytes, stream, err))))
@@ -383,6 +435,8 @@ void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
   gpu_free(dev->v_cache);
   gpu_free(dev->out);
   gpu_free(dev->lse);
+  gpu_free(dev->k_scale);
+  gpu_free(dev->v_scale);
   if (!share) {
     gpu_free(dev->kv_len);
     gpu_free(dev->block_table);
@@ -400,7 +454,9 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
   if (i < a->n_kv_lens) snprintf(lens + used, sizeof lens - used, ",...");
   snprintf(text, text_size,
            "backend=%s dtype=%s batch=%d q_len=%d num_heads_q=%d num_heads_kv=%d head_dim=%d "
-           "kv_len=%s page_size=%d",
+           "kv_len=%s page_size=%d%s%s%s%s",
            fd_backend_name(p->fd.backend), args_dtype_name(p->fd.dtype), p->fd.batch, p->fd.q_len,
-           p->fd.num_heads_q, p->fd.num_heads_kv, p->fd.head_dim, lens, p->fd.page_size);
+           p->fd.num_heads_q, p->fd.num_heads_kv, p->fd.head_dim, lens, p->fd.page_size,
+           p->fd.kv_dtype ? " kv_dtype=" : "", p->fd.kv_dtype ? args_dtype_name(p->fd.kv_dtype) : "",
+           p->fd.kv_dtype ? " kv_scale=" : "", p->fd.kv_dtype ? args_kv_scale_name(p->fd.kv_scale) : "");
 }
