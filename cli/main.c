@@ -31,7 +31,9 @@ static void print_help(void) {
       "  flashdecode generate --prompt \"Once upon a time\" --temperature 0.8 --seed 42\n"
       "  flashdecode bench --batch 1 --num-heads-q 32 --num-heads-kv 8 --head-dim 128 \\\n"
       "                    --kv-len 16384 --dtype bf16 --backend cuda\n"
-      "  flashdecode check --kv-len 1000,3000 --batch 4 --page-size 16 --dtype f16\n",
+      "  flashdecode check --kv-len 1000,3000 --batch 4 --page-size 16 --dtype f16\n"
+      "  flashdecode check --num-heads-q 64 --num-heads-kv 8 --head-dim 64 --kv-len 5000 \\\n"
+      "                    --window-left 127 --sinks           (gpt-oss's sliding layers)\n",
       fd_version());
 }
 

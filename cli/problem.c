@@ -2,6 +2,7 @@
  * problem.c — the flags of `bench` and `check`, and the random inputs they
  * run on (see problem.h).
  */
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,9 +24,9 @@ static void print_usage(const char *command) {
       "  --batch N            sequences (default 1)\n"
       "  --num-heads-q N      query heads (default 32)\n"
       "  --num-heads-kv N     key/value heads, divides --num-heads-q (default 8)\n"
-      "  --head-dim N         1..256 (CUDA: 64, 128, 256) (default 128)\n"
+      "  --head-dim N         1..256 (CUDA: 64, 80, 96, 128, 256) (default 128)\n"
       "  --kv-len N[,N...]    keys per sequence; a list is repeated over the batch (default 4096)\n"
-      "  --q-len N            query rows per sequence, 1..16 (default 1)\n"
+      "  --q-len N            query rows per sequence, 1..16, 1..128 with --non-causal (default 1)\n"
       "  --dtype T            f32, f16 or bf16 (default bf16)\n"
       "  --kv-dtype T         e4m3 or e5m2: an fp8 K/V cache (with --dtype f16 or bf16);\n"
       "                       same (default) = --dtype\n"
@@ -36,6 +37,17 @@ static void print_usage(const char *command) {
       "  --threads N          CPU worker threads (default all cores)\n"
       "  --seed N             random inputs' seed (default 1234)\n"
       "%s"
+      "\n"
+      "attention variants (default: none):\n"
+      "  --window-left N      sliding window: the row at position p sees keys p-N..p; -1 = none\n"
+      "                       (a model's sliding_window of W keys is N = W - 1)\n"
+      "  --logits-soft-cap X  soft-cap: scores become X * tanh(score / X); 0 = off\n"
+      "  --sinks [VALUE]      attention sinks (one extra logit per query head, no value): VALUE\n"
+      "                       for every head, or, without VALUE, drawn per head uniform in\n"
+      "                       [0, 1.5 ln(1 + longest kv_len)) (from no weight to most of a row)\n"
+      "  --non-causal         every query row sees all kv_len keys (the shared prefix of\n"
+      "                       cascade decoding); --q-len up to 128; not with --window-left\n"
+      "\n"
       "  -h, --help           this text\n",
       command,
       strcmp(command, "bench") == 0
@@ -43,8 +55,9 @@ static void print_usage(const char *command) {
             "us (median microseconds per call; CUDA: CUDA-graph replay timed with events,\n"
             "rotating over enough buffer sets to exceed twice the L2, at least 2 x 60 MiB;\n"
             "us_eager: the same with plain launches),\n"
-            "gbps (K/V bytes read / time, bytes = 2 * sum kv_len * num_heads_kv * head_dim *\n"
-            "sizeof(dtype)), num_splits (the split count used), us_split1 (the same with\n"
+            "gbps (K/V bytes read / time, bytes = 2 * sum keys * num_heads_kv * head_dim *\n"
+            "sizeof(dtype), keys = kv_len, with --window-left the keys some row sees:\n"
+            "min(kv_len, window_left + q_len)), num_splits (the split count used), us_split1 (the same with\n"
             "--num-splits 1) and speedup = us_split1 / us. CUDA adds sets (buffer sets\n"
             "rotated). CPU adds threads (worker threads), sets (input sets rotated, together\n"
             "over 4 x the last-level cache, so K/V come from memory), read_gbps (this\n"
@@ -56,7 +69,8 @@ static void print_usage(const char *command) {
             "max_abs  = max |out - ref|\n"
             "max_err  = max |out - ref| / (1 + |ref|)   (per element, absolute-relative)\n"
             "rel_l2   = ||out - ref||_2 / ||ref||_2\n"
-            "lse_err  = max |lse - ref| / (1 + |ref|)   (rows that see no key: lse must be -inf)\n"
+            "lse_err  = max |lse - ref| / (1 + |ref|)   (rows that see no key: lse must be -inf,\n"
+            "                                            and out 0; with --sinks lse = the sink)\n"
             "PASS when max_err and lse_err are <= the dtype's tolerance (f32 1e-5, f16 2e-3,\n"
             "bf16 1.6e-2) and nothing is NaN. Exit code 0 on PASS, 1 on FAIL.\n",
       strcmp(command, "bench") == 0
@@ -79,10 +93,61 @@ enum {
   OPT_SEED,
   OPT_ITERS,
   OPT_KV_DTYPE,
-  OPT_KV_SCALE
+  OPT_KV_SCALE,
+  OPT_WINDOW_LEFT,
+  OPT_SOFT_CAP,
+  OPT_SINKS,
+  OPT_NON_CAUSAL
 };
 
+/* "--sinks VALUE" as "--sinks=VALUE" (getopt takes an optional argument only in
+ * the second form): when the word after --sinks reads as a number, the two are
+ * joined. argv is copied into *out (freed by free_joined). */
+static int join_optional_values(int argc, char **argv, char ***out, char **joined) {
+  char **args = malloc(((size_t)argc + 1) * sizeof *args);
+  if (!args) return -1;
+  int n = 0;
+  *joined = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--sinks") && i + 1 < argc && !*joined) {
+      char *end = NULL;
+      (void)strtod(argv[i + 1], &end);
+      if (end != argv[i + 1] && *end == '\0') {
+        size_t len = strlen("--sinks=") + strlen(argv[i + 1]) + 1;
+        *joined = malloc(len);
+        if (!*joined) {
+          free(args);
+          return -1;
+        }
+        snprintf(*joined, len, "--sinks=%s", argv[i + 1]);
+        args[n++] = *joined;
+        i++;
+        continue;
+      }
+    }
+    args[n++] = argv[i];
+  }
+  args[n] = NULL;
+  *out = args;
+  return n;
+}
+
+static int parse_flags(problem_args *a, int argc, char **argv);
+
 int problem_parse(problem_args *a, int argc, char **argv) {
+  char **args = NULL, *joined = NULL;
+  int n = join_optional_values(argc, argv, &args, &joined);
+  if (n < 0) {
+    fprintf(stderr, "flashdecode %s: out of memory\n", argv[0]);
+    return -1;
+  }
+  int r = parse_flags(a, n, args);
+  free(joined);
+  free(args);
+  return r;
+}
+
+static int parse_flags(problem_args *a, int argc, char **argv) {
   memset(a, 0, sizeof *a);
   a->backend = FD_BACKEND_AUTO;
   a->dtype = FD_DTYPE_BF16;
@@ -94,6 +159,7 @@ int problem_parse(problem_args *a, int argc, char **argv) {
   a->seed = 1234;
   a->kv_lens[0] = 4096;
   a->n_kv_lens = 1;
+  a->window_left = -1;
   const int is_bench = strcmp(argv[0], "bench") == 0;
 
   static const struct option options[] = {
@@ -112,6 +178,10 @@ int problem_parse(problem_args *a, int argc, char **argv) {
       {"iters", required_argument, NULL, OPT_ITERS},
       {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
       {"kv-scale", required_argument, NULL, OPT_KV_SCALE},
+      {"window-left", required_argument, NULL, OPT_WINDOW_LEFT},
+      {"logits-soft-cap", required_argument, NULL, OPT_SOFT_CAP},
+      {"sinks", optional_argument, NULL, OPT_SINKS},
+      {"non-causal", no_argument, NULL, OPT_NON_CAUSAL},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
@@ -124,7 +194,7 @@ int problem_parse(problem_args *a, int argc, char **argv) {
       case OPT_KV_LEN:
         bad = args_int_list("--kv-len", optarg, a->kv_lens, PROBLEM_MAX_KV_LENS, &a->n_kv_lens);
         break;
-      case OPT_Q_LEN: bad = args_int("--q-len", optarg, 1, 16, &a->q_len); break;
+      case OPT_Q_LEN: bad = args_int("--q-len", optarg, 1, FD_MAX_Q_LEN_NON_CAUSAL, &a->q_len); break;
       case OPT_DTYPE: bad = args_dtype("--dtype", optarg, &a->dtype); break;
       case OPT_KV_DTYPE: bad = args_kv_dtype("--kv-dtype", optarg, &a->kv_dtype); break;
       case OPT_KV_SCALE:
@@ -144,6 +214,20 @@ int problem_parse(problem_args *a, int argc, char **argv) {
           bad = args_int("--iters", optarg, 1, 1000000, &a->iters);
         }
         break;
+      case OPT_WINDOW_LEFT:
+        bad = args_int("--window-left", optarg, -1, INT32_MAX, &a->window_left);
+        break;
+      case OPT_SOFT_CAP:
+        bad = args_float("--logits-soft-cap", optarg, 0.0, FLT_MAX, &a->logits_soft_cap);
+        break;
+      case OPT_SINKS:
+        a->sinks = SINKS_RANDOM;
+        if (optarg) {
+          a->sinks = SINKS_VALUE;
+          bad = args_float("--sinks", optarg, -FLT_MAX, FLT_MAX, &a->sinks_value);
+        }
+        break;
+      case OPT_NON_CAUSAL: a->non_causal = 1; break;
       case 'h': print_usage(argv[0]); return 1;
       default: bad = -1; break; /* getopt_long printed why */
     }
@@ -162,6 +246,17 @@ int problem_parse(problem_args *a, int argc, char **argv) {
   if (a->num_heads_q % a->num_heads_kv != 0) {
     fprintf(stderr, "flashdecode: --num-heads-q %d is not a multiple of --num-heads-kv %d\n",
             a->num_heads_q, a->num_heads_kv);
+    return -1;
+  }
+  if (!a->non_causal && a->q_len > FD_MAX_Q_LEN) {
+    fprintf(stderr, "flashdecode: --q-len %d: above %d needs --non-causal\n", a->q_len,
+            FD_MAX_Q_LEN);
+    return -1;
+  }
+  if (a->non_causal && a->window_left >= 0) {
+    fprintf(stderr,
+            "flashdecode: --window-left %d with --non-causal: a sliding window needs causal rows\n",
+            a->window_left);
     return -1;
   }
   return 0;
@@ -303,6 +398,18 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
     free(order);
   }
 
+  if (a->sinks != SINKS_NONE) {
+    /* last, so the other inputs are those of the same seed without --sinks */
+    p->sinks_bytes = Hq * sizeof(float);
+    p->host.sinks = alloc_bytes(p->sinks_bytes);
+    if (!p->host.sinks) goto oom;
+    const double top = 1.5 * log(1.0 + (double)longest);
+    for (size_t h = 0; h < Hq; h++)
+      p->host.sinks[h] = a->sinks == SINKS_VALUE
+                             ? a->sinks_value
+                             : (float)(top * (double)(next_u64(&state) >> 11) * 0x1.0p-53);
+  }
+
   fd_problem *f = &p->fd;
   f->backend = a->backend;
   f->dtype = a->dtype;
@@ -319,6 +426,10 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->num_threads = a->num_threads;
   f->kv_dtype = a->kv_dtype;
   f->kv_scale = a->kv_scale;
+  f->has_window = a->window_left >= 0;
+  f->window_left = a->window_left;
+  f->logits_soft_cap = a->logits_soft_cap;
+  f->non_causal = a->non_causal;
   return FD_STATUS_OK;
 oom:
   problem_free(p);
@@ -337,6 +448,7 @@ void problem_free(problem *p) {
   free(p->host.block_table);
   free(p->host.k_scale);
   free(p->host.v_scale);
+  free(p->host.sinks);
   memset(p, 0, sizeof *p);
 }
 
@@ -360,12 +472,20 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   t.lse_strides[0] = Hq * T, t.lse_strides[1] = T, t.lse_strides[2] = 1;
   t.k_scale = set->k_scale; /* dense per-token layout: scale_strides all zero */
   t.v_scale = set->v_scale;
+  t.sinks = set->sinks;
   return t;
 }
 
 double problem_kv_bytes_read(const problem *p) {
   double keys = 0.0;
-  for (int32_t b = 0; b < p->fd.batch; b++) keys += (double)p->host.kv_len[b];
+  for (int32_t b = 0; b < p->fd.batch; b++) {
+    double n = (double)p->host.kv_len[b];
+    if (p->fd.window_left >= 0 && !p->fd.non_causal) {
+      double seen = (double)p->fd.window_left + (double)p->fd.q_len;
+      if (seen < n) n = seen;
+    }
+    keys += n;
+  }
   const fd_dtype kv = p->fd.kv_dtype != 0 ? p->fd.kv_dtype : p->fd.dtype;
   const double scale = p->fd.kv_scale == FD_KV_SCALE_TOKEN ? 4.0 : 0.0; /* a float per key a head */
   return 2.0 * keys * p->fd.num_heads_kv * (p->fd.head_dim * (double)fd_dtype_size(kv) + scale);
@@ -401,9 +521,11 @@ fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const pro
   if (share) {
     dev->kv_len = share->kv_len;
     dev->block_table = share->block_table;
+    dev->sinks = share->sinks;
   } else if ((st = gpu_malloc((void **)&dev->kv_len, p->kv_len_bytes, err)) ||
              (p->table_bytes > 0 &&
-              (st = gpu_malloc((void **)&dev->block_table, p->table_bytes, err)))) {
+              (st = gpu_malloc((void **)&dev->block_table, p->table_bytes, err))) ||
+             (p->sinks_bytes > 0 && (st = gpu_malloc((void **)&dev->sinks, p->sinks_bytes, err)))) {
     goto fail;
   }
   return FD_STATUS_OK;
@@ -424,7 +546,9 @@ fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *st
         (st = gpu_copy_to_device(dev->v_scale, p->host.v_scale, p->scale_bytes, stream, err)))) ||
       (st = gpu_copy_to_device(dev->kv_len, p->host.kv_len, p->kv_len_bytes, stream, err)) ||
       (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
-                                                      p->table_bytes, stream, err))))
+                                                      p->table_bytes, stream, err))) ||
+      (p->sinks_bytes > 0 &&
+       (st = gpu_copy_to_device(dev->sinks, p->host.sinks, p->sinks_bytes, stream, err))))
     return st;
   return gpu_stream_sync(stream, err);
 }
@@ -440,6 +564,7 @@ void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
   if (!share) {
     gpu_free(dev->kv_len);
     gpu_free(dev->block_table);
+    gpu_free(dev->sinks);
   }
   memset(dev, 0, sizeof *dev);
 }
@@ -452,11 +577,26 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
   for (; i < a->n_kv_lens && used + 16 < sizeof lens; i++)
     used += (size_t)snprintf(lens + used, sizeof lens - used, "%s%d", i ? "," : "", (int)a->kv_lens[i]);
   if (i < a->n_kv_lens) snprintf(lens + used, sizeof lens - used, ",...");
-  snprintf(text, text_size,
-           "backend=%s dtype=%s batch=%d q_len=%d num_heads_q=%d num_heads_kv=%d head_dim=%d "
-           "kv_len=%s page_size=%d%s%s%s%s",
-           fd_backend_name(p->fd.backend), args_dtype_name(p->fd.dtype), p->fd.batch, p->fd.q_len,
-           p->fd.num_heads_q, p->fd.num_heads_kv, p->fd.head_dim, lens, p->fd.page_size,
-           p->fd.kv_dtype ? " kv_dtype=" : "", p->fd.kv_dtype ? args_dtype_name(p->fd.kv_dtype) : "",
-           p->fd.kv_dtype ? " kv_scale=" : "", p->fd.kv_dtype ? args_kv_scale_name(p->fd.kv_scale) : "");
+  int n = snprintf(text, text_size,
+                   "backend=%s dtype=%s batch=%d q_len=%d num_heads_q=%d num_heads_kv=%d "
+                   "head_dim=%d kv_len=%s page_size=%d",
+                   fd_backend_name(p->fd.backend), args_dtype_name(p->fd.dtype), p->fd.batch,
+                   p->fd.q_len, p->fd.num_heads_q, p->fd.num_heads_kv, p->fd.head_dim, lens,
+                   p->fd.page_size);
+  /* the variants, only when set (lines without them read as before) */
+  size_t at = n > 0 && (size_t)n < text_size ? (size_t)n : text_size;
+  if (a->window_left >= 0 && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " window_left=%d", a->window_left);
+  if (a->logits_soft_cap > 0.0f && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " logits_soft_cap=%g",
+                           (double)a->logits_soft_cap);
+  if (a->sinks == SINKS_RANDOM && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " sinks=random");
+  if (a->sinks == SINKS_VALUE && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " sinks=%g", (double)a->sinks_value);
+  if (a->non_causal && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " non_causal=1");
+  if (p->fd.kv_dtype && at < text_size)
+    snprintf(text + at, text_size - at, " kv_dtype=%s kv_scale=%s", args_dtype_name(p->fd.kv_dtype),
+             args_kv_scale_name(p->fd.kv_scale));
 }

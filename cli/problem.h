@@ -13,6 +13,9 @@
 
 #define PROBLEM_MAX_KV_LENS 1024
 
+/* problem_args.sinks */
+enum { SINKS_NONE = 0, SINKS_RANDOM = 1, SINKS_VALUE = 2 };
+
 typedef struct problem_args {
   fd_backend backend;  /* as given (AUTO resolved by problem_resolve_backend) */
   fd_dtype dtype;
@@ -29,6 +32,12 @@ typedef struct problem_args {
   int num_threads;     /* CPU: 0 = all cores */
   int iters;           /* bench: timed iterations (0 = the backend's default) */
   uint64_t seed;
+  /* attention variants */
+  int window_left;       /* -1 = no window (default) */
+  float logits_soft_cap; /* 0 = off */
+  int sinks;             /* SINKS_NONE, SINKS_RANDOM or SINKS_VALUE */
+  float sinks_value;     /* SINKS_VALUE: every head's sink */
+  int non_causal;        /* 1: every query row sees all kv_len keys */
   int32_t kv_lens[PROBLEM_MAX_KV_LENS]; /* --kv-len list, repeated over the batch */
   int n_kv_lens;
 } problem_args;
@@ -52,6 +61,7 @@ typedef struct problem_tensors {
   int32_t *block_table; /* [batch][max_pages_per_seq]; paged only */
   float *k_scale;       /* fp8 scales: [1], [num_heads_kv] or the cache's shape without head_dim */
   float *v_scale;
+  float *sinks;         /* [num_heads_q]; NULL without --sinks */
 } problem_tensors;
 
 typedef struct problem {
@@ -60,27 +70,33 @@ typedef struct problem {
   int32_t max_pages_per_seq, num_pages; /* paged only */
   size_t q_bytes, kv_bytes, out_bytes, lse_bytes, kv_len_bytes, table_bytes; /* kv_bytes: each of K, V */
   size_t scale_bytes;   /* each of k_scale, v_scale (0 without scales) */
+  size_t sinks_bytes;   /* 0 without sinks */
   problem_tensors host;
 } problem;
 
 /* Allocates the host tensors and fills q, K, V with random values (uniform,
  * unit variance, rounded to the dtype), kv_len from the args, and, when
- * paged, a block_table that hands out the pool's pages in a random order. */
+ * paged, a block_table that hands out the pool's pages in a random order;
+ * then the sinks (--sinks: one value for every head, or drawn per head). The
+ * variant flags go into fd (has_window, window_left, logits_soft_cap,
+ * non_causal). */
 fd_status problem_make(problem *p, const problem_args *args, fd_error *err);
 void problem_free(problem *p);
 
 /* fd_tensors over a set (host or device) with every stride explicit. */
 fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set);
 
-/* Bytes of K and V a call reads: 2 * sum kv_len * num_heads_kv * head_dim *
- * sizeof(kv dtype), plus 2 * 4 bytes per (key, kv head) for per-token fp8 scales. */
+/* Bytes of K and V a call reads: 2 * sum keys * num_heads_kv * head_dim * sizeof(kv dtype), keys =
+ * kv_len, or with a window the keys some row sees, min(kv_len, window_left + q_len); plus 2 * 4
+ * bytes per (key, kv head) for per-token fp8 scales. */
 double problem_kv_bytes_read(const problem *p);
 
 /* Fills the host out and lse with NaN. */
 void problem_poison_outputs(problem *p);
 
-/* Device sets (CUDA): allocate one; copy the host set into it. kv_len and
- * block_table may be shared: pass share = a set whose ones to reuse, or NULL. */
+/* Device sets (CUDA): allocate one; copy the host set into it. kv_len,
+ * block_table and sinks may be shared: pass share = a set whose ones to reuse,
+ * or NULL. */
 fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const problem_tensors *share,
                                fd_error *err);
 fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *stream, fd_error *err);

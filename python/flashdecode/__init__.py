@@ -7,6 +7,11 @@ version (and numpy alone).
     out = flashdecode.decode(q, k_cache, v_cache, kv_len)            # one call
     plan = flashdecode.DecodePlan(batch=..., num_heads_q=..., ...)    # plan once,
     plan.run(q, k_cache, v_cache, kv_len, out=out)                    # run per layer
+    out, lse = flashdecode.merge_states(states_out, states_lse)       # merge partial states
+
+Attention variants: sliding window (window_left), logit soft-cap
+(logits_soft_cap), attention sinks (sinks), non-causal rows (non_causal, for
+the shared prefix of cascade decoding) and fp32 out (out_dtype).
 
 Tensors: torch (CPU or CUDA; custom op ``torch.ops.flashdecode.decode`` for
 torch.compile, capturable in CUDA graphs through DecodePlan), numpy on the
@@ -23,6 +28,7 @@ import sys as _sys
 
 from . import _lib
 from ._api import decode
+from ._merge import merge_states
 from ._plan import DecodePlan
 from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOfMemoryError,
                      UnsupportedError, WorkspaceTooSmallError)
@@ -30,11 +36,14 @@ from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOf
 __version__ = _lib.VERSION_STRING
 library_path = _lib.library_path
 MAX_SPLITS = _lib.FD_MAX_SPLITS
+MAX_Q_LEN = _lib.FD_MAX_Q_LEN                          # query rows per sequence (causal)
+MAX_Q_LEN_NON_CAUSAL = _lib.FD_MAX_Q_LEN_NON_CAUSAL    # ... with non_causal=True
 
 __all__ = [
-    "decode", "DecodePlan", "version", "backend_available", "num_splits_heuristic",
+    "decode", "DecodePlan", "merge_states", "version", "backend_available", "num_splits_heuristic",
     "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
-    "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS",
+    "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS", "MAX_Q_LEN",
+    "MAX_Q_LEN_NON_CAUSAL",
 ]
 
 _BACKENDS = {"auto": _lib.FD_BACKEND_AUTO, "cpu": _lib.FD_BACKEND_CPU,

@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import _arrays, _core
-from ._tensors import describe, is_torch_tensor
+from ._tensors import FD_DTYPE, check_out_dtype, describe, is_torch_tensor
 
 _torch_ops = None  # flashdecode._torch_ops once loaded
 
@@ -27,27 +27,33 @@ def _ops_for(x):
 
 
 def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None, num_splits=0,
-           return_lse=False, out=None):
+           return_lse=False, out=None, window_left=-1, logits_soft_cap=0.0, sinks=None,
+           non_causal=False, out_dtype=None):
     """Decode-phase attention over a KV cache, by flash decoding (split-KV).
 
     For every sequence ``b``, query row ``t`` and query head ``h``, with
-    ``g = num_heads_q // num_heads_kv``, kv head ``h // g`` (MHA, GQA, MQA)
-    and ``n_t = kv_len[b] - q_len + t + 1`` visible keys (keys ``0 .. n_t-1``,
-    the causal mask of the last ``q_len`` positions)::
+    ``g = num_heads_q // num_heads_kv`` and kv head ``h // g`` (MHA, GQA,
+    MQA), row ``t`` sits at position ``p_t = kv_len[b] - q_len + t`` and sees
+    the keys ``lo_t <= j <= p_t`` (the causal mask of the last ``q_len``
+    positions), ``lo_t = 0``, or ``max(0, p_t - window_left)`` with a sliding
+    window; with ``non_causal=True`` every row sees keys ``0 .. kv_len[b]-1``::
 
-        s_j = softmax_scale * q[b, t, h, :] . k[b, j, h // g, :]     j < n_t
-        lse[b, h, t] = log(sum_j exp(s_j))                          (natural log)
+        x_j = softmax_scale * q[b, t, h, :] . k[b, j, h // g, :]
+        s_j = x_j, or cap * tanh(x_j / cap) with logits_soft_cap = cap > 0
+        Z   = sum_j exp(s_j)  (+ exp(sinks[h]) with sinks)
+        lse[b, h, t] = log(Z)                                       (natural log)
         out[b, t, h, :] = sum_j exp(s_j - lse) * v[b, j, h // g, :]
 
-    A row that sees no key (``n_t <= 0``) gets ``out = 0`` and ``lse = -inf``.
-    The layouts are those of FlashAttention's ``flash_attn_with_kvcache``.
+    A row that sees no key gets ``out = 0`` and ``lse = -inf`` (``lse =
+    sinks[h]`` with sinks); a NaN sink gives NaN rows for its head. The
+    layouts are those of FlashAttention's ``flash_attn_with_kvcache``.
 
     Parameters
     ----------
     q : torch.Tensor or numpy.ndarray, shape [batch, q_len, num_heads_q, head_dim]
         float32, float16 or bfloat16. ``q_len`` is 1 for plain decoding, up
         to 16 for a speculative-decoding verify step (the K/V of those q_len
-        tokens are already in the cache).
+        tokens are already in the cache); up to 128 with ``non_causal``.
     k_cache, v_cache : same kind and dtype as q
         Contiguous cache: shape [batch, kv_capacity, num_heads_kv, head_dim]
         (a [batch, num_heads_kv, kv_capacity, head_dim] buffer works too:
@@ -71,13 +77,42 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         quantisation heuristic), 1 = no split, N = N splits (clamped to the
         64-key chunks of kv_capacity).
     return_lse : bool
-        Also return the log-sum-exp of the scaled scores.
+        Also return the log-sum-exp of the scores (the sink included).
     out : tensor/array like q, optional
         Written in place and returned (may be strided; head_dim unit-stride).
+        Its dtype is q's, or float32 whatever q's is (the fp32 out of
+        ``out_dtype``).
+    window_left : int
+        Sliding window: -1 (default) = none; ``W >= 0``: the row at position
+        ``p`` sees keys ``p - W .. p`` (FlashInfer's ``window_left``;
+        flash-attn's ``window_size=(W, 0)``; a model's ``sliding_window`` of
+        ``N`` keys is ``window_left = N - 1``). Keys before the first row's
+        window are never read, so a windowed call costs what the window
+        costs. Not with ``non_causal``.
+    logits_soft_cap : float
+        0.0 (default) = off; ``cap > 0``: scores become ``cap * tanh(score /
+        cap)`` (Gemma 2, Grok), after ``softmax_scale``.
+    sinks : tensor/array [num_heads_q], optional
+        One extra logit per query head that joins the softmax denominator and
+        carries no value (gpt-oss). float32 on q's device; ``decode`` also
+        converts another float dtype (torch: on its device, e.g. a bf16
+        parameter; numpy: any real array or list, on the host). In cascade
+        decoding give it to one of the merged calls only.
+    non_causal : bool
+        Every query row sees all ``kv_len[b]`` keys, and ``q_len`` may be up
+        to 128: the shared prefix of cascade decoding, with the rows of
+        several sequences packed as the q_len rows of one (see
+        :func:`merge_states`).
+    out_dtype : dtype, optional
+        Of the allocated ``out``: q's dtype (default) or float32 (torch.float32,
+        numpy.float32, 'f32'), e.g. for states merged later by
+        :func:`merge_states`, which then lose nothing to 16-bit rounding. With
+        ``out`` given it must agree with out's dtype.
 
     Returns
     -------
-    out : same kind, dtype and device as q, shape [batch, q_len, num_heads_q, head_dim]
+    out : same kind and device as q, shape [batch, q_len, num_heads_q, head_dim]
+        dtype out_dtype (q's by default).
     lse : float32, shape [batch, num_heads_q, q_len]
         Only when ``return_lse`` is True; natural log.
 
@@ -90,10 +125,13 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     ValueError
         Shapes that disagree, tensors on different devices, a head_dim
         dimension that is not unit-stride, a negative or broadcast output
-        stride; and every FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
-        from the C library (e.g. q_len > 16, num_heads_q not a multiple of
-        num_heads_kv, a kv_len or page id out of range on the CPU, head_dim
-        not 64/128/256 on CUDA), raised as :class:`flashdecode.errors.
+        stride, sinks not of shape [num_heads_q] or on another device; and
+        every FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED from the C
+        library (e.g. q_len > 16, or > 128 with non_causal, num_heads_q not a
+        multiple of num_heads_kv, a kv_len or page id out of range on the
+        CPU, window_left < -1 or with non_causal, a negative or non-finite
+        logits_soft_cap, head_dim not 64/80/96/128/256 on CUDA), raised as
+        :class:`flashdecode.errors.
         InvalidArgumentError` / :class:`~flashdecode.errors.UnsupportedError`
         with the library's message.
     MemoryError, RuntimeError
@@ -133,22 +171,34 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     >>> out = flashdecode.decode(q, k, v, np.array([100, 37], dtype=np.int32))
     >>> out.shape
     (2, 1, 8, 64)
+
+    A gpt-oss layer (sliding window of 128 keys, sinks) and a Gemma 2 layer
+    (soft-cap 50, window of 4096 keys):
+
+    >>> out = flashdecode.decode(q, k, v, kv_len, window_left=127,
+    ...                          sinks=sinks)                        # doctest: +SKIP
+    >>> out = flashdecode.decode(q, k, v, kv_len, window_left=4095,
+    ...                          logits_soft_cap=50.0)               # doctest: +SKIP
     """
+    variants = _core.Variants(window_left, logits_soft_cap, non_causal)
     ops = _ops_for(q)
     if ops is not None:
         return ops.decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                          return_lse, out)
+                          return_lse, out, sinks, variants, out_dtype)
     if isinstance(q, np.ndarray):
         return _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale,
-                             num_splits, return_lse, out)
+                             num_splits, return_lse, out, sinks, variants, out_dtype)
     device = _arrays.foreign_device(q)
     if device is None:
         raise TypeError("q: expected a torch.Tensor or a numpy.ndarray (or an object with "
                         "__dlpack__), got %s" % type(q).__name__)
     conv = [_arrays.from_foreign(x, device) for x in (q, k_cache, v_cache, kv_len, block_table,
-                                                        out)]
+                                                        out, sinks)]
     result = decode(*conv[:4], block_table=conv[4], softmax_scale=softmax_scale,
-                    num_splits=num_splits, return_lse=return_lse, out=conv[5])
+                    num_splits=num_splits, return_lse=return_lse, out=conv[5],
+                    window_left=variants.window_left,
+                    logits_soft_cap=variants.logits_soft_cap, sinks=conv[6],
+                    non_causal=variants.non_causal, out_dtype=out_dtype)
     if return_lse:
         res_out, lse = result
         res_out = out if out is not None else _arrays.to_framework_of(res_out, q)
@@ -175,15 +225,46 @@ def _numpy_workspace(nbytes):
     return buf, buf.ctypes.data
 
 
+def resolve_out_dtype(out_dtype, q_dtype, out):
+    """The out dtype name decode() allocates, or checks out against: q's or float32."""
+    if out_dtype is None:
+        return None
+    name = _arrays.dtype_name(out_dtype, "out_dtype")
+    if q_dtype in FD_DTYPE:  # (else check_call names q's dtype)
+        check_out_dtype(name, q_dtype, "out_dtype")
+    if out is not None:
+        got = describe(out, "out").dtype
+        if got != name:
+            raise TypeError("out: dtype %s, but out_dtype is %s" % (got, name))
+    return name
+
+
+def as_numpy_sinks(sinks):
+    """numpy sinks: any real float (or integer) array or sequence, as contiguous float32
+    (a copy only if needed)."""
+    if sinks is None or is_torch_tensor(sinks):
+        return sinks  # (a torch tensor: describe() reports it if wrong)
+    try:
+        arr = np.asarray(sinks)
+    except (TypeError, ValueError) as exc:
+        raise TypeError("sinks: expected float32 values, got %s (%s)"
+                        % (type(sinks).__name__, exc)) from None
+    if arr.dtype.kind not in "fiu":
+        raise TypeError("sinks: dtype %s, expected float32" % arr.dtype)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
 def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                  return_lse, out):
+                  return_lse, out, sinks=None, variants=_core.PLAIN, out_dtype=None):
     batch = q.shape[0] if q.ndim >= 1 else None
     kv_len = as_index_array(kv_len, "kv_len", batch)
     if block_table is not None:
         block_table = as_index_array(block_table, "block_table", None)
     scale = _core.resolve_scale(softmax_scale)
+    out_name = resolve_out_dtype(out_dtype, describe(q, "q").dtype, out)
+    sinks = as_numpy_sinks(sinks)
     if out is None:
-        out = np.empty(q.shape, dtype=q.dtype)
+        out = np.empty(q.shape, dtype=np.float32 if out_name == "float32" else q.dtype)
     _writable(out, "out")
     lse = None
     if return_lse and q.ndim == 4:
@@ -192,5 +273,6 @@ def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_s
                      describe(v_cache, "v_cache"), describe(kv_len, "kv_len"),
                      None if block_table is None else describe(block_table, "block_table"),
                      describe(out, "out"), None if lse is None else describe(lse, "lse"),
-                     scale, num_splits, _numpy_workspace, None)
+                     scale, num_splits, _numpy_workspace, None,
+                     None if sinks is None else describe(sinks, "sinks"), variants)
     return (out, lse) if return_lse else out

@@ -25,8 +25,9 @@ _DTYPE_ALIASES = {
 }
 
 
-def dtype_name(dtype):
-    """'float32' | 'float16' | 'bfloat16' from a torch dtype, numpy dtype or string."""
+def dtype_name(dtype, what="dtype"):
+    """'float32' | 'float16' | 'bfloat16' from a torch dtype, numpy dtype or string
+    (``what`` names the argument in the error)."""
     if isinstance(dtype, str):
         name = _DTYPE_ALIASES.get(dtype.lower())
     elif type(dtype).__module__.startswith("torch"):
@@ -37,8 +38,8 @@ def dtype_name(dtype):
         except TypeError:
             name = None
     if name is None:
-        raise TypeError("dtype: %r is not supported (torch.float32/float16/bfloat16, a numpy "
-                        "float32/float16 dtype, or 'f32', 'f16', 'bf16')" % (dtype,))
+        raise TypeError("%s: %r is not supported (torch.float32/float16/bfloat16, a numpy "
+                        "float32/float16 dtype, or 'f32', 'f16', 'bf16')" % (what, dtype))
     return name
 
 

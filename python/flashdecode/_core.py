@@ -81,17 +81,98 @@ def resolve_scale(softmax_scale):
     return scale
 
 
+def _float32_value(name, value):
+    """A Python float that float32 holds without overflow (NaN and inf pass: the C
+    library names them)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value.__float__())
+        except AttributeError:
+            raise TypeError("%s: expected a float, got %s" % (name, type(value).__name__)) from None
+    value = float(value)
+    if math.isfinite(value) and abs(value) > float(np.finfo(np.float32).max):
+        raise ValueError("%s: %r overflows float32 (the C API's type)" % (name, value))
+    return value
+
+
+def resolve_window(window_left):
+    """window_left as an int: -1 (or None) = no window, >= 0 a window. Values below -1
+    go to the C library as a window, which names them."""
+    if window_left is None:
+        return -1
+    return _int32("window_left", window_left)
+
+
+def resolve_soft_cap(logits_soft_cap):
+    """logits_soft_cap as a float: 0.0 (or None) = off. Negative and non-finite values
+    go to the C library, which names them; one that float32 cannot hold is refused
+    here (it would overflow to inf, or round to 0 = off)."""
+    if logits_soft_cap is None:
+        return 0.0
+    cap = _float32_value("logits_soft_cap", logits_soft_cap)
+    if cap != 0.0 and float(np.float32(cap)) == 0.0:
+        raise ValueError("logits_soft_cap: %r rounds to 0 in float32 (the C API would read it "
+                         "as 0, i.e. off)" % cap)
+    return cap
+
+
+def resolve_flag(name, value):
+    """A bool argument (bool, or int 0/1)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError("%s: expected a bool, got %r" % (name, value))
+
+
+class Variants:
+    """The attention variant of a call or plan (hashable; part of the plan key).
+
+    window_left: -1 = no window; logits_soft_cap: 0.0 = off; non_causal: bool.
+    """
+
+    __slots__ = ("window_left", "logits_soft_cap", "non_causal")
+
+    def __init__(self, window_left=-1, logits_soft_cap=0.0, non_causal=False):
+        self.window_left = resolve_window(window_left)
+        self.logits_soft_cap = resolve_soft_cap(logits_soft_cap)
+        self.non_causal = resolve_flag("non_causal", non_causal)
+
+    def key(self):
+        return (self.window_left, self.logits_soft_cap, self.non_causal)
+
+    def __eq__(self, other):
+        return isinstance(other, Variants) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self):
+        return "Variants(window_left=%d, logits_soft_cap=%r, non_causal=%r)" % self.key()
+
+
+PLAIN = Variants()
+
+
 def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv, head_dim,
               kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
-              num_threads=0, kv_len_hint=None):
+              num_threads=0, kv_len_hint=None, window_left=-1, logits_soft_cap=0.0,
+              non_causal=False, out_dtype=0):
     """Call fd_plan_init; returns an FdPlan or raises the C library's error.
 
     softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
-    sequence of ints or None.
+    sequence of ints or None; window_left -1 = no window (else has_window = 1);
+    logits_soft_cap 0.0 = off; out_dtype an FD_DTYPE_* (0 = dtype).
     """
     p = _lib.FdProblem()
     p.backend = backend
     p.dtype = dtype
+    window_left = _int32("window_left", window_left)
+    p.has_window = 0 if window_left == -1 else 1
+    p.window_left = window_left  # (< -1: the C library names it)
+    p.logits_soft_cap = logits_soft_cap  # (negative, NaN, inf: the C library names it)
+    p.non_causal = 1 if non_causal else 0
+    p.out_dtype = out_dtype
     for name, value in (("batch", batch), ("q_len", q_len), ("num_heads_q", num_heads_q),
                         ("num_heads_kv", num_heads_kv), ("head_dim", head_dim),
                         ("kv_capacity", kv_capacity), ("page_size", page_size),
@@ -138,8 +219,8 @@ def _host_kv_len_max(kv_len, batch, capacity):
     return min(max(max(values), 0), capacity)
 
 
-def plan_for_call(g, kv_len, softmax_scale, num_splits):
-    """The (cached) plan decode() uses for a call of Geometry g."""
+def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN):
+    """The (cached) plan decode() uses for a call of Geometry g and Variants."""
     backend, device = _backend_of(g.device)
     hint_max = None
     if backend == _lib.FD_BACKEND_CPU:
@@ -151,7 +232,9 @@ def plan_for_call(g, kv_len, softmax_scale, num_splits):
            ("kv_capacity", g.kv_capacity), ("page_size", g.page_size),
            ("max_pages_per_seq", g.max_pages_per_seq), ("num_pages", g.num_pages),
            ("num_splits", num_splits), ("softmax_scale", softmax_scale),
-           ("hint_max", hint_max))
+           ("hint_max", hint_max), ("window_left", variants.window_left),
+           ("logits_soft_cap", variants.logits_soft_cap), ("non_causal", variants.non_causal),
+           ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0))
     return cached_plan(key)
 
 
@@ -164,18 +247,19 @@ def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):
 
 
 def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits,
-               alloc_workspace, stream):
+               alloc_workspace, stream, sinks=None, variants=PLAIN):
     """One decode() call on TensorInfos: check, plan, run.
 
-    out must be given (lse may be None). ``alloc_workspace(nbytes)`` returns
+    out must be given (lse and sinks may be None); its dtype (q's or float32)
+    sets the plan's out_dtype. ``alloc_workspace(nbytes)`` returns
     (buffer, address); the buffer is kept alive until fd_run returns (the C
     call is stream-ordered on CUDA: torch's caching allocator keeps the
     memory safe for work queued on the current stream). ``stream`` is a
     cudaStream_t as an int, or None.
     """
-    g = check_call(q, k, v, kv_len, block_table, out, lse)
-    plan = plan_for_call(g, kv_len, softmax_scale, _int32("num_splits", num_splits))
-    tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse)
+    g = check_call(q, k, v, kv_len, block_table, out, lse, sinks)
+    plan = plan_for_call(g, kv_len, softmax_scale, _int32("num_splits", num_splits), variants)
+    tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks)
     buf, addr = (None, None)
     if plan.workspace_size:
         buf, addr = alloc_workspace(plan.workspace_size)

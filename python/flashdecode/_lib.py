@@ -1,8 +1,8 @@
 """_lib.py — loads libflashdecode with ctypes and mirrors its C API.
 
 Mirrors ``include/flashdecode.h`` field for field: the structs fd_problem,
-fd_plan, fd_tensors and fd_error, the enums, and the prototypes of the
-exported functions. At import it checks that the mirror agrees with the
+fd_plan, fd_tensors, fd_error and fd_merge_problem, the enums, and the
+prototypes of the exported functions. At import it checks that the mirror agrees with the
 loaded library (struct sizes against the LP64 layout computed from the
 header, and a plan made by the library read back through the mirror), so a
 header/binding mismatch fails loudly instead of corrupting memory.
@@ -21,7 +21,8 @@ __all__ = [
     "FD_STATUS_WORKSPACE_TOO_SMALL", "FD_STATUS_OUT_OF_MEMORY", "FD_STATUS_BACKEND_ERROR",
     "FD_DTYPE_F32", "FD_DTYPE_F16", "FD_DTYPE_BF16",
     "FD_BACKEND_AUTO", "FD_BACKEND_CPU", "FD_BACKEND_CUDA", "FD_BACKEND_REFERENCE",
-    "FD_MAX_SPLITS", "FdProblem", "FdPlan", "FdTensors", "FdError", "lib", "library_path",
+    "FD_MAX_SPLITS", "FD_MAX_Q_LEN", "FD_MAX_Q_LEN_NON_CAUSAL", "FD_MAX_MERGE_STATES",
+    "FdProblem", "FdPlan", "FdTensors", "FdError", "FdMergeProblem", "lib", "library_path",
     "check",
 ]
 
@@ -50,6 +51,9 @@ FD_BACKEND_CUDA = 2
 FD_BACKEND_REFERENCE = 3
 
 FD_MAX_SPLITS = 1024
+FD_MAX_Q_LEN = 16              # query rows per sequence, causal
+FD_MAX_Q_LEN_NON_CAUSAL = 128  # ... in non-causal mode (fd_problem.non_causal)
+FD_MAX_MERGE_STATES = 65536
 # fd_plan.magic of a plan made by fd_plan_init (src/internal.h); read only by
 # the import-time layout check.
 _FD_PLAN_MAGIC = 0x66645031
@@ -78,6 +82,13 @@ class FdProblem(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("sm_count", ctypes.c_int32),
         ("kv_len_hint", ctypes.POINTER(ctypes.c_int32)),  # host int32 [batch] or NULL
+        # attention variants (zero = off)
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("logits_soft_cap", ctypes.c_float),
+        ("non_causal", ctypes.c_int32),
+        ("out_dtype", _c_enum),                # 0 = dtype, or FD_DTYPE_F32
+        ("deterministic", ctypes.c_int32),     # 1: batch-invariant results
     ]
 
 
@@ -122,6 +133,23 @@ class FdTensors(ctypes.Structure):
         ("out_strides", _Strides3),
         ("lse", ctypes.c_void_p),               # float32 [batch, num_heads_q, q_len]
         ("lse_strides", _Strides3),
+        ("sinks", ctypes.c_void_p),             # float32 [num_heads_q] or NULL
+    ]
+
+
+class FdMergeProblem(ctypes.Structure):
+    """Mirror of ``fd_merge_problem``: the shapes of an fd_merge_states call."""
+
+    _fields_ = [
+        ("backend", _c_enum),
+        ("dtype", _c_enum),
+        ("out_dtype", _c_enum),
+        ("num_states", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("q_len", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("device", ctypes.c_int32),
     ]
 
 
@@ -154,7 +182,9 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
     (n,) + _I32 for n in ("batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim",
                           "kv_capacity", "page_size", "max_pages_per_seq", "num_pages",
                           "num_splits", "softmax_scale", "num_threads", "device", "sm_count")
-] + [("kv_len_hint",) + _PTR]
+] + [("kv_len_hint",) + _PTR] + [
+    (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
+                          "out_dtype", "deterministic")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -167,7 +197,10 @@ for _n in ("q", "k", "v"):
     _TENSORS_DECL += [({"q": "q"}.get(_n, _n + "_cache"),) + _PTR, (_n + "_strides", 24, 8)]
 _TENSORS_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_stride",) + _I64,
                   ("out",) + _PTR, ("out_strides", 24, 8), ("lse",) + _PTR,
-                  ("lse_strides", 24, 8)]
+                  ("lse_strides", 24, 8), ("sinks",) + _PTR]
+_MERGE_PROBLEM_DECL = [(n,) + _I32 for n in ("backend", "dtype", "out_dtype", "num_states",
+                                             "batch", "q_len", "num_heads", "head_dim",
+                                             "device")]
 _ERROR_DECL = [("status",) + _I32, ("message", 256, 1)]
 
 
@@ -176,7 +209,8 @@ def _check_struct_layouts():
     if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_size_t) != 8:
         return  # not LP64: the computed layout does not apply; the runtime check remains
     for cls, decl in ((FdProblem, _PROBLEM_DECL), (FdPlan, _PLAN_DECL),
-                      (FdTensors, _TENSORS_DECL), (FdError, _ERROR_DECL)):
+                      (FdTensors, _TENSORS_DECL), (FdError, _ERROR_DECL),
+                      (FdMergeProblem, _MERGE_PROBLEM_DECL)):
         size, offsets = _c_layout(decl)
         got = {name: getattr(cls, name).offset for name, _ in cls._fields_}
         if ctypes.sizeof(cls) != size or got != offsets:
@@ -236,6 +270,9 @@ def _declare(lib):
         "fd_decode": (_c_enum, [P(FdProblem), P(FdTensors), ctypes.c_void_p, P(FdError)]),
         "fd_num_splits_heuristic": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,
                                                      ctypes.c_int32, ctypes.c_int32]),
+        "fd_merge_states": (_c_enum, [P(FdMergeProblem), ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                      P(FdError)]),
     }
     for name, (restype, argtypes) in protos.items():
         try:
@@ -257,7 +294,8 @@ def _check_library():
     struct_size = lib.fd_struct_size
     struct_size.restype, struct_size.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
     for name, cls in (("fd_problem", FdProblem), ("fd_plan", FdPlan),
-                      ("fd_tensors", FdTensors), ("fd_error", FdError)):
+                      ("fd_tensors", FdTensors), ("fd_error", FdError),
+                      ("fd_merge_problem", FdMergeProblem)):
         if struct_size(name.encode()) != ctypes.sizeof(cls):
             raise ImportError("flashdecode: sizeof(%s) is %d in %s, %d in this binding"
                               % (name, struct_size(name.encode()), library_path,
@@ -269,6 +307,8 @@ def _check_library():
     problem.num_heads_q, problem.num_heads_kv, problem.head_dim = 6, 2, 40
     problem.page_size, problem.max_pages_per_seq, problem.num_pages = 16, 50, 70
     problem.num_splits, problem.num_threads = 2, 3
+    problem.has_window, problem.window_left, problem.logits_soft_cap = 1, 100, 30.0
+    problem.out_dtype = FD_DTYPE_F32
     plan, err = FdPlan(), FdError()
     status = lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(problem), ctypes.byref(err))
     p = plan.problem
@@ -281,6 +321,8 @@ def _check_library():
           and plan.num_threads == 3 and p.num_threads == 3 and 1 <= plan.num_splits <= 2
           and math.isclose(plan.softmax_scale, 1.0 / math.sqrt(40), rel_tol=1e-6)
           and not p.kv_len_hint
+          and (p.has_window, p.window_left, p.logits_soft_cap) == (1, 100, 30.0)
+          and p.non_causal == 0 and p.out_dtype == FD_DTYPE_F32 and p.deterministic == 0
           and (plan.num_splits == 1 or max(plan.ws_partial_o, plan.ws_partial_ml,
                                            plan.ws_counters) < plan.workspace_size))
     if not ok:

@@ -6,7 +6,8 @@ import threading
 import numpy as np
 
 from . import _arrays, _core, _lib
-from ._tensors import FD_DTYPE, check_call, describe, fill_tensors, is_torch_tensor
+from ._tensors import (FD_DTYPE, check_call, check_out_dtype, describe, fill_tensors,
+                       is_torch_tensor)
 
 # ---- the checked-call cache of run() ---------------------------------------------------------
 # run() validates its arguments from their metadata only (type, shape, strides, dtype, device,
@@ -93,8 +94,8 @@ class _Checked:
         self.alloc_out, self.page_ids = alloc_out, page_ids
 
 
-def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, out, lse):
-    get_q, get_k, get_v, get_kv_len, get_block_table, get_out, get_lse = getters
+def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
+    get_q, get_k, get_v, get_kv_len, get_block_table, get_out, get_lse, get_sinks = getters
     tensors.q = get_q(q)
     tensors.k_cache = get_k(k_cache)
     tensors.v_cache = get_v(v_cache)
@@ -104,6 +105,8 @@ def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, o
     tensors.out = get_out(out)
     if get_lse is not None:
         tensors.lse = get_lse(lse)
+    if get_sinks is not None:
+        tensors.sinks = get_sinks(sinks)
 
 
 def _new_numpy_out(q):
@@ -112,6 +115,14 @@ def _new_numpy_out(q):
 
 def _new_torch_out(q):
     return q.new_empty(q.shape)
+
+
+def _new_numpy_out_f32(q):
+    return np.empty(q.shape, dtype=np.float32)
+
+
+def _new_torch_out_f32(q):
+    return q.new_empty(q.shape, dtype=sys.modules["torch"].float32)
 
 
 _fd_run = _lib.lib.fd_run
@@ -152,14 +163,14 @@ class DecodePlan:
     batch : int
         Sequences, >= 1.
     q_len : int
-        Query rows per sequence, 1..16 (default 1).
+        Query rows per sequence, 1..16 (default 1); 1..128 with non_causal.
     num_heads_q, num_heads_kv : int
         Query and kv heads; num_heads_q a multiple of num_heads_kv.
     head_dim : int
-        CPU: 1..256; CUDA: 64, 128 or 256.
+        CPU: 1..256; CUDA: 64, 80, 96, 128 or 256.
     dtype : torch.dtype, numpy dtype or str
-        Of q, k_cache, v_cache and out: float32/float16/bfloat16, or 'f32',
-        'f16', 'bf16'.
+        Of q, k_cache, v_cache (and out, unless out_dtype says float32):
+        float32/float16/bfloat16, or 'f32', 'f16', 'bf16'.
     kv_capacity : int
         The largest kv_len any run may see. Contiguous caches: required, at
         most the cache's second dimension. Paged caches: optional, default
@@ -190,6 +201,19 @@ class DecodePlan:
         Use this buffer (>= workspace_size bytes, on the plan's device)
         instead of allocating one, e.g. to share one workspace between plans
         that never run at the same time.
+    window_left : int
+        Sliding window (see :func:`flashdecode.decode`): -1 = none (default),
+        ``W >= 0``: a row at position p sees keys p - W .. p. The split count
+        is planned for the window's keys.
+    logits_soft_cap : float
+        0.0 = off (default); cap > 0: scores become cap * tanh(score / cap).
+    non_causal : bool
+        Every query row sees all kv_len keys; q_len up to 128.
+    out_dtype : dtype, optional
+        Of out: ``dtype`` (default) or float32 whatever ``dtype`` is.
+
+    The variant settings belong to the plan; the sinks are a tensor given to
+    :meth:`run`.
 
     Attributes
     ----------
@@ -203,6 +227,9 @@ class DecodePlan:
     kv_capacity : int
         The resolved capacity.
     workspace : torch.Tensor, numpy.ndarray or None
+    window_left, logits_soft_cap, non_causal, out_dtype
+        The variant settings (window_left -1 = none; out_dtype a name,
+        'float32' etc.).
 
     Raises
     ------
@@ -232,7 +259,8 @@ class DecodePlan:
     def __init__(self, *, batch, q_len=1, num_heads_q, num_heads_kv, head_dim, dtype,
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
                  num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
-                 num_threads=0, workspace=None):
+                 num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
+                 non_causal=False, out_dtype=None):
         kind, index = _core.parse_device(device)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
@@ -240,6 +268,11 @@ class DecodePlan:
             index = torch.cuda.current_device() if use_torch else 0
         self._device = "cpu" if kind == "cpu" else "cuda:%d" % index
         self._dtype = _arrays.dtype_name(dtype)
+        self._out_dtype = self._dtype
+        if out_dtype is not None:
+            self._out_dtype = _arrays.dtype_name(out_dtype, "out_dtype")
+            check_out_dtype(self._out_dtype, self._dtype, "out_dtype")
+        self._variants = _core.Variants(window_left, logits_soft_cap, non_causal)
         if kv_capacity is None:
             if not page_size:
                 raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
@@ -251,7 +284,10 @@ class DecodePlan:
             kv_capacity=kv_capacity, page_size=page_size, max_pages_per_seq=max_pages_per_seq,
             num_pages=num_pages, num_splits=num_splits,
             softmax_scale=_core.resolve_scale(softmax_scale), num_threads=num_threads,
-            kv_len_hint=_hint_list(kv_len_hint))
+            kv_len_hint=_hint_list(kv_len_hint), window_left=self._variants.window_left,
+            logits_soft_cap=self._variants.logits_soft_cap,
+            non_causal=self._variants.non_causal,
+            out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0)
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
@@ -325,6 +361,25 @@ class DecodePlan:
         return self._dtype
 
     @property
+    def out_dtype(self):
+        """Of out: 'float32', 'float16' or 'bfloat16' (dtype unless float32 was asked)."""
+        return self._out_dtype
+
+    @property
+    def window_left(self):
+        """The sliding window (-1: none)."""
+        return int(self._problem.window_left)
+
+    @property
+    def logits_soft_cap(self):
+        """0.0: off."""
+        return float(self._problem.logits_soft_cap)
+
+    @property
+    def non_causal(self):
+        return bool(self._problem.non_causal)
+
+    @property
     def softmax_scale(self):
         return float(self._plan.softmax_scale)
 
@@ -339,18 +394,30 @@ class DecodePlan:
 
     def __repr__(self):
         p = self._problem
+        extra = ""
+        if self._out_dtype != self._dtype:
+            extra += ", out_dtype=%r" % self._out_dtype
+        if self.window_left >= 0:
+            extra += ", window_left=%d" % self.window_left
+        if self.logits_soft_cap:
+            extra += ", logits_soft_cap=%r" % self.logits_soft_cap
+        if self.non_causal:
+            extra += ", non_causal=True"
         return ("DecodePlan(backend=%r, device=%r, dtype=%r, batch=%d, q_len=%d, num_heads_q=%d, "
                 "num_heads_kv=%d, head_dim=%d, kv_capacity=%d, page_size=%d, num_splits=%d, "
-                "workspace_size=%d)" % (self.backend, self._device, self._dtype, p.batch, p.q_len,
-                                        p.num_heads_q, p.num_heads_kv, p.head_dim,
-                                        self.kv_capacity, p.page_size, self.num_splits,
-                                        self.workspace_size))
+                "workspace_size=%d%s)" % (self.backend, self._device, self._dtype, p.batch,
+                                          p.q_len, p.num_heads_q, p.num_heads_kv, p.head_dim,
+                                          self.kv_capacity, p.page_size, self.num_splits,
+                                          self.workspace_size, extra))
 
     # ---- run -----------------------------------------------------------------------
     def _check_geometry(self, g, k, block_table, kv_len):
         p = self._problem
         if g.dtype != self._dtype:
             raise TypeError("q: dtype %s, the plan was made for %s" % (g.dtype, self._dtype))
+        if g.out_dtype != self._out_dtype:
+            raise TypeError("out: dtype %s, the plan was made for out_dtype %s"
+                            % (g.out_dtype, self._out_dtype))
         if g.device != self._device:
             raise ValueError("q: on %s, the plan runs on %s" % (g.device, self._device))
         want = (p.batch, p.q_len, p.num_heads_q, p.head_dim)
@@ -403,7 +470,8 @@ class DecodePlan:
                 raise ValueError("block_table[%d][%d]: page id %d is outside [0, %d) (the pages "
                                  "of k_cache)" % (b, i, int(ids[i]), num_pages))
 
-    def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None):
+    def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
+            sinks=None):
         """Run decode attention with this plan.
 
         Parameters
@@ -413,11 +481,15 @@ class DecodePlan:
             paged [>= num_pages, page_size, num_heads_kv, head_dim]
         kv_len : int32 [batch], on the plan's device; 0 <= kv_len[b] <= kv_capacity
         block_table : int32 [batch, >= max_pages_per_seq], paged plans only
-        out : like q, optional
+        out : like q, of the plan's out_dtype, optional
             Written in place (strided allowed; head_dim unit-stride); allocated
             when None.
         lse : float32 [batch, num_heads_q, q_len], optional
             Written when given (natural log).
+        sinks : float32 [num_heads_q], on the plan's device, optional
+            One extra logit per query head (see :func:`flashdecode.decode`).
+            run() converts nothing (it allocates nothing): pass float32
+            (``decode`` also takes other float dtypes).
 
         Returns
         -------
@@ -453,7 +525,8 @@ class DecodePlan:
             sig = (_signature(q), _signature(k_cache), _signature(v_cache), _signature(kv_len),
                    None if block_table is None else _signature(block_table),
                    None if out is None else _output_signature(out),
-                   None if lse is None else _output_signature(lse))
+                   None if lse is None else _output_signature(lse),
+                   None if sinks is None else _signature(sinks))
             last_sig, checked = self._last
             if sig != last_sig:
                 checked = self._checked.get(sig)
@@ -462,7 +535,8 @@ class DecodePlan:
         except Exception:  # metadata that cannot be read (e.g. a sparse tensor's strides)
             sig = checked = None  # the full path raises the error it always raised
         if checked is None:
-            return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sig)
+            return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks,
+                                       sig)
         # the same signature passed every check before: only the addresses are new
         if out is None:
             out = checked.alloc_out(q)
@@ -478,12 +552,14 @@ class DecodePlan:
                 tensors.out = _addressof(_c_char_from_buffer(out))
                 if lse is not None:
                     tensors.lse = _addressof(_c_char_from_buffer(lse))
+                if sinks is not None:
+                    tensors.sinks = _addressof(_c_char_from_buffer(sinks))
             except Exception:
                 _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len,
-                               block_table, out, lse)
+                               block_table, out, lse, sinks)
         else:
             _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len, block_table,
-                           out, lse)
+                           out, lse, sinks)
         if checked.page_ids is not None:
             self._check_page_ids(tensors.block_table, checked.page_ids[0], tensors.kv_len,
                                  checked.page_ids[1])
@@ -500,38 +576,42 @@ class DecodePlan:
             _lib.check(status, err)
         return out
 
-    def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sig):
+    def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, sig):
         """run() with every check made from scratch; remembers the outcome under ``sig``."""
         foreign = None
         if not _arrays.is_native(q):
             dev = _arrays.foreign_device(q)
             if dev is not None:
                 foreign, given_out = q, out
-                q, k_cache, v_cache, kv_len, block_table, out, lse = (
+                q, k_cache, v_cache, kv_len, block_table, out, lse, sinks = (
                     _arrays.from_foreign(x, dev)
-                    for x in (q, k_cache, v_cache, kv_len, block_table, out, lse))
+                    for x in (q, k_cache, v_cache, kv_len, block_table, out, lse, sinks))
         alloc_out = None
+        f32 = self._out_dtype != self._dtype
         if out is None:
             if is_torch_tensor(q):
-                out = q.new_empty(q.shape)
-                alloc_out = _new_torch_out
+                alloc_out = _new_torch_out_f32 if f32 else _new_torch_out
             elif isinstance(q, np.ndarray):
-                out = np.empty(q.shape, dtype=q.dtype)
-                alloc_out = _new_numpy_out
+                alloc_out = _new_numpy_out_f32 if f32 else _new_numpy_out
+            if alloc_out is not None:
+                out = alloc_out(q)
         qi, ki, vi = describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache")
         li = describe(kv_len, "kv_len")
         bi = None if block_table is None else describe(block_table, "block_table")
         oi = describe(out, "out")
         ei = None if lse is None else describe(lse, "lse")
+        si = None if sinks is None else describe(sinks, "sinks")
         for arr, name in ((out, "out"), (lse, "lse")):
             if isinstance(arr, np.ndarray) and not arr.flags.writeable:
                 raise ValueError("%s: the array is read-only" % name)
-        g = check_call(qi, ki, vi, li, bi, oi, ei)
+        g = check_call(qi, ki, vi, li, bi, oi, ei, si)
         self._check_geometry(g, ki, bi, li)
-        tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei)
+        tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si)
         if foreign is None and sig is not None and _NOT_CACHED not in sig:
-            self._remember(sig, tensors, (q, k_cache, v_cache, kv_len, block_table, out, lse),
-                           (qi, ki, vi, li, bi, oi, ei), alloc_out, self._page_ids_check(g, bi))
+            self._remember(sig, tensors,
+                           (q, k_cache, v_cache, kv_len, block_table, out, lse, sinks),
+                           (qi, ki, vi, li, bi, oi, ei, si), alloc_out,
+                           self._page_ids_check(g, bi))
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
@@ -551,7 +631,7 @@ class DecodePlan:
             return  # (out allocated by no rule the cached path knows)
         template = _lib.FdTensors.from_buffer_copy(tensors)
         template.q = template.k_cache = template.v_cache = template.kv_len = None
-        template.block_table = template.out = template.lse = None
+        template.block_table = template.out = template.lse = template.sinks = None
         getters = tuple(_address_getter(x, info) for x, info in zip(args, infos))
         cache = self._checked
         while len(cache) >= _CACHE_SIZE:

@@ -113,7 +113,7 @@ class Geometry:
     """The problem one call's tensors describe (all sizes in elements)."""
 
     __slots__ = ("batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim", "dtype",
-                 "device", "paged", "kv_capacity", "page_size", "num_pages",
+                 "out_dtype", "device", "paged", "kv_capacity", "page_size", "num_pages",
                  "max_pages_per_seq")
 
     def __repr__(self):
@@ -192,8 +192,28 @@ def _check_index_vector(t, name, batch, device):
     _check_device(t, name, device)
 
 
-def check_call(q, k, v, kv_len, block_table, out, lse):
-    """Validate one call's TensorInfos (out and lse may be None) and return its Geometry.
+def check_out_dtype(dtype, q_dtype, name="out"):
+    """out's dtype: q's, or float32 whatever q's is (fd_problem.out_dtype)."""
+    if dtype != q_dtype and dtype != F32:
+        raise TypeError("%s: dtype %s, expected %s" % (
+            name, dtype, F32 if q_dtype == F32 else "%s (the dtype of q) or float32" % q_dtype))
+
+
+def check_sinks(sinks, num_heads_q, device):
+    """sinks: float32 [num_heads_q], contiguous, on q's device."""
+    if len(sinks.shape) != 1 or int(sinks.shape[0]) != num_heads_q:
+        raise ValueError("sinks: shape %s, expected (%d,) (num_heads_q of q)"
+                         % (_shape_str(sinks.shape), int(num_heads_q)))
+    _check_device(sinks, "sinks", device)
+    if sinks.dtype != F32:
+        raise TypeError("sinks: dtype %s, expected float32" % sinks.dtype)
+    if num_heads_q > 1 and sinks.strides[0] != 1:
+        raise ValueError("sinks: must be contiguous (stride %d)" % sinks.strides[0])
+
+
+def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None):
+    """Validate one call's TensorInfos (out, lse and sinks may be None) and return its
+    Geometry (out_dtype: out's dtype, q's when out is None).
 
     Raises TypeError for a wrong dtype or argument type and ValueError for a
     wrong shape, device or stride.
@@ -203,6 +223,7 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
     g = Geometry()
     g.batch, g.q_len, g.num_heads_q, g.head_dim = (int(s) for s in q.shape)
     g.dtype, g.device = q.dtype, q.device
+    g.out_dtype = q.dtype
     if g.q_len == 0:
         raise ValueError("q: q_len (dimension 1) is 0")
     _check_rows(q, "q", output=False)
@@ -255,7 +276,8 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
         g.kv_capacity = int(k.shape[1])
     if out is not None:
         _check_rank(out, "out", 4, "[batch, q_len, num_heads_q, head_dim]")
-        _check_float(out, "out", g.dtype)
+        check_out_dtype(out.dtype, g.dtype)
+        g.out_dtype = out.dtype
         if tuple(out.shape) != tuple(q.shape):
             raise ValueError("out: shape %s, expected %s (the shape of q)"
                              % (_shape_str(out.shape), _shape_str(q.shape)))
@@ -274,11 +296,14 @@ def check_call(q, k, v, kv_len, block_table, out, lse):
             if lse.strides[i] < 0 or (lse.strides[i] == 0 and lse.shape[i] > 1):
                 raise ValueError("lse: stride %d of dimension %d; lse must own its memory"
                                  % (lse.strides[i], i))
+    if sinks is not None:
+        check_sinks(sinks, g.num_heads_q, g.device)
     return g
 
 
-def fill_tensors(q, k, v, kv_len, block_table, out, lse):
-    """The FdTensors struct of one call (TensorInfos; block_table and lse may be None)."""
+def fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks=None):
+    """The FdTensors struct of one call (TensorInfos; block_table, lse and sinks may be
+    None)."""
     t = _lib.FdTensors()
     t.q = q.ptr
     t.q_strides[:] = c_strides(q, 3)
@@ -295,4 +320,6 @@ def fill_tensors(q, k, v, kv_len, block_table, out, lse):
     if lse is not None:
         t.lse = lse.ptr
         t.lse_strides[:] = c_strides(lse, 3)
+    if sinks is not None:
+        t.sinks = sinks.ptr
     return t

@@ -5,15 +5,23 @@ torch is already imported). Registers two ops with fake (meta)
 implementations, so torch.compile traces decode() without a graph break:
 
   flashdecode::decode(q, k_cache, v_cache, kv_len, block_table?, softmax_scale,
-                      num_splits, return_lse) -> (out, lse)
-      allocates out [batch, q_len, num_heads_q, head_dim] and lse
-      [batch, num_heads_q, q_len] float32 (shape (0,) when return_lse is
-      False).
+                      num_splits, return_lse, sinks?=None, window_left=-1,
+                      logits_soft_cap=0., non_causal=False, out_dtype?=None) -> (out, lse)
+      allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, or
+      out_dtype: float32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
+      when return_lse is False).
   flashdecode::decode_out(q, k_cache, v_cache, kv_len, block_table?, out, lse?,
-                          softmax_scale, num_splits) -> ()
-      writes the caller's out (and lse); mutates_args = (out, lse).
+                          softmax_scale, num_splits, sinks?=None, window_left=-1,
+                          logits_soft_cap=0., non_causal=False) -> ()
+      writes the caller's out (q's dtype or float32) and lse; mutates_args =
+      (out, lse).
+  flashdecode::merge_states(states_out, states_lse, out_dtype?=None) -> (out, lse)
+  flashdecode::merge_states_out(states_out, states_lse, out, lse?) -> ()
+      fd_merge_states (see flashdecode.merge_states).
 
-softmax_scale 0.0 means 1/sqrt(head_dim). CUDA work is enqueued on
+softmax_scale 0.0 means 1/sqrt(head_dim); window_left -1 no window;
+logits_soft_cap 0.0 off. The variant arguments come last, with defaults, so
+a call written for the first schema still works. CUDA work is enqueued on
 torch.cuda.current_stream() of the tensors' device; the workspace comes from
 torch's caching allocator on that stream.
 """
@@ -23,7 +31,8 @@ import torch
 from torch import Tensor
 
 from . import _core
-from ._tensors import check_call, describe
+from ._merge import check_merge, out_dtype_of, run_merge
+from ._tensors import check_call, check_out_dtype, describe
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError("flashdecode: the torch integration needs torch >= 2.4 "
@@ -53,43 +62,53 @@ def alloc_workspace(device):
     return alloc
 
 
-def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse):
-    return check_call(describe(q, "q"), describe(k_cache, "k_cache"),
-                      describe(v_cache, "v_cache"), describe(kv_len, "kv_len"),
-                      None if block_table is None else describe(block_table, "block_table"),
-                      None if out is None else describe(out, "out"),
-                      None if lse is None else describe(lse, "lse"))
+def _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
+    return (describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache"),
+            describe(kv_len, "kv_len"),
+            None if block_table is None else describe(block_table, "block_table"),
+            None if out is None else describe(out, "out"),
+            None if lse is None else describe(lse, "lse"),
+            None if sinks is None else describe(sinks, "sinks"))
 
 
-def run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits):
+def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
+    return check_call(*_infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks))
+
+
+def run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
+                sinks=None, variants=_core.PLAIN):
     """decode() on real torch tensors into out (and lse)."""
-    infos = [describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache"),
-             describe(kv_len, "kv_len"),
-             None if block_table is None else describe(block_table, "block_table"),
-             describe(out, "out"), None if lse is None else describe(lse, "lse")]
+    infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks)
     # the C library switches to the plan's device itself (and back)
     device = q.device
-    _core.run_decode(*infos, softmax_scale, num_splits, alloc_workspace(device),
-                     stream_of(device))
+    _core.run_decode(*infos[:7], softmax_scale, num_splits, alloc_workspace(device),
+                     stream_of(device), infos[7], variants)
 
 
 @torch.library.custom_op("flashdecode::decode", mutates_args=())
 def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
               block_table: Optional[Tensor], softmax_scale: float, num_splits: int,
-              return_lse: bool) -> Tuple[Tensor, Tensor]:
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+              return_lse: bool, sinks: Optional[Tensor] = None, window_left: int = -1,
+              logits_soft_cap: float = 0.0, non_causal: bool = False,
+              out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+    out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse_shape = _lse_shape(q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
-                softmax_scale, num_splits)
+                softmax_scale, num_splits, sinks,
+                _core.Variants(window_left, logits_soft_cap, non_causal))
     return out, lse
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                 return_lse):
-    _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None)
-    out = q.new_empty(q.shape)
+                 return_lse, sinks=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
+                 out_dtype=None):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks)
+    if out_dtype is not None:
+        check_out_dtype(str(out_dtype).replace("torch.", ""), describe(q, "q").dtype,
+                        "out_dtype")
+    out = q.new_empty(q.shape, dtype=out_dtype or q.dtype)
     lse = q.new_empty(_lse_shape(q) if return_lse else (0,), dtype=torch.float32)
     return out, lse
 
@@ -97,14 +116,18 @@ def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_sp
 @torch.library.custom_op("flashdecode::decode_out", mutates_args=("out", "lse"))
 def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
                   block_table: Optional[Tensor], out: Tensor, lse: Optional[Tensor],
-                  softmax_scale: float, num_splits: int) -> None:
-    run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits)
+                  softmax_scale: float, num_splits: int, sinks: Optional[Tensor] = None,
+                  window_left: int = -1, logits_soft_cap: float = 0.0,
+                  non_causal: bool = False) -> None:
+    run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
+                sinks, _core.Variants(window_left, logits_soft_cap, non_causal))
 
 
 @decode_out_op.register_fake
 def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale,
-                     num_splits):
-    _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse)
+                     num_splits, sinks=None, window_left=-1, logits_soft_cap=0.0,
+                     non_causal=False):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks)
 
 
 def _compiling():
@@ -146,8 +169,31 @@ def _as_index_tensor(x, name, q, batch_vector):
     return x
 
 
+def _as_sinks_tensor(sinks, q):
+    """sinks as float32 on q's device: another float dtype is converted there (a small
+    device op: traceable, capturable); host lists become a tensor on q's device; a
+    tensor on another device is refused (a copy from the host could not be captured)."""
+    if not isinstance(sinks, Tensor):
+        if _compiling():
+            raise TypeError("sinks: expected a torch.Tensor under torch.compile, got %s"
+                            % type(sinks).__name__)
+        from ._api import as_numpy_sinks
+
+        return torch.as_tensor(as_numpy_sinks(sinks), device=q.device)
+    if sinks.dtype != torch.float32:
+        if not sinks.dtype.is_floating_point:
+            raise TypeError("sinks: dtype %s, expected float32 (or another float dtype, "
+                            "converted)" % str(sinks.dtype).replace("torch.", ""))
+        if sinks.device == q.device:
+            sinks = sinks.to(torch.float32)
+    if sinks.dim() == 1 and sinks.shape[0] > 1 and sinks.stride(0) != 1 \
+            and sinks.device == q.device:
+        sinks = sinks.contiguous()
+    return sinks  # (shape and device: check_call names them)
+
+
 def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, return_lse,
-           out):
+           out, sinks=None, variants=_core.PLAIN, out_dtype=None):
     """flashdecode.decode for torch tensors (see flashdecode.decode)."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
         if t is not None and not isinstance(t, Tensor):
@@ -156,14 +202,91 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
     kv_len = _as_index_tensor(kv_len, "kv_len", q, True)
     if block_table is not None:
         block_table = _as_index_tensor(block_table, "block_table", q, False)
+    if sinks is not None:
+        sinks = _as_sinks_tensor(sinks, q)
     scale = _core.resolve_scale(softmax_scale)
+    from ._api import resolve_out_dtype
+
+    out_name = resolve_out_dtype(out_dtype, describe(q, "q").dtype, out)
+    w, cap, nc = variants.window_left, variants.logits_soft_cap, variants.non_causal
     if out is None:
         out, lse = torch.ops.flashdecode.decode(q, k_cache, v_cache, kv_len, block_table, scale,
-                                                int(num_splits), bool(return_lse))
+                                                int(num_splits), bool(return_lse), sinks, w,
+                                                cap, nc,
+                                                None if out_name is None
+                                                else getattr(torch, out_name))
         return (out, lse) if return_lse else out
     lse = None
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
-                                     int(num_splits))
+                                     int(num_splits), sinks, w, cap, nc)
     return (out, lse) if return_lse else out
+
+
+# ---- merge_states -----------------------------------------------------------------------------
+def _merge_infos(states_out, states_lse, out, lse):
+    return (describe(states_out, "states_out"), describe(states_lse, "states_lse"),
+            None if out is None else describe(out, "out"),
+            None if lse is None else describe(lse, "lse"))
+
+
+def _merged_shapes(states_out):
+    s, b, t, h, d = states_out.shape
+    return (b, t, h, d), (b, h, t)
+
+
+@torch.library.custom_op("flashdecode::merge_states", mutates_args=())
+def merge_states_op(states_out: Tensor, states_lse: Tensor,
+                    out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+    check_merge(*_merge_infos(states_out, states_lse, None, None))
+    out_shape, lse_shape = _merged_shapes(states_out)
+    out = torch.empty(out_shape, dtype=out_dtype or states_out.dtype, device=states_out.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
+    run_merge(*_merge_infos(states_out, states_lse, out, lse), stream_of(states_out.device))
+    return out, lse
+
+
+@merge_states_op.register_fake
+def _merge_states_fake(states_out, states_lse, out_dtype=None):
+    check_merge(*_merge_infos(states_out, states_lse, None, None))
+    out_shape, lse_shape = _merged_shapes(states_out)
+    return (states_out.new_empty(out_shape, dtype=out_dtype or states_out.dtype),
+            states_out.new_empty(lse_shape, dtype=torch.float32))
+
+
+@torch.library.custom_op("flashdecode::merge_states_out", mutates_args=("out", "lse"))
+def merge_states_out_op(states_out: Tensor, states_lse: Tensor, out: Tensor,
+                        lse: Optional[Tensor]) -> None:
+    run_merge(*_merge_infos(states_out, states_lse, out, lse), stream_of(states_out.device))
+
+
+@merge_states_out_op.register_fake
+def _merge_states_out_fake(states_out, states_lse, out, lse):
+    check_merge(*_merge_infos(states_out, states_lse, out, lse))
+
+
+def merge_states(states_out, states_lse, out, lse, out_dtype):
+    """flashdecode.merge_states for torch tensors (see flashdecode.merge_states)."""
+    for name, t in (("states_lse", states_lse), ("out", out), ("lse", lse)):
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError("%s: expected a torch.Tensor like states_out, got %s"
+                            % (name, type(t).__name__))
+    out_name = out_dtype_of(out_dtype, out)
+    # the C API reads dense tensors: copy a strided one (a device op, traceable)
+    if not states_out.is_contiguous():
+        states_out = states_out.contiguous()
+    if not states_lse.is_contiguous():
+        states_lse = states_lse.contiguous()
+    dtype = None if out_name is None else getattr(torch, out_name)
+    if out is None and lse is None:
+        return torch.ops.flashdecode.merge_states(states_out, states_lse, dtype)
+    if states_out.dim() == 5:
+        out_shape, lse_shape = _merged_shapes(states_out)
+        if out is None:
+            out = torch.empty(out_shape, device=states_out.device,
+                              dtype=dtype or states_out.dtype)
+        if lse is None:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=states_out.device)
+    torch.ops.flashdecode.merge_states_out(states_out, states_lse, out, lse)
+    return out, lse

@@ -139,6 +139,28 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
   }
 }
 
+/* Adds a key block's float sums (acc, l, relative to the running max m) into
+ * the double ones (outer, l_out, relative to m_out), then clears the float
+ * sums and moves m_out to m. Rows without a key yet (m = -inf, l = 0) are
+ * left; all-NaN scores leave m = -inf with l = NaN, which is folded. */
+static void fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
+                 int all_rows, int head_dim) {
+  for (int i = 0; i < all_rows; i++) {
+    if (m[i] == -INFINITY && l[i] == 0.0f) continue; /* (a NaN l with m = -inf is folded) */
+    /* m_out = -inf (the first fold): nothing to rescale; m_out <= m else */
+    const double f = m_out[i] == -INFINITY ? 0.0 : exp((double)m_out[i] - (double)m[i]);
+    double *o = outer + (ptrdiff_t)i * head_dim;
+    float *a = acc + (ptrdiff_t)i * head_dim;
+    for (int d = 0; d < head_dim; d++) {
+      o[d] = o[d] * f + (double)a[d];
+      a[d] = 0.0f;
+    }
+    l_out[i] = l_out[i] * f + (double)l[i];
+    l[i] = 0.0f;
+    m_out[i] = m[i];
+  }
+}
+
 /* One pass: kv heads [h0, h0 + heads) of sequence b, rows [row0, row0 + rows)
  * of each head's group, over the keys [begin, end) of split `split`. Local
  * row r of head h0 + h is query head (h0 + h) * group + (row0 + r) / q_len,
@@ -200,6 +222,19 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
                       (const char *)t->q + q_off * (int64_t)c->elem_size, p->dtype, head_dim);
     }
   }
+  /* Two-level sums: the kernels add a key block into acc and l (float), which
+   * fold() then adds into outer and l_out (double, relative to m_out) and
+   * clears, so float sums never run over more than a block of keys and the
+   * error does not grow with the split's length. */
+  _Static_assert(FD_CPU_PASS_FLOATS <= 4096, "outer fits the stack");
+  double outer[FD_CPU_PASS_FLOATS]; /* [heads][rows][head_dim] */
+  double l_out[FD_CPU_PASS_ROWS];
+  float m_out[FD_CPU_PASS_ROWS];
+  for (int i = 0; i < all_rows; i++) {
+    l_out[i] = 0.0;
+    m_out[i] = -INFINITY;
+  }
+  memset(outer, 0, (size_t)all_rows * head_dim * sizeof *outer);
   for (int i = 0; i < all_rows; i++) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
@@ -291,6 +326,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
+      fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
       continue;
     }
     for (int step = 0; step < 2; step++) {
@@ -305,6 +341,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
           c->kernels.values(&blk);
       }
     }
+    fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
   }
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
@@ -313,14 +350,16 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
       const int i = h * rows + r;
+      /* the row's sums, rounded once to float (as a partial stores them) */
       float *a = acc + (ptrdiff_t)i * head_dim;
+      for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
       if (paired) {
         fd_cpu_unpair_row(natural, a, head_dim);
         a = natural;
       }
       /* a non-finite output (NaN or Inf in a value the row sees) makes the
        * row's sum NaN, so its lse shows the blow-up too */
-      float row_l = l[i];
+      float row_l = (float)l_out[i];
       for (int d = 0; d < head_dim; d++)
         if (!isfinite(a[d])) row_l = NAN;
       if (num_splits == 1) {
@@ -329,7 +368,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
          * sequence's bits do not depend on the plan's split count when its
          * keys fit one split (the deterministic mode) */
         double f, lse;
-        fd_cpu_finish_row(m[i], row_l, t->sinks != NULL, t->sinks ? t->sinks[hq] : 0.0, &f, &lse);
+        fd_cpu_finish_row(m_out[i], row_l, t->sinks != NULL, t->sinks ? t->sinks[hq] : 0.0, &f,
+                          &lse);
         for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
         if (t->lse)
           t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
@@ -343,7 +383,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         const int64_t slot =
             (((int64_t)b * p->num_heads_q + hq) * q_len + tok) * num_splits + split;
         memcpy(c->partial_o + slot * head_dim, a, (size_t)head_dim * sizeof *a);
-        c->partial_ml[slot * 2 + 0] = m[i];
+        c->partial_ml[slot * 2 + 0] = m_out[i];
         c->partial_ml[slot * 2 + 1] = row_l;
       }
     }

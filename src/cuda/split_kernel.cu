@@ -89,20 +89,28 @@
 /* Keys per tile, at most (= plan's chunk_len, so tiles align with splits). */
 #define FD_MAX_KEYS_PER_TILE 64
 
-/* Blocks an SM the kernel is sized for: four for fp32 rows of head_dim <= 128
- * (16 warps an SM; Nsight Compute at B=64 8k with two: 0.48 eligible warps
- * a scheduler, stalls on shared memory and shuffle results), else as many as
+/* Blocks an SM the kernel's registers are sized for: three for fp32 rows of
+ * head_dim <= 128 (four, 16 warps an SM, before the compensated sums needed
+ * 168 registers; Nsight Compute at B=64 8k with two: 0.48 eligible warps a
+ * scheduler, stalls on shared memory and shuffle results), else as many as
  * fit (two). */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_split_min_blocks() {
-  return sizeof(T) == 4 && D <= 128 ? 4 : 1;
+  return sizeof(T) == 4 && D <= 128 ? 3 : 1;
 }
 
-/* Bytes of K (and as many of V) per stage, at most: 8 KB where four blocks
- * an SM are wanted, else 16 KB. */
+/* Rows a pass holds: 8, or 4 for float head_dim 256 (o, its compensation
+ * and q of 8 rows would not fit the registers). */
+template <typename T, int D>
+__host__ __device__ constexpr int fd_rows_per_pass() {
+  return sizeof(T) == 4 && D == 256 ? 4 : FD_ROWS_PER_PASS;
+}
+
+/* Bytes of K (and as many of V) per stage, at most: 8 KB for float rows of
+ * head_dim <= 128 (four blocks' stages fit an SM), else 16 KB. */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_tile_bytes() {
-  return fd_split_min_blocks<T, D>() == 4 ? 8192 : 16384;
+  return sizeof(T) == 4 && D <= 128 ? 8192 : 16384;
 }
 
 template <typename T, int D>
@@ -324,16 +332,19 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       for (int e = 0; e < ELEMS; e++) qf[r][e] = 0.0f;
     }
   }
-  float o[NR][ELEMS];
+  /* O and l are compensated (Kahan) sums: oc / lc hold the low-order parts
+   * the running sums lost, so their error does not grow with the number of
+   * keys (4M identical keys: within 2e-6 of max|V|). */
+  float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
   for (int r = 0; r < NR; r++)
 #pragma unroll
-    for (int e = 0; e < ELEMS; e++) o[r][e] = 0.0f;
-  float m_run[RPW], l_run[RPW]; /* rows warp + NWARPS * i; the same in every lane */
+    for (int e = 0; e < ELEMS; e++) o[r][e] = oc[r][e] = 0.0f;
+  float m_run[RPW], l_run[RPW], lc[RPW]; /* rows warp + NWARPS * i; the same in every lane */
 #pragma unroll
   for (int i = 0; i < RPW; i++) {
     m_run[i] = -INFINITY;
-    l_run[i] = 0.0f;
+    l_run[i] = lc[i] = 0.0f;
   }
 
   const int span = pass_end - kbeg;
@@ -421,7 +432,12 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
           }
         }
         psum = fd_warp_sum(psum);
-        l_run[i] = l_run[i] * alpha + psum;
+        {
+          const float base = l_run[i] * alpha, y = psum - lc[i] * alpha;
+          const float sum = base + y;
+          lc[i] = (sum - base) - y;
+          l_run[i] = sum;
+        }
         m_run[i] = m_new;
         if (lane == 0) sAlpha[r] = alpha;
       }
@@ -433,7 +449,10 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
     for (int r = 0; r < NR; r++) {
       const float a = sAlpha[r];
 #pragma unroll
-      for (int e = 0; e < ELEMS; e++) o[r][e] *= a;
+      for (int e = 0; e < ELEMS; e++) {
+        o[r][e] *= a;
+        oc[r][e] *= a;
+      }
     }
     const T *tV = sV + stage * KT * D;
 #pragma unroll
@@ -447,9 +466,21 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
       for (int e = 0; e < ELEMS; e++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) o[r][e] = fmaf(pr[r], vf[e], o[r][e]);
+        for (int r = 0; r < NR; r++) { /* o += p v, compensated */
+          const float y = fmaf(pr[r], vf[e], -oc[r][e]);
+          const float sum = o[r][e] + y;
+          oc[r][e] = (sum - o[r][e]) - y;
+          o[r][e] = sum;
+        }
     }
   }
+  /* the compensated sums' values */
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) o[r][e] -= oc[r][e];
+#pragma unroll
+  for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
   __syncthreads();      /* K/V area free for the merge */
 
@@ -499,10 +530,10 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no
    * per-row branches (full instruction-level parallelism across rows). */
   const int rows_total = p.group * p.q_len;
-  for (int row0 = 0; row0 < rows_total; row0 += FD_ROWS_PER_PASS) {
-    const int pass_rows = min(FD_ROWS_PER_PASS, rows_total - row0);
-    if (pass_rows > 4)
-      fd_split_pass<T, D, 8, DV>(p, bp, row0, pass_rows, fd_smem);
+  for (int row0 = 0; row0 < rows_total; row0 += fd_rows_per_pass<T, D>()) {
+    const int pass_rows = min(fd_rows_per_pass<T, D>(), rows_total - row0);
+    if (fd_rows_per_pass<T, D>() == 8 && pass_rows > 4)
+      fd_split_pass<T, D, fd_rows_per_pass<T, D>(), DV>(p, bp, row0, pass_rows, fd_smem);
     else if (pass_rows > 2)
       fd_split_pass<T, D, 4, DV>(p, bp, row0, pass_rows, fd_smem);
     else if (pass_rows > 1)

@@ -138,6 +138,9 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
             o[d] += w * (fd_load_elem(t->v_cache, p->kv_dtype, v_off + d) * vs);
         }
         if (lse) *lse = max + log(sum);
+        /* a non-finite output (NaN or Inf in a value the row sees) shows in lse too */
+        for (int32_t d = 0; d < head_dim; d++)
+          if (!isfinite(o[d]) && lse) *lse = NAN;
       }
     }
   }

@@ -261,11 +261,19 @@ def test_plan_rejects_tensors_that_do_not_match():
 def test_struct_sizes_match_the_header_on_lp64():
     from flashdecode import _lib
 
-    assert ctypes.sizeof(_lib.FdProblem) == 72
-    assert ctypes.sizeof(_lib.FdPlan) == 144
-    assert ctypes.sizeof(_lib.FdTensors) == 184
+    assert ctypes.sizeof(_lib.FdProblem) == 96
+    assert _lib.FdProblem.has_window.offset == 72 and _lib.FdProblem.out_dtype.offset == 88
+    assert _lib.FdProblem.deterministic.offset == 92
+    assert ctypes.sizeof(_lib.FdPlan) == 168
+    assert ctypes.sizeof(_lib.FdTensors) == 192 and _lib.FdTensors.sinks.offset == 184
     assert ctypes.sizeof(_lib.FdError) == 260
-    assert _lib.FdPlan.workspace_size.offset == 104 and _lib.FdPlan.ws_counters.offset == 136
+    assert ctypes.sizeof(_lib.FdMergeProblem) == 36
+    assert _lib.FdPlan.workspace_size.offset == 128 and _lib.FdPlan.ws_counters.offset == 160
+    size = _lib.lib.fd_struct_size
+    for name, cls in (("fd_problem", _lib.FdProblem), ("fd_plan", _lib.FdPlan),
+                      ("fd_tensors", _lib.FdTensors), ("fd_error", _lib.FdError),
+                      ("fd_merge_problem", _lib.FdMergeProblem)):
+        assert size(name.encode()) == ctypes.sizeof(cls), name
 
 
 def test_version_and_backends():

@@ -97,6 +97,7 @@ rel_group rel_group_capacity(fd_backend backend);    /* item 11 */
 rel_group rel_group_dispatch(fd_backend backend);    /* item 12 */
 rel_group rel_group_concurrency(fd_backend backend); /* threads (CPU) / threads on streams (CUDA) */
 rel_group rel_group_graphs(fd_backend backend);      /* item 2 (CUDA only) */
+rel_group rel_group_trust(fd_backend backend);       /* long sums, NaN, deterministic mode */
 
 /* The programs' main: runs group argv[1] (or every group) for backend. */
 int rel_main(fd_backend backend, int argc, char **argv);

@@ -20,7 +20,8 @@
 int rel_main(fd_backend backend, int argc, char **argv) {
   const char *tag = backend == FD_BACKEND_CUDA ? "cuda" : "cpu";
   if (argc > 2) {
-    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs]\n", argv[0]);
+    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs|trust]\n",
+            argv[0]);
     return 2;
   }
   if (backend == FD_BACKEND_CUDA && !fd_backend_available(FD_BACKEND_CUDA)) {
@@ -36,6 +37,7 @@ int rel_main(fd_backend backend, int argc, char **argv) {
       {"numerics", rel_group_numerics},       {"layout", rel_group_layout},
       {"capacity", rel_group_capacity},       {"dispatch", rel_group_dispatch},
       {"concurrency", rel_group_concurrency}, {"graphs", rel_group_graphs},
+      {"trust", rel_group_trust},
   };
   static struct CMUnitTest tests[MAX_TESTS];
   size_t count = 0;

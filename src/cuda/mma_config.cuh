@@ -1,0 +1,48 @@
+/*
+ * mma_config.cuh — the compile-time shape of the tensor-core split kernel
+ * (split_mma_kernel.cu) for one head_dim and warp count: warps along keys
+ * and head_dim, key tile, pipeline depth, shared-memory carve-up sizes.
+ * Internal to src/cuda.
+ */
+#ifndef FD_CUDA_MMA_CONFIG_CUH
+#define FD_CUDA_MMA_CONFIG_CUH
+
+#include <stddef.h>
+
+#define FD_MMA_ROWS 16 /* query rows per pass: the m of m16n8k16 */
+#define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
+
+
+/* Compile-time shape of the kernel for one head_dim and NW warps a block:
+ * NW = 4 (two blocks an SM) or NW = 8 (one block an SM, twice the keys a
+ * tile, ~196 KB of stages; launched when the grid has no more blocks than
+ * the GPU has SMs). */
+template <int D, int NW>
+struct fd_mma_cfg {
+  static constexpr int THREADS = 32 * NW;
+  static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
+  static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
+  static constexpr int KT = 16 * KW;                /* keys per tile */
+  static constexpr int STAGES = D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
+  static constexpr int DPW = D / DW;               /* O columns per warp */
+  static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
+  static constexpr int KS = D / 16;                /* k-steps of Q K^T */
+  static constexpr int CH = D / 8;                 /* 16-byte chunks per row */
+  static constexpr size_t KV_BYTES = 2 * (size_t)STAGES * KT * D * 2; /* K and V stages */
+  static constexpr size_t Q_BYTES = (size_t)FD_MMA_ROWS * D * 2;
+  static constexpr size_t ML_BYTES = (size_t)KW * FD_MMA_ROWS * sizeof(float2);
+  static constexpr size_t FIN_BYTES = (size_t)FD_MMA_ROWS * sizeof(float2);
+  static constexpr size_t VALID_BYTES = (size_t)STAGES * KT; /* paged: key-valid flags */
+  static constexpr size_t SMEM = KV_BYTES + Q_BYTES + ML_BYTES + FIN_BYTES + VALID_BYTES;
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim");
+  static_assert(NT % 2 == 0, "P V takes n-tiles in pairs");
+  /* sm_90: 227 KiB of shared memory a block, 228 KiB an SM (1 KiB reserved a block). */
+  static_assert(SMEM <= 232448 && (NW == 8 || 2 * (SMEM + 1024) <= 233472), "shared memory");
+  static_assert(NW == 4 || NW == 8, "warps");
+  static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
+  static_assert((STAGES - 1) * KT >= 64, "keys below a pass's first visible key lie in the prologue's tiles");
+  static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
+                "O merge buffer must fit in the K/V stages");
+};
+
+#endif /* FD_CUDA_MMA_CONFIG_CUH */
