@@ -300,8 +300,8 @@ def check_scale_value(x, name):
     except (TypeError, ValueError):
         raise TypeError("%s: expected a float or a float32 array, got %s"
                         % (name, type(x).__name__)) from None
-    if not (np.isfinite(value) and value > 0.0) or not np.float32(value) > 0.0 or \
-            not np.isfinite(np.float32(value)):
+    f32_max = float(np.finfo(np.float32).max)
+    if not (np.isfinite(value) and value > 0.0) or value > f32_max or not np.float32(value) > 0.0:
         raise ValueError("%s: %r, must be finite and > 0 (in float32)" % (name, value))
     return value
 
