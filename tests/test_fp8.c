@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "cpu/cpu_kernels.h"
 #include "fp8.h"
 
 typedef struct format {
@@ -191,11 +192,49 @@ static void test_known(void **state) {
   assert_int_equal(fd_f32_to_e4m3(-0.0f), 0x80);
 }
 
+/* The CPU backend's widening of fp8 rows (cpu_fp8.c): every instruction set
+ * this machine has gives lut[code] * scale, for all 256 codes, at scales that
+ * take the SIMD path and ones that take the table, rows of 16..256 codes
+ * with tails. */
+static void test_cpu_widen(void **state) {
+  (void)state;
+  static const fd_dtype types[2] = {FD_DTYPE_E4M3, FD_DTYPE_E5M2};
+  static const float scales[] = {1.0f, 0.013f, 3.1e-5f, 1e20f, -0.5f, 0x1p-100f, 1e-35f, 1e35f};
+  uint8_t codes[272];
+  for (int i = 0; i < 272; i++) codes[i] = (uint8_t)(i * 7 + 3);
+  for (int k = 0; k < 2; k++) {
+    float lut[256], got[272];
+    fd_cpu_fp8_table(types[k], lut);
+    for (int i = 0; i < 256; i++)
+      assert_true(k ? (isnan(lut[i]) ? isnan(fd_e5m2_to_f32((uint8_t)i)) : lut[i] == fd_e5m2_to_f32((uint8_t)i))
+                    : (isnan(lut[i]) ? isnan(fd_e4m3_to_f32((uint8_t)i)) : lut[i] == fd_e4m3_to_f32((uint8_t)i)));
+    const int dims[] = {16, 40, 64, 136, 256, 8};
+    for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+      for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+        const int D = dims[di], rows = 272 / D > 4 ? 4 : 272 / D;
+        const void *ptrs[4];
+        for (int r = 0; r < rows; r++) ptrs[r] = codes + r * (272 - D) / (rows > 1 ? rows - 1 : 1);
+        for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)fd_cpu_isa_detect(); isa++) {
+          fd_cpu_widen_fp8(got, ptrs, 0, rows, D, lut, NULL, scales[si], (fd_cpu_isa)isa, k);
+          for (int r = 0; r < rows; r++)
+            for (int d = 0; d < D; d++) {
+              const float w = lut[((const uint8_t *)ptrs[r])[d]] * scales[si], g = got[r * D + d];
+              if (isnan(w) ? !isnan(g) : fd_fp8_f32_to_bits(w) != fd_fp8_f32_to_bits(g))
+                fail_msg("%s isa %d scale %g D %d: code 0x%02x gives %g, want %g",
+                         k ? "e5m2" : "e4m3", isa, (double)scales[si], D,
+                         ((const uint8_t *)ptrs[r])[d], (double)g, (double)w);
+            }
+        }
+      }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_e4m3_widen),  cmocka_unit_test(test_e5m2_widen),
       cmocka_unit_test(test_e4m3_narrow), cmocka_unit_test(test_e5m2_narrow),
       cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_known),
+      cmocka_unit_test(test_cpu_widen),
   };
   return cmocka_run_group_tests_name("fp8", tests, NULL, NULL);
 }

@@ -55,6 +55,7 @@ typedef struct cpu_call {
   size_t out_elem_size; /* bytes per element of out (out_dtype) */
   fd_dtype kernel_dtype; /* the kernels' K/V dtype: kv_dtype, or F32 for fp8 (widened) */
   const float *fp8_lut; /* fp8 caches: [256] the values of the kv_dtype's codes, else NULL */
+  fd_cpu_isa isa;       /* the instruction set the call runs */
   float *partial_o;   /* [rows][num_splits][head_dim], NULL when num_splits == 1 */
   float *partial_ml;  /* [rows][num_splits][2], NULL when num_splits == 1 */
   int group_rows;     /* query rows of one kv head: group * q_len */
@@ -127,7 +128,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
       break;
   }
   fd_cpu_widen_fp8(wide, values ? blk->values : blk->keys, values ? blk->value_off : blk->key_off, n,
-                   head_dim, c->fp8_lut, per_token, s);
+                   head_dim, c->fp8_lut, per_token, s, c->isa, plan->problem.kv_dtype == FD_DTYPE_E5M2);
   const int padded = (n + 31) & ~31;
   for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
   if (values) {
@@ -461,6 +462,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
                    (int)isa, (int)c.kernel_dtype);
   c.plan = plan;
   c.t = t;
+  c.isa = isa;
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
   c.elem_size = fd_dtype_size(p->dtype);
   c.kv_elem_size = fd_dtype_size(p->kv_dtype);

@@ -208,9 +208,11 @@ fd_status fd_cpu_run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
 void fd_cpu_fp8_table(fd_dtype dtype, float lut[256]);
 /* dst [n][head_dim] = lut[code] * (scales ? scales[j] : scale) for the
  * head_dim codes at (const uint8_t *)rows[j] + off, j < n: one rounding to
- * float32 per element. */
+ * float32 per element, the same bits whichever isa (AVX2 + F16C from
+ * FD_CPU_ISA_AVX2 on; e5m2: the codes are E5M2's, else E4M3's). */
 void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
-                      const float *lut, const float *scales, float scale);
+                      const float *lut, const float *scales, float scale, fd_cpu_isa isa,
+                      int e5m2);
 
 /* dst[i] = src[i] widened to float32, i < n. src: [n] elements of dtype. */
 static inline void fd_cpu_load_row(float *dst, const void *src, fd_dtype dtype, int n) {
