@@ -469,15 +469,18 @@ static int64_t scale_index(const setup *s, int32_t b, int32_t j, int32_t hk) {
   return page * s->scale_strides[0] + (int64_t)(j % page_size) * s->scale_strides[1] + hk * s->scale_strides[2];
 }
 
-/* Element i of key (which 0) or value (1) j of sequence b, kv head hk, as the
- * attention reads it: the cache's value times its scale (exact in double). */
-static double kv_value(const setup *s, int which, int32_t b, int32_t j, int32_t hk, int32_t i) {
+/* Key (which 0) or value (1) j of sequence b, kv head hk, as the attention
+ * reads it: the cache's head_dim values times their scale (exact in double). */
+static void kv_values(const setup *s, int which, int32_t b, int32_t j, int32_t hk, double *dst) {
   const buf *cache = which ? &s->v : &s->k;
   const int64_t off = kv_offset(s, which ? s->v_strides : s->k_strides, b, j, hk);
-  const double x = fd_load_elem(cache->data, s->kv_dtype, off + i);
-  if (s->c->kv_scale == FD_KV_SCALE_NONE) return x;
-  const buf *sc = which ? &s->v_scale : &s->k_scale;
-  return x * (double)((const float *)sc->data)[scale_index(s, b, j, hk)];
+  double scale = 1.0;
+  if (s->c->kv_scale != FD_KV_SCALE_NONE) {
+    const buf *sc = which ? &s->v_scale : &s->k_scale;
+    scale = (double)((const float *)sc->data)[scale_index(s, b, j, hk)];
+  }
+  for (int32_t i = 0; i < s->c->head_dim; i++)
+    dst[i] = fd_load_elem(cache->data, s->kv_dtype, off + i) * scale;
 }
 
 /* Offsets in elements from the buffer's data start (the tensor's base is mis
@@ -856,8 +859,9 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         for (int32_t j = 0; j < n; j++) {
           float dot = 0.0f;
           double dd = 0.0, t2 = 0.0; /* exact q . k_j and the sum of its squared prefix sums */
+          kv_values(s, 0, b, lo + j, hk, kvd); /* fp8: times its scale */
           for (int32_t i = 0; i < D; i++) {
-            const double kd = kv_value(s, 0, b, lo + j, hk, i); /* fp8: times its scale */
+            const double kd = kvd[i];
             const float kf = (float)kd;
             dot += qs[i] * kf;
             dd += qd[i] * kd;
@@ -891,7 +895,7 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         for (int32_t j = 0; j < n; j++) {
           const float pj = round_to(dt, p[j] / l);
           pe[j] /= ld;
-          for (int32_t i = 0; i < D; i++) kvd[i] = kv_value(s, 1, b, lo + j, hk, i);
+          kv_values(s, 1, b, lo + j, hk, kvd);
           for (int32_t i = 0; i < D; i++) kv[i] = (float)kvd[i];
           for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
           for (int32_t i = 0; i < D; i++) od[i] += pe[j] * kvd[i];
@@ -903,8 +907,9 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         /* the bound needs the exact out: a second pass over v */
         for (int32_t j = 0; j < n; j++) {
           const double w = pe[j] * e[j];
+          kv_values(s, 1, b, lo + j, hk, kvd);
           for (int32_t i = 0; i < D; i++) {
-            const double x = w * fabs(kv_value(s, 1, b, lo + j, hk, i) - od[i]);
+            const double x = w * fabs(kvd[i] - od[i]);
             sum[i] += x;
             sq[i] += x * x;
           }
