@@ -7,7 +7,7 @@ In one process it
      (`flashdecode bench --backend cpu` runs a plain OpenMP read loop over a
      buffer of max(1 GiB, 8 x LLC); its `read_gbps=`), before and after the
      shapes; the higher of the two is the ceiling of the % columns;
-  2. for every shape of issue 6 (B=1 32/8 d128 at 4k, 16k, 64k keys; B=8 at
+  2. for every shape of the CPU grid (B=1 32/8 d128 at 4k, 16k, 64k keys; B=8 at
      4k; small models: B=1 8/4 d8 at 512 and 4k keys, B=1 12/12 d64 at 4k;
      fp32 and bf16) times, on the same inputs:
        flashdecode          our CPU backend, automatic split count: a DecodePlan
@@ -32,7 +32,7 @@ In one process it
      automatic split count and with --num-splits 1 and reports tokens/s;
   4. writes <date>-<commit>-cpu-<cores>c.csv (columns shape, impl, us, gbps,
      pct_read_bw, num_splits, ratio_vs_torch; '#' header lines describe the
-     machine) and prints a table with the verdict of every target of issue 6.
+     machine) and prints a table with the verdict of every CPU target.
 
 Timing: time.perf_counter around each call; calls rotate over input sets
 whose K+V together exceed 4 x the last-level cache (at most 64 sets), so K and
@@ -68,7 +68,7 @@ BW_TARGET_BYTES = 64 * MIB  # the bandwidth target applies from this K+V size on
 BW_TARGET_PCT = 80.0
 GEOMEAN_TARGET = 1.5
 
-# (batch, num_heads_q, num_heads_kv, head_dim, kv_len) of issue 6
+# (batch, num_heads_q, num_heads_kv, head_dim, kv_len): the CPU grid
 GRID = [
     (1, 32, 8, 128, 4096),
     (1, 32, 8, 128, 16384),

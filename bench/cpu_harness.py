@@ -5,13 +5,18 @@ cpu_harness.py — runs bench_gpu.py's measurement code on the CPU, to check it 
 torch.cuda's timing API (events, streams, CUDA graphs) is replaced by host-clock stand-ins
 (a "graph" runs its calls once, at capture, and replay does nothing), tensors live on the CPU,
 and our library runs through the flashdecode package's CPU backend. So every code path of the
-GPU run is exercised — plans, buffer sets, paged and ragged layouts, the float64 check, the
-sweep, SDPA and compiled FlexAttention peers (CPU kernels), copied peers, the CSV / PNG /
-verdicts — but the timings mean nothing.
+GPU run is exercised — plans, buffer sets, paged and ragged layouts, the variant rows (window,
+soft-cap, sinks, head_dim 96, the shared-prefix cascade with fp32 states, the prefix lse
+written through a strided view and merge_states; recorded as unavailable with a library whose
+Python API lacks them), the float64 check, the sweep, SDPA and compiled
+FlexAttention peers (CPU kernels), copied peers, the CSV / PNG / verdicts — but the timings
+mean nothing. FlashInfer (CUDA only) is left out; --self-test checks its call signatures.
 
 Needs torch (a CPU build is enough) and the library built with the CPU backend:
-  FLASHDECODE_LIBRARY=/tmp/build/libflashdecode.so PYTHONPATH=python \
-      python3 bench/cpu_harness.py [--no-peers] [--out-dir DIR]
+  FLASHDECODE_LIBRARY=/tmp/build/libflashdecode.so PYTHONPATH=python \\
+      python3 bench/cpu_harness.py [--no-peers] [--no-variants] [--out-dir DIR]
+or, with no library, against a torch stand-in that has the variant API (gpubench/fake_fd.py):
+  python3 bench/cpu_harness.py --fake-flashdecode --no-peers
 FlexAttention compiles C++ on the CPU: a first run with peers takes a few minutes.
 """
 import argparse
@@ -24,7 +29,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu as bg  # noqa: E402
+from gpubench import cli, report, shapes as sh  # noqa: E402
+from gpubench.common import OURS, SETTINGS  # noqa: E402
+from gpubench.runner import GpuBench  # noqa: E402
 
 
 class HostEvent:
@@ -67,51 +74,96 @@ def patch_cuda():
     c.synchronize = lambda *a: None
     c.empty_cache = lambda: None
     c._sleep = lambda cycles: None
-    bg.DEVICE = "cpu"
+    SETTINGS.device = "cpu"
 
 
 def small_shapes():
     """One tiny shape of every kind the real grid has."""
-    rows = bg.load_trace(os.path.join(bg.find_trace_dir(None) or ".", bg.TRACE_FILES["azureconv"]))
-    lens = [n // 16 for n in bg.ragged_lens(rows, bg.RAGGED_OFFSET, 8)]
-    b1 = bg.uniform_name(1, 8, 2, 512, 64, "bf16")
+    rows = sh.load_trace(os.path.join(sh.find_trace_dir(None) or ".", sh.TRACE_FILES["azureconv"]))
+    lens = [n // 16 for n in sh.ragged_lens(rows, sh.RAGGED_OFFSET, 8)]
+    b1 = sh.uniform_name(1, 8, 2, 512, 64, "bf16")
+    S = sh.Shape
     return [
-        bg.Shape(b1, 1, 8, 2, 64, "bf16", [512], sweep=True),
-        bg.Shape(bg.uniform_name(2, 4, 4, 256, 64, "bf16"), 2, 4, 4, 64, "bf16", [256] * 2, sweep=True),
-        bg.Shape("ragged8-azureconv-small", 8, 8, 2, 64, "bf16", lens, sweep=True, note="kv_len / 16"),
-        bg.Shape(bg.uniform_name(1, 8, 2, 512, 64, "fp16"), 1, 8, 2, 64, "fp16", [512], kind="fp16",
-                 base=b1),
-        bg.Shape(bg.uniform_name(1, 8, 2, 512, 64, "fp32"), 1, 8, 2, 64, "fp32", [512], kind="fp32",
-                 base=b1),
-        bg.Shape(bg.uniform_name(1, 8, 2, 512, 64, "bf16", 16), 1, 8, 2, 64, "bf16", [512], 16,
-                 "paged", b1),
-        bg.Shape("ragged8-azureconv-small-paged16", 8, 8, 2, 64, "bf16", lens, 16, "paged",
-                 "ragged8-azureconv-small"),
-        bg.Shape("paged-without-contiguous-row", 2, 8, 2, 64, "bf16", [100, 37], 16, "paged",
-                 "not-measured"),
+        S(b1, 1, 8, 2, 64, "bf16", [512], sweep=True),
+        S(sh.uniform_name(2, 4, 4, 256, 64, "bf16"), 2, 4, 4, 64, "bf16", [256] * 2, sweep=True),
+        S("ragged8-azureconv-small", 8, 8, 2, 64, "bf16", lens, sweep=True, note="kv_len / 16"),
+        S(sh.uniform_name(1, 8, 2, 512, 64, "fp16"), 1, 8, 2, 64, "fp16", [512], kind="fp16",
+          base=b1),
+        S(sh.uniform_name(1, 8, 2, 512, 64, "fp32"), 1, 8, 2, 64, "fp32", [512], kind="fp32",
+          base=b1),
+        S(sh.uniform_name(1, 8, 2, 512, 64, "bf16", 16), 1, 8, 2, 64, "bf16", [512], 16,
+          "paged", b1),
+        S("ragged8-azureconv-small-paged16", 8, 8, 2, 64, "bf16", lens, 16, "paged",
+          "ragged8-azureconv-small"),
+        S("paged-without-contiguous-row", 2, 8, 2, 64, "bf16", [100, 37], 16, "paged",
+          "not-measured"),
+    ]
+
+
+def small_variants():
+    """One tiny row of every variant kind, each with its plain row."""
+    S = sh.Shape
+    v = dict(kind="variant")
+    return [
+        S("var-win-plain", 2, 8, 2, 64, "bf16", [129] * 2, family="w", **v),
+        S("var-win", 2, 8, 2, 64, "bf16", [700] * 2, base="var-win-plain", window_left=127,
+          family="w", **v),
+        S("var-cap-plain", 1, 4, 2, 128, "bf16", [600], family="c", **v),
+        S("var-cap", 1, 4, 2, 128, "bf16", [600], base="var-cap-plain", softcap=50.0,
+          q_scale=sh.SOFTCAP_Q_SCALE, family="c", **v),
+        S("var-sinks-plain", 2, 16, 2, 64, "bf16", [500] * 2, family="s", **v),
+        S("var-sinks", 2, 16, 2, 64, "bf16", [500] * 2, base="var-sinks-plain", sinks=True,
+          family="s", **v),
+        S("var-sinks-win", 2, 16, 2, 64, "bf16", [500] * 2, base="var-sinks-plain", sinks=True,
+          window_left=31, family="s", **v),
+        S("var-d96", 1, 4, 4, 96, "bf16", [300], family="p", **v),
+        S("var-prefix-plain", 4, 8, 2, 64, "bf16", [64 + 32] * 4, page_size=16, prefix_len=64,
+          family="prefix", **v),
+        S("var-prefix-cascade", 4, 8, 2, 64, "bf16", [64 + 32] * 4, page_size=16, prefix_len=64,
+          base="var-prefix-plain", cascade=True, family="prefix", **v),
     ]
 
 
 def main():
     ap = argparse.ArgumentParser(description="bench_gpu.py's GPU path, run on the CPU")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--variants-only", action="store_true")
+    ap.add_argument("--fake-flashdecode", action="store_true",
+                    help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
+                         "instead of the library: checks the variant / cascade code of the bench")
     ap.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "flashdecode-bench-cpu"))
     a = ap.parse_args()
     patch_cuda()
-    args = bg.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000"]
-                         + (["--no-peers"] if a.no_peers else []))
-    shapes, notes = small_shapes(), []
-    bench = bg.GpuBench(args, torch, shapes, notes)
+    if a.fake_flashdecode:
+        from gpubench import fake_fd
+        sys.modules["flashdecode"] = fake_fd
+    args = cli.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000",
+                           "--no-flashinfer", "--flex-variants"]
+                          + (["--no-peers"] if a.no_peers else []))
+    shapes, notes = ([] if a.variants_only else small_shapes()), []
+    variants = [] if a.no_variants else small_variants()
+    bench = GpuBench(args, torch, shapes, variants, notes)
     if bench.fd is None:
         print(bench.fd_error)
         return 2
     for _ in bench.run():
         pass
-    files = bg.write_outputs(args.out_dir, "cpu", ["cpu harness: timings are meaningless"], shapes,
-                             bench.recs, bench.sweep, 1.0, notes, plot=True)
-    bg.print_summary(shapes, bench.recs, bench.sweep, 1.0, ["cpu harness"], notes, files)
-    bad = [r for r in bench.recs if r.status == "FAIL" or (r.impl in bg.OURS and r.status != "ok")]
+    all_shapes = shapes + variants
+    files = report.write_outputs(args.out_dir, "cpu", ["cpu harness: timings are meaningless"],
+                                 all_shapes, bench.recs, bench.sweep, 1.0, notes, plot=True)
+    report.print_summary(all_shapes, bench.recs, bench.sweep, 1.0, ["cpu harness"], notes, files)
+    var_names = {s.name for s in variants}
+    bad, unavailable = [], []
+    for r in bench.recs:
+        if r.status == "FAIL":
+            bad.append(r)
+        elif r.impl in OURS and r.status != "ok":
+            # a variant the library's Python API does not take yet is reported, not failed
+            (unavailable if r.shape in var_names and "unavailable" in r.reason else bad).append(r)
     bad += [x for x in bench.sweep if x.status != "ok"]
+    for r in unavailable:
+        print(f"UNAVAILABLE {r.shape} {r.impl}: {r.reason}")
     for r in bad:
         print(f"BAD {r.shape} {getattr(r, 'impl', 'sweep')} {r.status} {r.reason}")
     print(f"{len(bench.recs) + len(bench.sweep) - len(bad)} passed, {len(bad)} failed")

@@ -136,3 +136,55 @@ int args_int_list(const char *option, const char *text, int32_t *values, int max
   *count = n;
   return 0;
 }
+
+int args_option_error(const char *command, int c, char *const *argv, int argind, int optopt_value,
+                      const struct option *options) {
+  const char *text = argind > 0 ? argv[argind - 1] : NULL;
+  if (text && strncmp(text, "--", 2) == 0) {
+    const char *name = text + 2;
+    const size_t len = strcspn(name, "=");
+    int exact = -1, prefixed = 0;
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; options[i].name; i++) {
+      if (strncmp(options[i].name, name, len) != 0) continue;
+      if (strlen(options[i].name) == len) exact = i;
+      prefixed++;
+      if (used < sizeof list)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s", used ? ", " : "",
+                                 options[i].name);
+    }
+    if (c == ':')
+      fprintf(stderr, "flashdecode %s: --%.*s needs a value", command, (int)len, name);
+    else if (exact >= 0 && options[exact].has_arg == no_argument && name[len] == '=')
+      fprintf(stderr, "flashdecode %s: --%.*s takes no value ('%s')", command, (int)len, name, text);
+    else if (exact < 0 && prefixed > 1)
+      fprintf(stderr, "flashdecode %s: ambiguous option '%s' (%s)", command, text, list);
+    else
+      fprintf(stderr, "flashdecode %s: unknown option '%s'", command, text);
+  } else if (c == ':') {
+    fprintf(stderr, "flashdecode %s: -%c needs a value", command, optopt_value);
+  } else if (optopt_value > 32 && optopt_value < 127) {
+    fprintf(stderr, "flashdecode %s: unknown option '-%c'", command, optopt_value);
+  } else {
+    fprintf(stderr, "flashdecode %s: unknown option '%s'", command, text ? text : "?");
+  }
+  fprintf(stderr, " (see flashdecode %s --help)\n", command);
+  return -1;
+}
+
+void args_report_splits(const char *command, int requested, const fd_plan *plan) {
+  if (requested <= 0 || plan->num_splits == requested) return;
+  const long long chunks =
+      plan->chunk_len > 0 ? ((long long)plan->kv_capacity + plan->chunk_len - 1) / plan->chunk_len : 0;
+  if (plan->num_splits == chunks)
+    fprintf(stderr,
+            "flashdecode %s: --num-splits %d runs as %d splits: a split holds whole chunks of %d "
+            "keys, and kv_capacity %d has %lld\n",
+            command, requested, plan->num_splits, plan->chunk_len, plan->kv_capacity, chunks);
+  else /* a window: the keys a sequence reads are fewer than kv_capacity */
+    fprintf(stderr,
+            "flashdecode %s: --num-splits %d runs as %d splits: a split holds whole chunks of %d "
+            "keys, and the window reads at most %d chunks\n",
+            command, requested, plan->num_splits, plan->chunk_len, plan->num_splits);
+}

@@ -7,6 +7,7 @@
 #ifndef FD_CLI_ARGS_H
 #define FD_CLI_ARGS_H
 
+#include <getopt.h>
 #include <stdint.h>
 
 #include "flashdecode.h"
@@ -27,5 +28,17 @@ const char *args_kv_scale_name(fd_kv_scale scale);
 const char *args_dtype_name(fd_dtype dtype);
 /* Comma-separated non-negative integers, at most max_count. */
 int args_int_list(const char *option, const char *text, int32_t *values, int max_count, int *count);
+
+/* The subcommands parse with getopt_long(argc, argv, ":h", options, NULL)
+ * and opterr = 0; getopt_long's '?' or ':' goes here, with optind and optopt
+ * as it left them. Prints "flashdecode <command>: <option>: why" (an unknown,
+ * ambiguous or valueless option, a missing value) and where the options are
+ * (flashdecode <command> --help) to stderr; returns -1. */
+int args_option_error(const char *command, int c, char *const *argv, int argind, int optopt_value,
+                      const struct option *options);
+
+/* When --num-splits N (N > 0) did not become N splits in `plan` (the library
+ * clamps it to the chunks kv_capacity holds), says so on stderr. */
+void args_report_splits(const char *command, int requested, const fd_plan *plan);
 
 #endif /* FD_CLI_ARGS_H */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "gpu.h"
 #include "membw.h"
@@ -255,6 +256,7 @@ int cmd_bench(int argc, char **argv) {
   int cpu_sets = 0;
   void *ws = NULL;
   if (fd_plan_init(&plan, &fp, &err) || fd_plan_init(&plan1, &fp1, &err)) goto fail;
+  args_report_splits("bench", a.num_splits, &plan);
   size_t ws_bytes = plan.workspace_size > plan1.workspace_size ? plan.workspace_size
                                                                : plan1.workspace_size;
   if (!cuda) {

@@ -81,7 +81,8 @@ int cmd_check(int argc, char **argv) {
   fd_plan plan, ref_plan;
   fd_problem fp = p.fd;
   fp.kv_len_hint = p.host.kv_len;
-  if (fd_plan_init(&plan, &fp, &err) || run_backend(&p, &plan, &err)) {
+  if (fd_plan_init(&plan, &fp, &err) == FD_STATUS_OK) args_report_splits("check", a.num_splits, &plan);
+  if (err.status || run_backend(&p, &plan, &err)) {
     fprintf(stderr, "flashdecode check: %s: %s\n", fd_status_name(err.status), err.message);
     goto done;
   }

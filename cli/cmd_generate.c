@@ -128,7 +128,8 @@ static int parse_options(generate_options *o, int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
-  while (!bad && (c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+  opterr = 0; /* args_option_error reports, pointing to --help */
+  while (!bad && (c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
     switch (c) {
       case OPT_MODEL: o->model_path = optarg; break;
       case OPT_TOKENIZER: o->tokenizer_path = optarg; break;
@@ -155,7 +156,7 @@ static int parse_options(generate_options *o, int argc, char **argv) {
         }
         break;
       case 'h': print_usage(); return 1;
-      default: bad = -1; break; /* getopt_long printed why */
+      default: bad = args_option_error("generate", c, argv, optind, optopt, options); break;
     }
   }
   if (bad) return -1;
@@ -398,9 +399,10 @@ int cmd_generate(int argc, char **argv, const char *exe_path) {
 
   char device[256] = "";
   if (o.backend == FD_BACKEND_CUDA) gpu_describe(device, sizeof device);
+  char splits[32] = "automatic";
+  if (o.num_splits) snprintf(splits, sizeof splits, "%d (fixed)", o.num_splits);
   fprintf(stderr, "backend: %s%s%s%s, page_size %d, num_splits %s\n", fd_backend_name(o.backend),
-          device[0] ? " (" : "", device, device[0] ? ")" : "", o.page_size,
-          o.num_splits ? "fixed" : "automatic");
+          device[0] ? " (" : "", device, device[0] ? ")" : "", o.page_size, splits);
 
   double elapsed = 0.0;
   int timed_steps = 0;
@@ -409,6 +411,7 @@ int cmd_generate(int argc, char **argv, const char *exe_path) {
       int before = main_dec.n_ids;
       double t0 = timer_seconds();
       if (decoder_step(&main_dec, &m, prompt, n_prompt, steps, attend_checked, &ca, &err)) goto fail;
+      if (main_dec.pos == 1) args_report_splits("generate", o.num_splits, &main_dec.attn.plan);
       if (main_dec.pos > 1) { /* as run.c: the clock starts after the first step */
         elapsed += timer_seconds() - t0;
         timed_steps++;

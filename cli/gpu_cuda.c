@@ -38,13 +38,35 @@ int gpu_available(void) {
   return count > 0;
 }
 
+/* Why there is no GPU, in words: the CUDA runtime answers "CUDA driver
+ * version is insufficient for CUDA runtime version" both when the driver is
+ * too old and when there is no NVIDIA driver at all (cudaDriverGetVersion
+ * then reports 0), so the two are told apart here. */
+static void describe_no_gpu(char *text, size_t text_size, cudaError_t code) {
+  int driver = 0, runtime = 0;
+  const int have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaGetLastError();
+  if (code == cudaSuccess)
+    snprintf(text, text_size, "none (the NVIDIA driver sees no CUDA device)");
+  else if (!have_driver)
+    snprintf(text, text_size, "none (no NVIDIA driver found: libcuda is not installed or not loadable)");
+  else if (code == cudaErrorInsufficientDriver)
+    snprintf(text, text_size,
+             "none (the NVIDIA driver supports CUDA %d.%d; this build needs CUDA %d.%d or newer)",
+             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  else if (code == cudaErrorNoDevice)
+    snprintf(text, text_size, "none (the NVIDIA driver sees no CUDA device)");
+  else
+    snprintf(text, text_size, "none (the CUDA runtime says: %s)", cudaGetErrorString(code));
+}
+
 void gpu_describe(char *text, size_t text_size) {
   int count = 0;
   cudaError_t code = cudaGetDeviceCount(&count);
   if (code != cudaSuccess || count == 0) {
-    snprintf(text, text_size, "none (no usable CUDA driver or device; the runtime says: %s)",
-             code != cudaSuccess ? cudaGetErrorString(code) : "no CUDA device");
     cudaGetLastError();
+    describe_no_gpu(text, text_size, code);
     return;
   }
   struct cudaDeviceProp prop;

@@ -185,7 +185,8 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
-  while (!bad && (c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+  opterr = 0; /* args_option_error reports, pointing to --help */
+  while (!bad && (c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
     switch (c) {
       case OPT_BATCH: bad = args_int("--batch", optarg, 1, 1 << 20, &a->batch); break;
       case OPT_HEADS_Q: bad = args_int("--num-heads-q", optarg, 1, 4096, &a->num_heads_q); break;
@@ -229,12 +230,13 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
         break;
       case OPT_NON_CAUSAL: a->non_causal = 1; break;
       case 'h': print_usage(argv[0]); return 1;
-      default: bad = -1; break; /* getopt_long printed why */
+      default: bad = args_option_error(argv[0], c, argv, optind, optopt, options); break;
     }
   }
   if (bad) return -1;
   if (optind < argc) {
-    fprintf(stderr, "flashdecode %s: unexpected argument '%s' (see --help)\n", argv[0], argv[optind]);
+    fprintf(stderr, "flashdecode %s: unexpected argument '%s' (see flashdecode %s --help)\n",
+            argv[0], argv[optind], argv[0]);
     return -1;
   }
   const int fp8 = a->kv_dtype == FD_DTYPE_E4M3 || a->kv_dtype == FD_DTYPE_E5M2;
@@ -324,7 +326,7 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
     p->host.kv_len[b] = a->kv_lens[b % (size_t)a->n_kv_lens];
     if (p->host.kv_len[b] > longest) longest = p->host.kv_len[b];
   }
-  p->kv_capacity = longest;
+  p->kv_capacity = longest > 0 ? longest : 1; /* the library refuses a contiguous capacity 0 */
 
   size_t kv_rows; /* positions the cache holds */
   if (a->page_size > 0) {
@@ -340,7 +342,7 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
     p->max_pages_per_seq = longest > 0 ? (int32_t)(((int64_t)longest + ps - 1) / ps) : 1;
     kv_rows = (size_t)p->num_pages * (size_t)ps;
   } else {
-    kv_rows = B * (size_t)longest;
+    kv_rows = B * (size_t)p->kv_capacity;
   }
 
   p->q_bytes = B * T * Hq * D * elem;

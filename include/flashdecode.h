@@ -101,6 +101,15 @@
  *   Shapes are in elements; strides are in elements (not bytes) of the
  *   tensor's own dtype; the head_dim dimension is always unit-stride. A tensor
  *   whose strides are all zero is taken as contiguous in its documented shape.
+ *   Otherwise a zero stride on a dimension of extent > 1 is refused
+ *   (FD_STATUS_INVALID_ARGUMENT naming the tensor and the stride index): a
+ *   zero-initialised fd_tensors with one stride left unset would otherwise
+ *   read the first batch / token / head for every index, silently. To
+ *   broadcast an input on purpose (one query row for every head, a K/V cache
+ *   shared by every sequence), pass FD_STRIDE_BROADCAST for that dimension;
+ *   out and lse cannot be broadcast. A zero stride on a dimension of extent
+ *   1 is accepted (it is never multiplied by a nonzero index); a paged pool
+ *   of unknown size (num_pages 0) counts as more than one page.
  *   Pointers passed to fd_run for the CUDA backend are device pointers
  *   (kv_len and block_table included); for the CPU and reference backends,
  *   host pointers.
@@ -124,6 +133,24 @@
  *   The library has no mutable global state. A plan is immutable after
  *   fd_plan_init and may be shared by threads; concurrent fd_run calls are
  *   safe when each has its own workspace and output buffers.
+ *
+ * CPU THREADS
+ *   The CPU backend runs each fd_run on an OpenMP parallel region of up to
+ *   plan.num_threads threads (fewer for a small call: about one per 256 KB of
+ *   K/V), opened from the calling thread. fd_problem.num_threads = 0 takes
+ *   OMP_NUM_THREADS when it is set to a positive integer (its first entry when
+ *   it is a list, at most FD_MAX_THREADS), else the cores this process may
+ *   run on (its affinity mask: taskset, cgroup CPU sets); the environment is
+ *   read in fd_plan_init, so a plan keeps its count. A host that runs its own
+ *   threads at the same time (its OpenMP regions, torch's intra-op pool,
+ *   several fd_run calls from several threads) should share the cores
+ *   between them, e.g. num_threads = cores / callers, or the threads
+ *   oversubscribe the cores and every call slows down. libgomp serialises a
+ *   parallel region nested inside another one unless nesting is enabled
+ *   (OMP_MAX_ACTIVE_LEVELS), so fd_run called from inside the host's own
+ *   OpenMP region runs on that one thread. With OMP_WAIT_POLICY unset,
+ *   libgomp's idle workers spin for a while after each region, which shows
+ *   as CPU time a host's other threads cannot use.
  *
  * ERRORS
  *   Every function that can fail returns an fd_status and, when `err` is not
@@ -245,9 +272,10 @@ typedef struct fd_problem {
   int32_t num_heads_q;   /* query heads, >= 1 */
   int32_t num_heads_kv;  /* kv heads, >= 1, divides num_heads_q */
   int32_t head_dim;      /* CPU/reference: 1..256; CUDA: 64, 80, 96, 128 or 256 */
-  int32_t kv_capacity;   /* the largest kv_len any run may see, >= 0. Contiguous
-                            caches: the cache's second dimension. Paged caches:
-                            0 means max_pages_per_seq * page_size, else at most that. */
+  int32_t kv_capacity;   /* the largest kv_len any run may see. Contiguous
+                            caches: the cache's second dimension, >= 1
+                            (required: 0 is refused). Paged caches: 0 means
+                            max_pages_per_seq * page_size, else at most that. */
   int32_t page_size;     /* 0 = contiguous cache; 1..256 = paged cache */
   int32_t max_pages_per_seq; /* paged: columns of block_table, >= 1 */
   int32_t num_pages;     /* paged: pages in the pool; block_table ids must be
@@ -255,9 +283,11 @@ typedef struct fd_problem {
   int32_t num_splits;    /* 0 = automatic; 1 = no split (one block per
                             (sequence, kv head)); N = N splits, clamped to the
                             chunks of kv_capacity and to FD_MAX_SPLITS */
-  float softmax_scale;   /* default (0) 1/sqrt(head_dim); must be finite */
-  int32_t num_threads;   /* CPU: worker threads, default all cores, at most
-                            FD_MAX_THREADS */
+  float softmax_scale;   /* default (+0.0) 1/sqrt(head_dim); must be finite;
+                            -0.0 is refused (not taken for the default) */
+  int32_t num_threads;   /* CPU: worker threads, at most FD_MAX_THREADS;
+                            0 = OMP_NUM_THREADS when set, else the cores this
+                            process may use (see CPU THREADS above) */
   int32_t device;        /* CUDA: device ordinal, default 0 */
   int32_t sm_count;      /* CUDA: multiprocessors to plan for; 0 = ask the
                             device (tests set it to simulate other GPUs) */
@@ -305,6 +335,12 @@ typedef struct fd_problem {
 #define FD_MAX_Q_LEN 16
 #define FD_MAX_Q_LEN_NON_CAUSAL 128
 
+/* A stride value (fd_tensors) that broadcasts an input tensor along that
+ * dimension: every index reads index 0's elements. Only for q, k_cache and
+ * v_cache; a literal 0 is refused unless all three strides are 0 (contiguous)
+ * or the dimension has extent 1 (see UNITS AND CONVENTIONS). */
+#define FD_STRIDE_BROADCAST INT64_MIN
+
 /* Most splits a plan will use. */
 #define FD_MAX_SPLITS 1024
 /* Most CPU worker threads a plan accepts. */
@@ -344,9 +380,10 @@ typedef struct fd_plan {
  * Returns FD_STATUS_OK, or:
  *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;
  *       q_len outside 0..16 (0 means 1); heads < 1 or num_heads_q not a multiple of
- *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0 or above the
- *       paged capacity; page_size outside 0..256; max_pages_per_seq < 1 when
- *       paged; num_pages < 0; num_splits < 0; softmax_scale not finite;
+ *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0, 0 for a
+ *       contiguous cache, or above the paged capacity; page_size outside
+ *       0..256; max_pages_per_seq < 1 when paged; num_pages < 0; num_splits
+ *       < 0; softmax_scale not finite, or -0.0;
  *       num_threads outside 0..FD_MAX_THREADS; device or sm_count < 0; backend
  *       not an fd_backend; a kv_len_hint value < 0 or > kv_capacity; a shape
  *       whose workspace would exceed 2^52 bytes; has_window not 0 or 1;
@@ -370,7 +407,9 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
 
 /*
  * The tensors of one call. Strides are in elements; the last (head_dim)
- * dimension is unit-stride. All-zero strides mean contiguous.
+ * dimension is unit-stride. All-zero strides mean contiguous; otherwise a
+ * zero stride needs a dimension of extent 1, and FD_STRIDE_BROADCAST
+ * broadcasts an input along a dimension (UNITS AND CONVENTIONS).
  *
  *   q        [batch, q_len, num_heads_q, head_dim]      dtype   strides {batch, token, head}
  *   k_cache, v_cache, contiguous (page_size == 0):
@@ -394,7 +433,18 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *            scale_strides {batch or page, position, head} (all zero =
  *            dense). Device memory on CUDA. Values must be finite and > 0
  *            where a key is read (positions below kv_len).
- * out and lse must not overlap the inputs or the workspace.
+ * out and lse must not overlap q, k_cache, v_cache, kv_len, block_table,
+ * sinks, k_scale, v_scale, the workspace or each other. fd_run checks this from addresses and
+ * strides alone (no memory is read, so CUDA device pointers are checked the
+ * same way): each tensor spans the bytes from its base to its last element,
+ * base + (sum over dims of (extent - 1) * stride + head_dim) * element size,
+ * and two tensors whose spans intersect are refused even when their elements
+ * interleave without sharing a byte (out in the odd slots of a buffer whose
+ * even slots hold q: give out a buffer of its own). The spans: the cache
+ * [batch, kv_capacity, ...] when contiguous, [num_pages, page_size, ...]
+ * when paged (num_pages 0, unknown: the first page only); block_table
+ * [batch] rows of max_pages_per_seq; kv_len [batch]; sinks [num_heads_q];
+ * the workspace plan.workspace_size bytes.
  */
 typedef struct fd_tensors {
   const void *q;
@@ -444,7 +494,11 @@ typedef struct fd_tensors {
  * untouched):
  *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
  *       fd_plan_init; a required pointer NULL; block_table NULL for a paged
- *       plan; a negative stride; k_scale or v_scale NULL while kv_scale is
+ *       plan; a negative stride (other than FD_STRIDE_BROADCAST on q, k_cache
+ *       or v_cache); a zero stride beside nonzero ones on a dimension of
+ *       extent > 1; a tensor whose span passes the end of the address space;
+ *       out or lse overlapping an input, the workspace or each other (the
+ *       message names both); k_scale or v_scale NULL while kv_scale is
  *       set, or given with FD_KV_SCALE_NONE, or not float-aligned;
  *       host-side checks of kv_len / block_table (CPU, reference) and of the
  *       scales that will be read (CPU, reference: a scale that is zero,
@@ -482,9 +536,9 @@ typedef struct fd_tensors {
  * (tests/reliability/rel_trust.c). CUDA does not check fp8 scale values
  * (they are in device memory): a zero, negative, NaN or infinite scale that
  * a key needs gives wrong or NaN rows. Strides of unused tensors (lse when NULL,
- * block_table for a contiguous cache) are still checked for sign. out and lse
- * must not overlap each other or themselves (strides that alias elements
- * make the result unspecified).
+ * block_table for a contiguous cache) are checked for sign only. Strides
+ * under which out or lse alias their own elements (e.g. a head stride smaller
+ * than head_dim) are not detected and make the result unspecified.
  */
 FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace,
                  size_t workspace_size, void *stream, fd_error *err);

@@ -5,7 +5,8 @@
 #   1 build (CUDA sm_90a)            2 ctest: every test, GPU ones included
 #   3 generate --backend cuda --check
 #   4 compute-sanitizer memcheck/racecheck/initcheck/synccheck, GPU grid
-#   5 bench/bench_gpu.py (peers)     6 Python tests + the SDPA-swap example
+#   5 bench/bench_gpu.py (peers: SDPA, FlashInfer from .whl/, Flex; the variant rows)
+#                                    6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp]
@@ -16,9 +17,15 @@
 #   FD_EXP_CPU=1: the CPU benchmark too; FD_EXP_SAN=GLOB: memcheck and
 #   racecheck (FD_EXP_SAN_TOOLS="memcheck ...": those) of the GPU grid cases
 #   matching GLOB; FD_EXP_CTEST=REGEX: only the GPU tests REGEX matches.
+#   FD_BENCH_ARGS="...": more bench_gpu.py flags (bench and exp), e.g.
+#   "--variants-only", "--no-variants", "--shapes b1-,var-mistral", "--no-flex".
+# bench: FlashInfer's wheels (.whl/, scripts/fetch_device_deps.sh) are installed
+#   into /tmp/site first; its kernels JIT-compile into /tmp/fd-flashinfer-jit in a
+#   background process while the benchmark measures our rows (sm_90a only).
 # Output: $OUT/log.txt (everything) plus the benchmarks' CSV/PNG files.
-# Needs .deps/ (cmocka, scripts/fetch_device_deps.sh) and shared_data/traces
-# carried with the call.
+# Needs .deps/ (cmocka) and, for bench, .whl/ (both from
+# scripts/fetch_device_deps.sh) carried with the call; the serving traces are in
+# the repository (bench/data).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/fd-out}
@@ -90,14 +97,41 @@ if [ "$MODE" = exp ] && [ -n "${FD_EXP_SAN:-}" ] && step "compute-sanitizer (exp
   for tool in ${FD_EXP_SAN_TOOLS:-memcheck racecheck}; do san build/tests/test_gpu_grid $tool "$FD_EXP_SAN"; done
 fi
 if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-peers)" 90; then
-  python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces shared_data/traces \
-    --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES"} >/tmp/fd-bench.txt 2>&1
+  # shellcheck disable=SC2086
+  python3 bench/bench_gpu.py --no-peers --out-dir "$OUT" --traces bench/data \
+    --commit "$COMMIT" ${FD_BENCH_SHAPES:+--shapes "$FD_BENCH_SHAPES"} ${FD_BENCH_ARGS:-} \
+    >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
 fi
 
+# FlashInfer for the peer benchmark: the carried wheels into /tmp/site (no network
+# there), nvcc's root as CUDA_HOME, kernels for sm_90a only, its JIT cache under /tmp.
+fi_setup() {
+  if ! ls .whl/*.whl >/dev/null 2>&1; then
+    echo "   no .whl/*.whl carried: the FlashInfer peers will say unavailable"; return 0
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl >/tmp/fd-pip.txt 2>&1 ||
+    { echo "   pip install of .whl/ failed (FlashInfer peers unavailable):"; tail -5 /tmp/fd-pip.txt; return 0; }
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  local nvcc; nvcc=$(command -v nvcc)
+  [ -n "$nvcc" ] && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc")")")}
+  export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fd-flashinfer-jit
+  export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+  ls .whl/*.whl | sed 's|^|   |'
+  python3 -c "import flashinfer, cudnn, tvm_ffi; print('   flashinfer', flashinfer.__version__, \
+'(CUDA_HOME ${CUDA_HOME:-unset})')" 2>&1 | tail -2
+}
+if want bench && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
+
 if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
-  python3 bench/bench_gpu.py --out-dir "$OUT" --traces shared_data/traces --commit "$COMMIT" \
+  # its own budget: what is left of ours, less the margin its start and its files need
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  budget=$(( left - 50 )); [ "$budget" -gt 420 ] && budget=420
+  # shellcheck disable=SC2086
+  timeout $(( left - 10 )) python3 bench/bench_gpu.py --out-dir "$OUT" --traces bench/data \
+    --commit "$COMMIT" --budget-s "$budget" --log-dir /tmp/fd-bench-logs ${FD_BENCH_ARGS:-} \
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
@@ -130,7 +164,7 @@ if want test && step "compute-sanitizer: GPU reliability suite" 60; then
 fi
 
 echo; echo "== full logs"
-for f in /tmp/fd-ctest.txt /tmp/fd-bench.txt /tmp/fd-cpu.txt; do
+for f in /tmp/fd-ctest.txt /tmp/fd-bench.txt /tmp/fd-bench-logs/fi-prebuild.log /tmp/fd-cpu.txt; do
   [ -f "$f" ] && { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"
 done
 echo "== done at t=$(( $(date +%s) - START ))s, status $status"

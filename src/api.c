@@ -55,19 +55,146 @@ int fd_backend_available(fd_backend backend) {
 
 static int all_zero(const int64_t s[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
 
-static fd_status resolve3(int64_t dst[3], const int64_t src[3], int64_t d0, int64_t d1, int64_t d2,
-                          const char *name, fd_error *err) {
+/* A tensor's three outer dimensions as fd_run sees them: their extents (-1:
+ * unknown, taken as more than one: a paged pool of num_pages 0) and their
+ * names, for messages. */
+typedef struct dims3 {
+  int64_t n[3];
+  const char *what[3]; /* the dimensions' names, for messages */
+} dims3;
+
+/* Resolves a tensor's strides into dst: all zero = contiguous (dense in the
+ * documented shape, head_dim elements per row); else each stride as given,
+ * FD_STRIDE_BROADCAST as 0 (inputs only), a literal 0 only on a dimension of
+ * extent 1, nothing negative. `check_zeros` 0: sign only (lse when NULL). */
+static fd_status resolve3(int64_t dst[3], const int64_t src[3], const dims3 *d, int64_t head_dim,
+                          const char *name, int inputs, int check_zeros, fd_error *err) {
   if (all_zero(src)) {
-    dst[2] = d2;
-    dst[1] = d1 * d2;
-    dst[0] = d0 * d1 * d2;
+    dst[2] = head_dim;
+    dst[1] = d->n[2] * head_dim;
+    dst[0] = d->n[1] * d->n[2] * head_dim;
     return FD_STATUS_OK;
   }
   for (int i = 0; i < 3; i++) {
+    if (src[i] == FD_STRIDE_BROADCAST) {
+      if (!inputs)
+        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                       "%s: stride %d is FD_STRIDE_BROADCAST; only q, k_cache and v_cache can be "
+                       "broadcast (an output's elements would overlap)",
+                       name, i);
+      dst[i] = 0;
+      continue;
+    }
     if (src[i] < 0)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "%s: stride %d is %lld, must be >= 0", name,
                      i, (long long)src[i]);
+    if (src[i] == 0 && check_zeros && d->n[i] != 1)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "%s: stride %d (%s) is 0 beside nonzero strides; pass every stride (all "
+                     "zero = contiguous)%s",
+                     name, i, d->what[i],
+                     inputs ? ", or FD_STRIDE_BROADCAST to broadcast that dimension" : "");
     dst[i] = src[i];
+  }
+  return FD_STATUS_OK;
+}
+
+/* A tensor's bytes [lo, hi) and its name, for the overlap checks. */
+typedef struct span {
+  uintptr_t lo, hi;
+  const char *name;
+} span;
+
+/* a * b, or UINT64_MAX when it does not fit */
+static uint64_t mul_sat(uint64_t a, uint64_t b) {
+  if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
+  return a * b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
+/* The span of a tensor of extents n[0..2] (n[i] >= 1), resolved strides
+ * s[0..2] (>= 0) and `inner` contiguous elements of `elem` bytes each. Fails
+ * when it passes the end of the address space. */
+static fd_status make_span(span *out, const void *base, const int64_t n[3], const int64_t s[3],
+                           int64_t inner, size_t elem, const char *name, fd_error *err) {
+  uint64_t last = 0; /* offset of the last element, in elements */
+  for (int i = 0; i < 3; i++) last = add_sat(last, mul_sat((uint64_t)(n[i] - 1), (uint64_t)s[i]));
+  const uint64_t bytes = mul_sat(add_sat(last, (uint64_t)inner), elem);
+  const uintptr_t lo = (uintptr_t)base;
+  if (bytes > (uint64_t)(UINTPTR_MAX - lo))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "%s: its strides reach past the end of the address space from base %p", name,
+                   base);
+  out->lo = lo;
+  out->hi = lo + (uintptr_t)bytes;
+  out->name = name;
+  return FD_STATUS_OK;
+}
+
+static int overlap(const span *a, const span *b) { return a->lo < b->hi && b->lo < a->hi; }
+
+static fd_status fail_overlap(const span *a, const span *b, fd_error *err) {
+  return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                 "%s: its bytes [%p, %p) overlap %s's [%p, %p); out and lse need memory of their "
+                 "own",
+                 a->name, (void *)a->lo, (void *)a->hi, b->name, (void *)b->lo, (void *)b->hi);
+}
+
+/* out and lse (t's resolved strides) against every input, the workspace and
+ * each other, from their address ranges (nothing is read). */
+static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const void *workspace,
+                                fd_error *err) {
+  const fd_problem *p = &plan->problem;
+  const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
+  const int64_t D = p->head_dim;
+  span in[9], out, lse;
+  int n_in = 0;
+  fd_status st;
+  const int64_t q3[3] = {p->batch, p->q_len, p->num_heads_q};
+  if ((st = make_span(&in[n_in++], t->q, q3, t->q_strides, D, e, "q", err))) return st;
+  /* paged with num_pages unknown: the first page, the least the pool holds */
+  const int64_t blocks = p->page_size > 0 ? (p->num_pages > 0 ? p->num_pages : 1) : p->batch;
+  const int64_t kv3[3] = {blocks, p->page_size > 0 ? p->page_size : plan->kv_capacity,
+                          p->num_heads_kv};
+  if ((st = make_span(&in[n_in++], t->k_cache, kv3, t->k_strides, D, ekv, "k_cache", err))) return st;
+  if ((st = make_span(&in[n_in++], t->v_cache, kv3, t->v_strides, D, ekv, "v_cache", err))) return st;
+  const int64_t one[3] = {1, 1, 1}, none[3] = {0, 0, 0};
+  if (p->kv_scale != FD_KV_SCALE_NONE) { /* fp8 scales: [1], [num_heads_kv], or per token */
+    const int tok = p->kv_scale == FD_KV_SCALE_TOKEN;
+    const int64_t count = tok ? 1 : p->kv_scale == FD_KV_SCALE_HEAD ? p->num_heads_kv : 1;
+    const float *sc[2] = {t->k_scale, t->v_scale};
+    const char *names[2] = {"k_scale", "v_scale"};
+    for (int w = 0; w < 2; w++)
+      if ((st = make_span(&in[n_in++], sc[w], tok ? kv3 : one, tok ? t->scale_strides : none, count,
+                          sizeof(float), names[w], err)))
+        return st;
+  }
+  if ((st = make_span(&in[n_in++], t->kv_len, one, none, p->batch, sizeof(int32_t), "kv_len", err)))
+    return st;
+  if (t->block_table) {
+    const int64_t rows[3] = {p->batch, 1, 1}, stride[3] = {t->block_table_stride, 0, 0};
+    if ((st = make_span(&in[n_in++], t->block_table, rows, stride, p->max_pages_per_seq,
+                        sizeof(int32_t), "block_table", err)))
+      return st;
+  }
+  if (t->sinks &&
+      (st = make_span(&in[n_in++], t->sinks, one, none, p->num_heads_q, sizeof(float), "sinks", err)))
+    return st;
+  if (workspace && plan->workspace_size > 0 &&
+      (st = make_span(&in[n_in++], workspace, one, none, (int64_t)plan->workspace_size, 1,
+                      "workspace", err)))
+    return st;
+  if ((st = make_span(&out, t->out, q3, t->out_strides, D, fd_dtype_size(p->out_dtype), "out", err)))
+    return st;
+  for (int i = 0; i < n_in; i++)
+    if (overlap(&out, &in[i])) return fail_overlap(&out, &in[i], err);
+  if (t->lse) {
+    const int64_t l3[3] = {p->batch, p->num_heads_q, p->q_len};
+    if ((st = make_span(&lse, t->lse, l3, t->lse_strides, 1, sizeof(float), "lse", err))) return st;
+    for (int i = 0; i < n_in; i++)
+      if (overlap(&lse, &in[i])) return fail_overlap(&lse, &in[i], err);
+    if (overlap(&lse, &out)) return fail_overlap(&lse, &out, err);
   }
   return FD_STATUS_OK;
 }
@@ -123,17 +250,18 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   fd_tensors t = *in;
   const int64_t D = p->head_dim;
   fd_status st;
-  if ((st = resolve3(t.q_strides, in->q_strides, p->q_len, p->num_heads_q, D, "q_strides", err)))
-    return st;
-  if ((st = resolve3(t.out_strides, in->out_strides, p->q_len, p->num_heads_q, D, "out_strides",
-                     err)))
-    return st;
-  int64_t rows = p->page_size > 0 ? p->page_size : plan->kv_capacity;
-  if ((st = resolve3(t.k_strides, in->k_strides, rows, p->num_heads_kv, D, "k_strides", err)))
-    return st;
-  if ((st = resolve3(t.v_strides, in->v_strides, rows, p->num_heads_kv, D, "v_strides", err)))
-    return st;
-  if ((st = resolve3(t.lse_strides, in->lse_strides, p->num_heads_q, p->q_len, 1, "lse_strides",
+  const dims3 qd = {{p->batch, p->q_len, p->num_heads_q}, {"batch", "token", "head"}};
+  const dims3 ld = {{p->batch, p->num_heads_q, p->q_len}, {"batch", "head", "token"}};
+  const dims3 kd = p->page_size > 0
+                       ? (dims3){{p->num_pages > 0 ? p->num_pages : -1, p->page_size, p->num_heads_kv},
+                                 {"page", "position", "head"}}
+                       : (dims3){{p->batch, plan->kv_capacity, p->num_heads_kv},
+                                 {"batch", "position", "head"}};
+  if ((st = resolve3(t.q_strides, in->q_strides, &qd, D, "q_strides", 1, 1, err))) return st;
+  if ((st = resolve3(t.out_strides, in->out_strides, &qd, D, "out_strides", 0, 1, err))) return st;
+  if ((st = resolve3(t.k_strides, in->k_strides, &kd, D, "k_strides", 1, 1, err))) return st;
+  if ((st = resolve3(t.v_strides, in->v_strides, &kd, D, "v_strides", 1, 1, err))) return st;
+  if ((st = resolve3(t.lse_strides, in->lse_strides, &ld, 1, "lse_strides", 0, in->lse != NULL,
                      err)))
     return st;
   if (p->page_size > 0 && t.block_table_stride == 0) t.block_table_stride = p->max_pages_per_seq;
@@ -146,6 +274,7 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
     return fd_fail(err, FD_STATUS_WORKSPACE_TOO_SMALL,
                    "workspace_size: %zu bytes%s, the plan needs %zu", workspace ? workspace_size : 0,
                    workspace ? "" : " (workspace NULL)", plan->workspace_size);
+  if ((st = check_overlaps(plan, &t, workspace, err))) return st;
 
   switch (plan->backend) {
     case FD_BACKEND_CPU:

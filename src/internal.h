@@ -87,8 +87,14 @@ fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_
 #define FD_PLAN_MAGIC 0x66645031u
 
 /* ---- CPU backend (src/cpu) ---- */
-/* Threads the CPU backend uses by default: the cores this process may use. */
+/* Threads the CPU backend uses by default (fd_problem.num_threads 0):
+ * OMP_NUM_THREADS when set to a positive integer (the first of a list; at
+ * most FD_MAX_THREADS), else the cores this process may use. */
 int fd_cpu_default_threads(void);
+/* OMP_NUM_THREADS's value as fd_cpu_default_threads reads it: the thread
+ * count (1..FD_MAX_THREADS), or 0 when `value` is NULL or not a positive
+ * integer. Exposed for tests. */
+int fd_cpu_env_threads(const char *value);
 fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_error *err);
 
 /* Merges num_splits partial states for `rows` rows into out (dtype of the

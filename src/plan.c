@@ -205,6 +205,12 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_pages: %d, must be >= 0", p->num_pages);
   if (p->kv_capacity < 0)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_capacity: %d, must be >= 0", p->kv_capacity);
+  /* A contiguous cache left at 0 would only fail (CPU) or clamp every kv_len
+   * to 0 (CUDA) at run time: name it here. */
+  if (p->page_size == 0 && p->kv_capacity == 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "kv_capacity: 0 for a contiguous cache (page_size 0); set it to the cache's "
+                   "second dimension");
   if (p->page_size > 0) {
     int64_t paged = (int64_t)p->max_pages_per_seq * p->page_size;
     if (paged > INT32_MAX)
@@ -221,6 +227,10 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    p->num_splits);
   if (!isfinite(p->softmax_scale))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "softmax_scale: not finite");
+  if (p->softmax_scale == 0.0f && signbit(p->softmax_scale))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "softmax_scale: -0.0; only +0.0 means the default 1/sqrt(head_dim) (a negated "
+                   "scale is not a default)");
   if (p->num_threads < 0 || p->num_threads > FD_MAX_THREADS)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "num_threads: %d, must be 0 (all cores) .. %d", p->num_threads, FD_MAX_THREADS);

@@ -14,7 +14,8 @@
  *   sliding window_left 0, 1, 3, 63, 64, 65, 127, 128, 1000, 4095 and -1 (= none),
  *   kv_len shorter and longer than the window, q_len 1..16 (each row's window
  *   starts elsewhere), dense and paged, 1/2/7/auto splits; logit soft-cap
- *   50, 30, 20, 1 (with large inputs, where capping bites); sinks (rows
+ *   50, 30, 20, 1 (with large inputs, where capping bites), 1e38 and 3e38
+ *   (the largest finite: no score changes); sinks (rows
  *   that see no key: kv_len 0, q_len > kv_len; a NaN sink); combinations of
  *   the three; non-causal q_len 32, 64, 128 with kv_len 0, 1, 65, 300, 4099
  *   (GQA 8: 1024 rows a kv head); float32 out for f16, bf16 and f32;
@@ -85,17 +86,17 @@ static const fd_case variants[] = {
     {.dtype = BF16, .head_dim = 80, .num_heads_q = 16, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 65, 300}, .q_len = 4, .layout = NONCONTIG, .num_splits = 2, .with_lse = 1},
     {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {300}, .q_len = 8, .layout = NONCONTIG, .num_splits = 1, .with_lse = 1, .check_splits = 1},
     {.dtype = F16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {64, 2000}, .q_len = 1, .page_size = 64, .num_splits = 7, .with_lse = 1},
-    {.dtype = BF16, .head_dim = 96, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {4097, 1}, .q_len = 2, .page_size = 16, .with_lse = 1, .check_splits = 1},
+    {.dtype = BF16, .head_dim = 96, .num_heads_q = 16, .num_heads_kv = 4, .batch = 2, .kv_len = {4097, 1}, .q_len = 2, .page_size = 16, .with_lse = 1, .check_splits = 1},
     /* sliding window: window_left 0 (a row sees itself), 1, 63/64/65 and
      * 127/128 around the 64-key chunks, 4095 with kv_len shorter and longer */
     {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 1, 300}, .q_len = 1, .num_splits = 2, .with_lse = 1, .check_splits = 1, WIN(0)},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {5, 200}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, WIN(1)},
     {.dtype = F16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 3, .kv_len = {63, 64, 1000}, .q_len = 16, .layout = NONCONTIG, .with_lse = 1, .check_splits = 1, WIN(63)},
-    {.dtype = F32, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 8, .batch = 2, .kv_len = {64, 4099}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(64)},
+    {.dtype = F32, .head_dim = 128, .num_heads_q = 4, .num_heads_kv = 4, .batch = 2, .kv_len = {64, 4099}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(64)},
     {.dtype = BF16, .head_dim = 64, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {65, 2000}, .q_len = 8, .num_splits = 1, .with_lse = 1, .check_splits = 1, WIN(65)},
     {.dtype = F32, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {127, 500}, .q_len = 3, .page_size = 16, .num_splits = 2, .with_lse = 1, .check_splits = 1, WIN(127)},
     {.dtype = F16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 4, .batch = 2, .kv_len = {128, 129}, .q_len = 1, .with_lse = 1, WIN(128)},
-    {.dtype = BF16, .head_dim = 256, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {4095, 5000}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(4095)},
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 2, .num_heads_kv = 1, .batch = 2, .kv_len = {4095, 5000}, .q_len = 2, .page_size = 64, .num_splits = 7, .with_lse = 1, .check_splits = 1, WIN(4095)},
     {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .num_threads = 16, .check_splits = 1, .check_determinism = 1, WIN(4095)},
     /* a long cache, a short window: splits planned for the window's keys */
     {.dtype = F32, .head_dim = 64, .num_heads_q = 2, .num_heads_kv = 1, .batch = 2, .kv_len = {40000, 100}, .q_len = 2, .page_size = 128, .with_lse = 1, .check_splits = 1, WIN(127)},
@@ -109,6 +110,10 @@ static const fd_case variants[] = {
     {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {64, 300}, .q_len = 1, .page_size = 16, .with_lse = 1, .logits_soft_cap = 1.0f, .input_scale = 3.0f},
     {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 4, .batch = 1, .kv_len = {300}, .q_len = 1, .num_splits = 7, .with_lse = 1, .check_splits = 1, .logits_soft_cap = 1.0f, .input_scale = 8.0f},
     {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {33, 4099}, .q_len = 4, .page_size = 64, .layout = NONCONTIG, .with_lse = 1, .logits_soft_cap = 30.0f, .input_scale = 3.0f},
+    /* the largest caps a plan accepts (finite): no score changes (a backend
+     * that scales the cap, e.g. by log2(e), must not overflow it) */
+    {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {65, 300}, .q_len = 2, .num_splits = 2, .with_lse = 1, .logits_soft_cap = 3e38f},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {200}, .q_len = 1, .page_size = 16, .with_lse = 1, .logits_soft_cap = 1e38f},
     /* sinks: rows that see no key (kv_len 0, q_len > kv_len) get out 0, lse = sink */
     {.dtype = F32, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 2, .batch = 3, .kv_len = {0, 1, 300}, .q_len = 1, .num_splits = 2, .with_lse = 1, .check_splits = 1, .sinks = 1},
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {2, 97}, .q_len = 4, .page_size = 16, .num_splits = 7, .with_lse = 1, .sinks = 1},
@@ -125,10 +130,10 @@ static const fd_case variants[] = {
     {.dtype = BF16, .head_dim = 96, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 700}, .q_len = 2, .num_splits = 7, .with_lse = 1, WIN(0), .sinks = 1, .out_f32 = 1},
     /* non-causal: every row sees all kv_len keys; q_len up to 128 */
     {.dtype = F32, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 2, .kv_len = {1, 65}, .q_len = 32, .num_splits = 2, .with_lse = 1, .check_splits = 1, .non_causal = 1},
-    {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 32, .page_size = 64, .num_splits = 7, .with_lse = 1, .non_causal = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 32, .page_size = 64, .num_splits = 7, .with_lse = 1, .non_causal = 1},
     {.dtype = F16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {65}, .q_len = 128, .with_lse = 1, .check_splits = 1, .non_causal = 1},
     {.dtype = F32, .head_dim = 96, .num_heads_q = 4, .num_heads_kv = 2, .batch = 2, .kv_len = {0, 300}, .q_len = 128, .num_splits = 7, .with_lse = 1, .non_causal = 1, .sinks = 1, .logits_soft_cap = 30.0f},
-    {.dtype = BF16, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 4, .batch = 2, .kv_len = {1, 4099}, .q_len = 64, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .non_causal = 1, .out_f32 = 1},
+    {.dtype = BF16, .head_dim = 80, .num_heads_q = 4, .num_heads_kv = 4, .batch = 2, .kv_len = {1, 1000}, .q_len = 64, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .non_causal = 1, .out_f32 = 1},
     /* float32 out (out_dtype) for every dtype */
     {.dtype = F16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {97, 1000}, .q_len = 2, .num_splits = 7, .with_lse = 1, .check_splits = 1, .out_f32 = 1},
     {.dtype = BF16, .head_dim = 64, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {0, 4099}, .q_len = 1, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .out_f32 = 1},

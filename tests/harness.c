@@ -25,6 +25,12 @@
  *     lse NaN); every other head's rows as without it.
  *   - NaN or Inf anywhere else never passes (comparisons are written so that
  *     NaN fails them).
+ *   - The oracle itself, against the harness's own float64 attention (the
+ *     exact pass of plain_attention below, written apart from the library's
+ *     reference): out within 1e-9 of the row's max|ref|, lse within 1e-9
+ *     relative. Without it a variant that the oracle and a backend both get
+ *     wrong (say both ignore the soft-cap) would pass: the plain term of the
+ *     bound grows with the oracle's error.
  *
  * TOLERANCE (out vs the float64 oracle fd_reference_f64), per output row
  * (one (sequence, query row, query head), head_dim values):
@@ -1627,10 +1633,16 @@ int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {
     const int64_t n = (int64_t)(bufs[which]->bytes / s->kv_esize);
     unsigned char *live = calloc((size_t)(n ? n : 1), 1);
     if (!live) return -1;
-    for (int32_t b = 0; b < c->batch; b++)
-      for (int32_t j = 0; j < c->kv_len[b]; j++)
+    for (int32_t b = 0; b < c->batch; b++) {
+      /* with a window, the keys before the first row's window start (rounded
+       * down to the plan's chunk_len) are never read either */
+      int32_t lo = 0, w0 = 0;
+      if (c->has_window && c->window_left >= 0 && !c->non_causal && fd_case_visible(c, b, 0, &lo) > 0)
+        w0 = lo / d->ref_plan.chunk_len * d->ref_plan.chunk_len;
+      for (int32_t j = w0; j < c->kv_len[b]; j++)
         for (int32_t hk = 0; hk < c->num_heads_kv; hk++)
           memset(live + kv_offset(s, strides[which], b, j, hk), 1, (size_t)c->head_dim);
+    }
     for (int64_t i = 0; i < n; i++)
       if (!live[i]) fill_elem(bufs[which]->data, s->kv_dtype, i, fill);
     free(live);

@@ -145,7 +145,8 @@ fd_tensors fd_case_data_tensors(const fd_case_data *d);
 fd_tensors fd_case_data_host_tensors(const fd_case_data *d);
 
 /* What every cache element that no sequence may read holds (positions at or
- * past kv_len, unused pages, gaps between rows). */
+ * past kv_len, unused pages, gaps between rows; with a window, the keys
+ * before each sequence's first window start rounded down to chunk_len). */
 typedef enum fd_pad_fill {
   FD_PAD_NAN = 0,      /* the quiet-NaN poison (what fd_case_data_new writes) */
   FD_PAD_ZERO = 1,     /* +0 */

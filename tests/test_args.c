@@ -584,6 +584,27 @@ static void test_run_cuda_alignment(void **state) {
   t.k_strides[1] = 2 * 64 + 4; /* 8 bytes: not a multiple of 16 */
   t.k_strides[2] = 64;
   expect_status(fd_run(&plan, &t, ws, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "k_cache", "k stride");
+  memset(t.k_strides, 0, sizeof t.k_strides);
+  /* fp32 out of bf16 inputs: out's alignment counts float32 elements */
+  fd_problem p32 = p;
+  p32.out_dtype = FD_DTYPE_F32;
+  fd_plan plan32;
+  expect_status(fd_plan_init(&plan32, &p32, &err), FD_STATUS_OK, &err, NULL, "CUDA plan, fp32 out");
+  unsigned char *out32 = NULL;
+  assert_int_equal(fd_gpu_malloc((void **)&out32, 2 * q_bytes + 64), 0);
+  t.out = out32 + 8; /* 8 bytes: two floats, not 16-byte aligned */
+  expect_status(fd_run(&plan32, &t, ws, plan32.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "out",
+                "fp32 out misaligned");
+  t.out = out32;
+  t.out_strides[0] = 8 * 64 + 2, t.out_strides[1] = 8 * 64, t.out_strides[2] = 64; /* 2 floats: 8 bytes */
+  expect_status(fd_run(&plan32, &t, ws, plan32.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err, "out",
+                "fp32 out stride");
+  memset(t.out_strides, 0, sizeof t.out_strides);
+  /* sinks (device memory) not aligned to a float */
+  t.sinks = (const float *)(const void *)(out32 + 2);
+  expect_status(fd_run(&plan32, &t, ws, plan32.workspace_size, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err,
+                "sinks", "sinks misaligned");
+  fd_gpu_free(out32);
   fd_gpu_free(q);
   fd_gpu_free(out);
   fd_gpu_free(k);
@@ -640,6 +661,23 @@ static void test_run_nan_sink(void **state) {
           }
         free_fixture(f);
       }
+}
+
+/* sinks not aligned to a float: INVALID_ARGUMENT naming sinks, nothing written. */
+static void test_run_sinks_misaligned(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++) {
+    fixture *f = make_fixture(backends[bi], 0);
+    float storage[HQ + 1] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f};
+    f->t.sinks = (const float *)(const void *)((const char *)storage + 2);
+    fd_error err;
+    expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, "sinks", "sinks misaligned");
+    assert_true(outputs_untouched(f));
+    f->t.sinks = storage;
+    expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, "sinks aligned");
+    free_fixture(f);
+  }
 }
 
 /* fd_decode: plan errors and run errors pass through. */
@@ -749,6 +787,7 @@ int main(void) {
       cmocka_unit_test(test_plan_null),          cmocka_unit_test(test_plan_bad_fields),
       cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_variants_accepted),
       cmocka_unit_test(test_plan_cuda),          cmocka_unit_test(test_run_nan_sink),
+      cmocka_unit_test(test_run_sinks_misaligned),
       cmocka_unit_test(test_run_null),           cmocka_unit_test(test_run_negative_strides),
       cmocka_unit_test(test_run_workspace),      cmocka_unit_test(test_run_host_checks),
       cmocka_unit_test(test_run_cuda_alignment), cmocka_unit_test(test_decode),

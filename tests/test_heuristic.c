@@ -191,7 +191,7 @@ static void check_workspace_layout(const fd_plan *plan) {
 static void test_plan_cpu(void **state) {
   (void)state;
   const int32_t threads[] = {1, 2, 8, 16, 64};
-  const int32_t caps[] = {0, 1, 64, 65, 4099, 131072};
+  const int32_t caps[] = {1, 64, 65, 4099, 131072}; /* 0: refused for a contiguous cache */
   const int32_t batches[] = {1, 3}, hkvs[] = {1, 8};
   for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++)
     for (size_t ci = 0; ci < sizeof caps / sizeof *caps; ci++)
@@ -236,7 +236,7 @@ static void test_plan_explicit_and_hint(void **state) {
   p.kv_capacity = 65; /* two chunks */
   p.num_splits = 128;
   assert_int_equal(plan_ok(&p).num_splits, 2);
-  p.kv_capacity = 0;
+  p.kv_capacity = 1;
   assert_int_equal(plan_ok(&p).num_splits, 1);
 
   /* A kv_len hint sizes the automatic count from the real lengths. */

@@ -1,7 +1,7 @@
 #!/bin/bash
 # split_sweep.sh — the CPU backend's time against forced split counts and
 # thread counts on this machine (flashdecode bench --backend cpu; no Python,
-# no torch in the process), for the shapes of issue 6 whose automatic split
+# no torch in the process), for the CPU benchmark shapes whose automatic split
 # count is in question. From the repository root after the build:
 #   bash dev/cpu/split_sweep.sh [BUILD_DIR]
 set -u

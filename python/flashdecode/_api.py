@@ -59,7 +59,9 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         (a [batch, num_heads_kv, kv_capacity, head_dim] buffer works too:
         pass ``k.transpose(1, 2)``). Paged cache (``block_table`` given):
         shape [num_pages, page_size, num_heads_kv, head_dim], page_size
-        1..256.
+        1..256. Broadcast views (stride 0, e.g. one cache every sequence
+        shares, ``k[:1].expand(batch, -1, -1, -1)``) are read as they are,
+        without a copy; q may be broadcast too.
     kv_len : int32 tensor/array, shape [batch]; or an int or a list of ints
         Keys in the cache per sequence (``cache_seqlens``), the q_len new
         tokens included; ``0 <= kv_len[b] <= kv_capacity``. Other integer
@@ -81,7 +83,8 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     out : tensor/array like q, optional
         Written in place and returned (may be strided; head_dim unit-stride).
         Its dtype is q's, or float32 whatever q's is (the fp32 out of
-        ``out_dtype``).
+        ``out_dtype``). It must not share memory with an input (the C
+        library compares the address ranges: ValueError naming both).
     window_left : int
         Sliding window: -1 (default) = none; ``W >= 0``: the row at position
         ``p`` sees keys ``p - W .. p`` (FlashInfer's ``window_left``;

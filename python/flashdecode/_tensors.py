@@ -196,15 +196,20 @@ def _check_rows(t, name, output):
         if output and strides[i] == 0 and shape[i] > 1:
             raise ValueError("%s: dimension %d has stride 0 (a broadcast view), so rows would "
                              "overlap; pass a tensor that owns its memory" % (name, i))
-    if all(shape[i] > 1 and strides[i] == 0 for i in range(3)):
-        raise ValueError("%s: strides of dimensions 0-2 are all zero (a broadcast view), which "
-                         "the C API reads as 'contiguous'; pass a copy" % name)
+
+
+# fd_tensors' FD_STRIDE_BROADCAST (INT64_MIN): an input broadcast along a dimension. The C
+# API reads all-zero strides as 'contiguous' and refuses a literal 0 beside nonzero strides
+# on a dimension of extent > 1, so a broadcast view's 0 strides are passed as this.
+STRIDE_BROADCAST = -(1 << 63)
 
 
 def c_strides(t, dims):
     """Strides of dims 0..dims-1 for the C API: size-1 dimensions get the
     contiguous value, so that a real tensor never passes all-zero strides
-    (which the C API reads as 'contiguous')."""
+    (which the C API reads as 'contiguous'); a stride-0 (broadcast) dimension
+    of size > 1 gets STRIDE_BROADCAST (only inputs get here: _check_rows and
+    check_call refuse broadcast outputs first)."""
     shape, strides = t.shape, t.strides
     out = list(strides[:dims])
     for i in range(dims):
@@ -213,6 +218,8 @@ def c_strides(t, dims):
             for s in shape[i + 1:]:
                 n *= s
             out[i] = n or 1
+        elif strides[i] == 0:
+            out[i] = STRIDE_BROADCAST
     return out
 
 

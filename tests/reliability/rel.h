@@ -1,5 +1,5 @@
 /*
- * rel.h — what the reliability tests (issue 5) share: the test environment
+ * rel.h — what the reliability tests share: the test environment
  * (backend, seed, quick mode), memory on the backend's side of the bus, a
  * case runner that fails the cmocka test, and output comparisons.
  *
@@ -57,7 +57,7 @@ void rel_sync(fd_backend backend);
 /* fd_run with private out, lse and workspace (allocated on the backend's
  * side, NaN-poisoned, workspace `ws_fill`): t's out/lse are replaced by them,
  * with dense strides. The raw results come back in host buffers out_host
- * (batch*q_len*num_heads_q*head_dim elements of the dtype) and lse_host
+ * (batch*q_len*num_heads_q*head_dim elements of the out dtype) and lse_host
  * (batch*num_heads_q*q_len floats). Returns fd_run's status. */
 fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned char ws_fill, void *stream,
                           void *out_host, float *lse_host, fd_error *err);
@@ -66,15 +66,26 @@ fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned cha
 double rel_load(fd_dtype dtype, const void *base, int64_t i);
 void rel_store(fd_dtype dtype, void *base, int64_t i, double x);
 
-/* Out of problem p (dense [batch][q_len][num_heads_q][head_dim], the
- * dtype) vs the float64 oracle, per row within
+/* Out of problem p (dense [batch][q_len][num_heads_q][head_dim], its
+ * out_dtype, 0 = dtype) vs the float64 oracle, per row within
  * factor * floor(dtype) * max|ref| + abs_tol, and lse (dense
  * [batch][num_heads_q][q_len], may be NULL) within
- * tol_lse(dtype) * max(1, |ref|) + lse_abs_tol; rows that see no key exactly
- * 0 and -inf; everything finite. Returns failures (printed, with `what`). */
+ * tol_lse(dtype) * max(1, |ref|) + lse_abs_tol; rows that see no key (causal,
+ * window and non_causal as p says) exactly 0 and -inf; everything finite.
+ * Returns failures (printed, with `what`). */
 int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void *out, const float *lse,
                     const double *ref, const double *ref_lse, double factor, double abs_tol,
                     double lse_abs_tol, const char *what);
+/* rel_check_dense for a problem with sinks (sinks_host [num_heads_q], or
+ * NULL): a row that sees no key has lse = its sink. Both read the window and
+ * non_causal fields of p, and out in p's out_dtype. */
+int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const float *sinks_host,
+                          const void *out, const float *lse, const double *ref, const double *ref_lse,
+                          double factor, double abs_tol, double lse_abs_tol, const char *what);
+
+/* The keys row t of a sequence of kv_len keys sees under problem p (window,
+ * non_causal): [*lo, *lo + return value), <= 0 for none. */
+int32_t rel_visible(const fd_problem *p, int32_t kv_len, int32_t t, int32_t *lo);
 
 /* Runs the float64 oracle over host tensors `t` (explicit strides) for
  * problem p (backend ignored) into malloc'ed ref / ref_lse. */
@@ -98,6 +109,7 @@ rel_group rel_group_dispatch(fd_backend backend);    /* item 12 */
 rel_group rel_group_concurrency(fd_backend backend); /* threads (CPU) / threads on streams (CUDA) */
 rel_group rel_group_graphs(fd_backend backend);      /* item 2 (CUDA only) */
 rel_group rel_group_trust(fd_backend backend);       /* long sums, NaN, deterministic mode */
+rel_group rel_group_variants(fd_backend backend);    /* the attention variants, deterministic mode */
 
 /* The programs' main: runs group argv[1] (or every group) for backend. */
 int rel_main(fd_backend backend, int argc, char **argv);

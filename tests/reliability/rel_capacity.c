@@ -1,5 +1,5 @@
 /*
- * rel_capacity.c — issue 5 item 11, capacity:
+ * rel_capacity.c — item 11, capacity:
  *   - one sequence of 256k tokens on the CPU, 1M on the GPU (FD_TEST_QUICK:
  *     128k), against the float64 oracle, with automatic splits and with
  *     262144 splits asked for (clamped to FD_MAX_SPLITS);

@@ -120,7 +120,8 @@ fd_status rel_run_private(const fd_plan *plan, const fd_tensors *t, unsigned cha
   const fd_problem *p = &plan->problem;
   const fd_backend be = plan->backend;
   const size_t rows = (size_t)p->batch * p->q_len * p->num_heads_q;
-  const size_t out_bytes = rows * p->head_dim * fd_dtype_size(p->dtype), lse_bytes = rows * sizeof(float);
+  const fd_dtype out_dtype = p->out_dtype ? p->out_dtype : p->dtype;
+  const size_t out_bytes = rows * p->head_dim * fd_dtype_size(out_dtype), lse_bytes = rows * sizeof(float);
   void *out = rel_alloc(be, out_bytes);
   float *lse = rel_alloc(be, lse_bytes);
   void *ws = plan->workspace_size ? rel_alloc(be, plan->workspace_size) : NULL;
@@ -151,22 +152,49 @@ void rel_store(fd_dtype dtype, void *base, int64_t i, double x) {
   fd_store_elem(base, dtype, i, (float)x);
 }
 
+int32_t rel_visible(const fd_problem *p, int32_t kv_len, int32_t t, int32_t *lo) {
+  const int32_t T = p->q_len > 0 ? p->q_len : 1;
+  *lo = 0;
+  if (p->non_causal) return kv_len;
+  const int32_t pos = kv_len - T + t;
+  if (pos < 0) return pos + 1;
+  if (p->has_window && p->window_left >= 0 && pos - p->window_left > 0) *lo = pos - p->window_left;
+  return pos + 1 - *lo;
+}
+
 int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void *out, const float *lse,
                     const double *ref, const double *ref_lse, double factor, double abs_tol,
                     double lse_abs_tol, const char *what) {
+  return rel_check_dense_sinks(p, kv_len_host, NULL, out, lse, ref, ref_lse, factor, abs_tol, lse_abs_tol, what);
+}
+
+int rel_check_dense_sinks(const fd_problem *p, const int32_t *kv_len_host, const float *sinks_host,
+                          const void *out, const float *lse, const double *ref, const double *ref_lse,
+                          double factor, double abs_tol, double lse_abs_tol, const char *what) {
   int fails = 0;
   const int32_t D = p->head_dim, T = p->q_len > 0 ? p->q_len : 1;
+  const fd_dtype out_dtype = p->out_dtype ? p->out_dtype : p->dtype;
   const double floor_rel = fd_tol_out_floor(p->dtype) * factor, ltol = fd_tol_lse(p->dtype);
   for (int32_t b = 0; b < p->batch; b++)
     for (int32_t t = 0; t < T; t++)
       for (int32_t h = 0; h < p->num_heads_q; h++) {
         const int64_t row = ((int64_t)b * T + t) * p->num_heads_q + h;
         const int64_t lrow = ((int64_t)b * p->num_heads_q + h) * T + t;
-        const int32_t visible = kv_len_host[b] - T + t + 1;
+        int32_t lo;
+        const int32_t visible = rel_visible(p, kv_len_host[b], t, &lo);
+        /* a NaN or +inf sink makes its rows NaN (out and lse), nothing else */
+        if (sinks_host && (isnan(sinks_host[h]) || sinks_host[h] == INFINITY)) {
+          int all_nan = !lse || isnan(lse[lrow]), any_nan = 0;
+          for (int32_t i = 0; i < D; i++) any_nan |= isnan(rel_load(out_dtype, out, row * D + i));
+          if (!(all_nan && any_nan) && fails++ < 8)
+            fprintf(stderr, "FAIL %s: row b=%d t=%d h=%d has a NaN/+inf sink but is not NaN\n", what,
+                    b, t, h);
+          continue;
+        }
         double ref_max = 0.0, err = 0.0;
         int finite = 1, worst = 0;
         for (int32_t i = 0; i < D; i++) {
-          const double o = rel_load(p->dtype, out, row * D + i), r = ref[row * D + i];
+          const double o = rel_load(out_dtype, out, row * D + i), r = ref[row * D + i];
           if (!isfinite(o)) finite = 0;
           if (fabs(r) > ref_max) ref_max = fabs(r);
           if (fabs(o - r) > err) err = fabs(o - r), worst = i;
@@ -175,7 +203,10 @@ int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void 
         const double l = lse ? lse[lrow] : 0.0;
         int bad = !finite || !(err <= floor_rel * ref_max + abs_tol);
         if (lse) {
-          if (visible <= 0)
+          if (visible <= 0 && sinks_host)
+            bad |= !(l == sinks_host[h] ||
+                     fabs(l - sinks_host[h]) <= ltol * fmax(1.0, fabs(sinks_host[h])));
+          else if (visible <= 0)
             bad |= !(isinf(l) && l < 0);
           else
             bad |= !isfinite(l) ||
@@ -185,7 +216,7 @@ int rel_check_dense(const fd_problem *p, const int32_t *kv_len_host, const void 
           fprintf(stderr,
                   "FAIL %s: row b=%d t=%d h=%d (sees %d keys): out[%d] = %.9g vs oracle %.9g (max err "
                   "%.3g, tol %.3g%s), lse %.9g vs %.9g\n",
-                  what, b, t, h, visible, worst, rel_load(p->dtype, out, row * D + worst),
+                  what, b, t, h, visible, worst, rel_load(out_dtype, out, row * D + worst),
                   ref[row * D + worst], err, floor_rel * ref_max + abs_tol,
                   finite ? "" : ", NOT FINITE or not 0", l, lse ? ref_lse[lrow] : 0.0);
       }

@@ -1,5 +1,5 @@
 /*
- * rel_dispatch.c — issue 5 item 12, dispatch coverage: every head_dim 1..256
+ * rel_dispatch.c — item 12, dispatch coverage: every head_dim 1..256
  * x group ratio x dtype x backend either works (matches the float64 oracle,
  * through the harness) or returns FD_STATUS_UNSUPPORTED from fd_plan_init
  * with a message naming head_dim — never an abort, never a wrong answer.

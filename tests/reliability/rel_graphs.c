@@ -1,5 +1,5 @@
 /*
- * rel_graphs.c — issue 5 item 2 (CUDA only): fd_run captured in a CUDA graph
+ * rel_graphs.c — item 2 (CUDA only): fd_run captured in a CUDA graph
  * and replayed while the kv_len values in device memory change.
  *
  * Per case (batch 8, every cache filled to its capacity of 4096 keys) and per
@@ -15,6 +15,10 @@
  *      capacity, all empty, back again), kv_len copied into the same device
  *      buffer, out and lse poisoned (NaN), the graph launched: both layers'
  *      out and lse bitwise equal to the eager run of that vector.
+ * A fourth case has a sliding window of 127 keys (q_len 2), sinks and a
+ * soft-cap: as kv_len grows across the replays (past the window, then one
+ * token at a time) the window slides, and the splits, planned once for the
+ * window, start wherever each replay's window does.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +31,7 @@
 
 #define B 8
 #define CAP 4096
-#define NVEC 7
+#define NVEC 9
 
 static const int32_t vectors[NVEC][B] = {
     {517, 1, 4096, 0, 0, 0, 0, 0},            /* the capture */
@@ -37,6 +41,8 @@ static const int32_t vectors[NVEC][B] = {
     {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096},
     {1, 2, 3, 64, 65, 127, 128, 129}, /* chunk boundaries */
     {3000, 0, 17, 4096, 1, 2048, 999, 4000},
+    {127, 128, 129, 130, 191, 192, 256, 1000}, /* around a window of 127 (+ q_len) ... */
+    {128, 129, 130, 131, 192, 193, 257, 1001}, /* ... one token later: every window slides by one */
 };
 
 typedef struct gbufs {
@@ -83,7 +89,7 @@ static void graph_case(const rel_env *env, const fd_case *c) {
   gbufs g;
   memset(&g, 0, sizeof g);
   const size_t rows = (size_t)B * c->q_len * c->num_heads_q;
-  g.out_bytes = rows * c->head_dim * fd_dtype_size(c->dtype);
+  g.out_bytes = rows * c->head_dim * fd_dtype_size(c->out_f32 ? FD_DTYPE_F32 : c->dtype);
   g.lse_bytes = rows * sizeof(float);
   for (int l = 0; l < 2; l++) {
     g.out[l] = rel_alloc(FD_BACKEND_CUDA, g.out_bytes);
@@ -127,9 +133,9 @@ static void graph_case(const rel_env *env, const fd_case *c) {
       rel_oracle(problem, &host, &ref, &ref_lse);
       snprintf(what, sizeof what, "%s, %s plan (%d splits), eager, kv_len vector %d", fd_case_data_name(d),
                plan_names[pi], plan->num_splits, vi);
-      if (rel_check_dense(problem, vectors[vi], eager_out + vi * g.out_bytes,
-                          (const float *)((char *)eager_lse + vi * g.lse_bytes), ref, ref_lse, 3.0, 0.0, 0.0,
-                          what))
+      if (rel_check_dense_sinks(problem, vectors[vi], host.sinks, eager_out + vi * g.out_bytes,
+                                (const float *)((char *)eager_lse + vi * g.lse_bytes), ref, ref_lse, 3.0, 0.0,
+                                0.0, what))
         fail_msg("%s: wrong result", what);
       free(ref);
       free(ref_lse);
@@ -144,7 +150,7 @@ static void graph_case(const rel_env *env, const fd_case *c) {
     void *exec = NULL;
     check(rel_cuda_capture_end(stream, &exec), "cudaStreamEndCapture / cudaGraphInstantiate");
     /* 3. replays */
-    const int order[] = {1, 2, 0, 3, 4, 5, 6, 1, 1};
+    const int order[] = {1, 2, 0, 3, 4, 5, 7, 8, 6, 1, 1};
     for (size_t oi = 0; oi < sizeof order / sizeof *order; oi++) {
       const int vi = order[oi];
       check(rel_cuda_upload_async(g.kv_len, vectors[vi], B * sizeof(int32_t), stream), "kv_len upload");
@@ -178,7 +184,8 @@ static void graph_case(const rel_env *env, const fd_case *c) {
 
 static void item2_graph_replay(void **state) {
   const rel_env *env = REL_ENV(state);
-  for (int variant = 0; variant < (rel_quick() ? 1 : 3); variant++) {
+  for (int variant = 0; variant < 4; variant++) {
+    if (rel_quick() && variant != 0 && variant != 3) continue; /* quick: one plain, the window */
     fd_case c = rel_case(env);
     c.batch = B;
     for (int b = 0; b < B; b++) c.kv_len[b] = CAP; /* every key real: later replays may read up to capacity */
@@ -191,8 +198,13 @@ static void item2_graph_replay(void **state) {
         c.dtype = FD_DTYPE_F16, c.head_dim = 64, c.num_heads_q = 8, c.num_heads_kv = 1, c.q_len = 2,
         c.page_size = 16;
         break;
-      default:
+      case 2:
         c.dtype = FD_DTYPE_F32, c.head_dim = 256, c.num_heads_q = 4, c.num_heads_kv = 4;
+        break;
+      default: /* the window slides across the replays */
+        c.dtype = FD_DTYPE_BF16, c.head_dim = 128, c.num_heads_q = 16, c.num_heads_kv = 2, c.q_len = 2,
+        c.page_size = 16, c.has_window = 1, c.window_left = 127, c.sinks = 1, c.logits_soft_cap = 30.0f,
+        c.out_f32 = 1;
         break;
     }
     graph_case(env, &c);

@@ -1,5 +1,5 @@
 /*
- * rel_layout.c — issue 5 items about addresses (CPU and CUDA):
+ * rel_layout.c — the items about addresses (CPU and CUDA):
  *   6  64-bit offsets: page ids * page stride beyond 2^31 (and 2^32) elements,
  *      a batch stride of 2^30 elements, a KV pool above 4 GiB. The CPU maps
  *      the huge tensors with mmap(MAP_NORESERVE): only the pages the test

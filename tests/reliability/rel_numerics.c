@@ -1,14 +1,16 @@
 /*
- * rel_numerics.c — issue 5 items about values (every test runs on the CPU and
+ * rel_numerics.c — the items about values (every test runs on the CPU and
  * on the CUDA backend):
- *   1  empty rows (kv_len 0 in a batch of 64): out 0, lse -inf, others right
+ *   1  empty rows (kv_len 0 in a batch of 64): out 0, lse -inf, others right;
+ *      with sinks (windowed, non-causal) lse = the sink
  *   3  more splits than keys, NaN-filled workspace: finite, bitwise equal to
  *      zero-filled and huge-finite-filled workspaces
  *   4  every num_splits 1..64 within two ulps (f16, bf16; f32: 4 sqrt(kv_len)
  *      ulps, its own accumulation order) of 1 split, at each row's largest
  *      value; a paged cache grown token by token to 2048 with automatic
  *      splits: never NaN, right at every page and chunk boundary
- *   5  NaN / +-inf in every cache slot nobody may read: bitwise equal to zero
+ *   5  NaN / +-inf in every cache slot nobody may read (with a window: the
+ *      keys before it too): bitwise equal to zero
  *   7  lse against float64 for every head and split count; merging the two
  *      halves of a cache by their lse gives the one-call result
  *   9  extreme logits (scores +-1e6, large-norm bf16): right, finite; adding a
@@ -80,6 +82,25 @@ static void item1_empty_rows(void **state) {
     c.num_splits = splits[si];
     c.with_lse = 1;
     c.kv_capacity_pad = 40;
+    rel_run_case(env, &c);
+  }
+  /* sinks: rows that see no key get lse = the sink (kv_len 0, q_len > kv_len; windowed, non-causal) */
+  for (int variant = rel_quick() ? 1 : 0; variant < 2; variant++) {
+    fd_case c = rel_case(env);
+    c.dtype = variant ? BF16 : F32;
+    c.head_dim = 64;
+    c.num_heads_q = 8;
+    c.num_heads_kv = 2;
+    c.batch = 5;
+    const int32_t kv[5] = {0, 1, 2, 700, 0};
+    memcpy(c.kv_len, kv, sizeof kv);
+    c.q_len = variant ? 32 : 3;
+    c.non_causal = variant;
+    c.has_window = !variant, c.window_left = 63;
+    c.page_size = 16;
+    c.num_splits = 8;
+    c.with_lse = 1;
+    c.sinks = 1;
     rel_run_case(env, &c);
   }
   /* every sequence empty, 8 splits: the combine gets no active split at all */
@@ -381,8 +402,8 @@ static void item4_paged_growth(void **state) {
 
 static void item5_poisoned_padding(void **state) {
   const rel_env *env = REL_ENV(state);
-  for (int variant = 0; variant < 4; variant++) {
-    if (rel_quick() && variant != 1 && variant != 2) continue;
+  for (int variant = 0; variant < 5; variant++) {
+    if (rel_quick() && variant != 1 && variant != 4) continue;
     fd_case c = rel_case(env);
     c.num_heads_q = 8;
     c.num_heads_kv = 2;
@@ -400,8 +421,12 @@ static void item5_poisoned_padding(void **state) {
       case 2:
         c.dtype = F16, c.head_dim = 64, c.page_size = 1, c.q_len = 4;
         break;
-      default:
+      case 3:
         c.dtype = BF16, c.head_dim = 256, c.layout = FD_LAYOUT_HEAD_MAJOR, c.page_size = 64;
+        break;
+      default: /* a window: the keys before it are padding too; sinks and a soft-cap */
+        c.dtype = BF16, c.head_dim = 128, c.page_size = 16, c.q_len = 3, c.has_window = 1, c.window_left = 100;
+        c.sinks = 1, c.logits_soft_cap = 30.0f;
         break;
     }
     fd_case_data *d = rel_data(env, &c);

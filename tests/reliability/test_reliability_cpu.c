@@ -1,4 +1,4 @@
-/* test_reliability_cpu.c — the reliability tests (issue 5) on the CPU backend
+/* test_reliability_cpu.c — the reliability tests on the CPU backend
  * (and the reference backend where a test names it); see test_reliability.c. */
 #include "rel.h"
 

@@ -1,4 +1,4 @@
-/* test_reliability_gpu.c — the reliability tests (issue 5) on the CUDA
+/* test_reliability_gpu.c — the reliability tests on the CUDA
  * backend; exits 77 without a usable GPU. See test_reliability.c. */
 #include "rel.h"
 

@@ -1,0 +1,502 @@
+"""What a run writes and prints: the main / sweep / check CSVs, the PNG, the verdicts of
+the performance targets and the variants' checks, and the summary table."""
+import csv
+import math
+import os
+
+from .common import (CSV_COLUMNS, FI_PEERS, MIB, OURS, PADDED_PEERS, PEERS, TOL, fmt,
+                     recs_by_shape, short)
+
+
+def tbps_of(shape, us):
+    return None if us is None or us <= 0 else shape.kv_bytes / (us * 1e-6) / 1e12
+
+
+def best_peer(recs_of_shape, shape=None):
+    """The fastest peer that ran and passed its check. On a ragged row, the paged peers
+    (FlashInfer) when one ran: a padded SDPA / Flex batch is context, not the bar."""
+    ok = [r for r in recs_of_shape if r.impl in PEERS and r.status == "ok" and r.us_graph]
+    if shape is not None and shape.ragged:
+        paged = [r for r in ok if r.impl not in PADDED_PEERS]
+        if paged:
+            ok = paged
+    return min(ok, key=lambda r: r.us_graph) if ok else None
+
+
+def ratio_of(rec, best):
+    if rec is None or rec.status != "ok" or rec.us_graph is None or best is None:
+        return None
+    return best.us_graph / rec.us_graph
+
+
+def ours_of(by, name, impl="flashdecode"):
+    r = next((r for r in by.get(name, []) if r.impl == impl), None)
+    return r if r is not None and r.status == "ok" and r.us_graph else None
+
+
+def write_main_csv(path, meta_lines, shapes, recs, ceiling):
+    by = recs_by_shape(recs)
+    with open(path, "w", newline="") as fh:
+        for line in meta_lines:
+            fh.write("# " + line.replace("\n", " ") + "\n")
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for s in shapes:
+            rs = by.get(s.name, [])
+            best = best_peer(rs, s)
+            for r in rs:
+                tb = tbps_of(s, r.us_graph) if r.status in ("ok", "FAIL") else None
+                pct = None if tb is None or not ceiling else 100.0 * tb / ceiling
+                if r.status == "FAIL":
+                    ratio = "FAIL"
+                elif r.status == "ok":
+                    ratio = fmt(ratio_of(r, best), 3)
+                else:
+                    ratio = r.status
+                w.writerow([s.name, r.impl,
+                            fmt(r.us_graph, 2) if r.status in ("ok", "FAIL") else r.status,
+                            fmt(r.us_eager, 2) if r.status in ("ok", "FAIL") else r.status,
+                            fmt(tb, 3), fmt(pct, 1),
+                            "" if r.num_splits is None else r.num_splits, ratio])
+
+
+def write_sweep_csv(path, meta_lines, shapes, sweep, recs, ceiling):
+    by = recs_by_shape(recs)
+    sw = {}
+    for r in sweep:
+        sw.setdefault(r.shape, []).append(r)
+    with open(path, "w", newline="") as fh:
+        for line in meta_lines[:4]:
+            fh.write("# " + line + "\n")
+        fh.write("# forced num_splits (requested -> what the plan clamped it to); 'auto' = the "
+                 "flashdecode row; auto_vs_best = auto us / best forced us (target <= 1.05)\n")
+        w = csv.writer(fh)
+        w.writerow(["shape", "requested", "num_splits", "us_graph", "tbps", "pct_ceiling", "status",
+                    "rel_err", "auto_vs_best"])
+        for s in shapes:
+            rows = sw.get(s.name)
+            if not rows:
+                continue
+            auto = next((r for r in by.get(s.name, []) if r.impl == "flashdecode"), None)
+            ok = [r for r in rows if r.status == "ok" and r.us_graph]
+            best = min(ok, key=lambda r: r.us_graph) if ok else None
+            for r in rows:
+                tb = tbps_of(s, r.us_graph)
+                w.writerow([s.name, r.requested, r.num_splits, fmt(r.us_graph, 2), fmt(tb, 3),
+                            fmt(None if tb is None else 100 * tb / ceiling, 1), r.status,
+                            fmt(r.rel, 5), ""])
+            if auto is not None and auto.status == "ok" and best is not None:
+                tb = tbps_of(s, auto.us_graph)
+                w.writerow([s.name, "auto", auto.num_splits, fmt(auto.us_graph, 2), fmt(tb, 3),
+                            fmt(100 * tb / ceiling, 1), auto.status, fmt(auto.rel, 5),
+                            fmt(auto.us_graph / best.us_graph, 3)])
+
+
+def write_check_csv(path, shapes, recs, sweep):
+    tol_of = {s.name: TOL[s.dtype] for s in shapes}
+    feat = {s.name: s.features() for s in shapes}
+    with open(path, "w", newline="") as fh:
+        fh.write("# every timed configuration (peers included) vs a float64 reference on the same "
+                 "rounded inputs, computed with the row's variant (window, soft-cap, sinks); "
+                 "rel_err = max|out - ref| / max|ref|; n/a rows say why the implementation did "
+                 "not run\n")
+        w = csv.writer(fh)
+        w.writerow(["shape", "impl", "num_splits", "max_abs_err", "rel_err", "tol", "status",
+                    "reason", "variant"])
+        for r in recs:
+            w.writerow([r.shape, r.impl, "" if r.num_splits is None else r.num_splits,
+                        fmt(r.err, 6) if r.err is not None else "",
+                        fmt(r.rel, 6) if r.rel is not None else "",
+                        tol_of.get(r.shape, ""), r.status, r.reason, feat.get(r.shape, "")])
+        for r in sweep:
+            w.writerow([r.shape, f"flashdecode-splits{r.requested}", r.num_splits, "",
+                        fmt(r.rel, 6) if r.rel is not None else "", tol_of.get(r.shape, ""),
+                        r.status, r.reason, feat.get(r.shape, "")])
+
+
+PLOT_STYLES = {"flashdecode": ("o-", "tab:red"), "flashdecode-nosplit": ("s--", "tab:orange"),
+               "sdpa-flash": ("^-", "tab:blue"), "sdpa-cudnn": ("v-", "tab:green"),
+               "flex": ("D-", "tab:purple"), "fi-cudacore": ("<:", "tab:brown"),
+               "fi-tensorcore": (">-", "tab:pink"), "fi-xqa": ("P-", "tab:olive"),
+               "fi-cudnn": ("X:", "tab:cyan"), "fi-cascade": ("*-", "tab:gray")}
+
+
+def write_plot(path, shapes, recs, ceiling):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        return f"plot skipped: matplotlib unavailable ({short(exc, 60)})"
+    sel = [s for s in shapes if s.kind == "grid" and not s.ragged and s.batch == 1 and s.hq == 32
+           and s.hkv == 8 and s.d == 128 and s.dtype == "bf16" and s.page_size == 0]
+    sel.sort(key=lambda s: s.lens[0])
+    if not sel:
+        return "plot skipped: no B=1 32/8 d128 bf16 rows"
+    by = recs_by_shape(recs)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for impl in OURS + PEERS:
+        xs, ys = [], []
+        for s in sel:
+            r = next((r for r in by.get(s.name, []) if r.impl == impl), None)
+            if r is not None and r.status == "ok" and r.us_graph:
+                xs.append(s.lens[0])
+                ys.append(r.us_graph)
+        if xs:
+            mk, col = PLOT_STYLES.get(impl, (".-", "black"))
+            ax.plot(xs, ys, mk, color=col, label=impl)
+    if ceiling:
+        xs = [s.lens[0] for s in sel]
+        ax.plot(xs, [s.kv_bytes / (ceiling * 1e12) * 1e6 for s in sel], "k:",
+                label=f"floor (bytes / {ceiling:.2f} TB/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = [s.lens[0] for s in sel]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t // 1024}k" if t % 1024 == 0 else str(t) for t in ticks])
+    ax.set_xlabel("kv_len (tokens)")
+    ax.set_ylabel("µs per call (CUDA-graph replay, cold L2)")
+    ax.set_title("Decode attention, B=1, 32/8 heads, d=128, bf16 (FlashInfer: 16-key pages)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return ""
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def verdicts(shapes, recs, sweep, ceiling):
+    """[(target, PASS | MISS | n/a, detail)] for the performance targets (variant rows have
+    their own checks: variant_checks)."""
+    by = recs_by_shape(recs)
+    shape_of = {s.name: s for s in shapes}
+    shapes = [s for s in shapes if not s.is_variant]
+
+    def ours(name, impl="flashdecode"):
+        return ours_of(by, name, impl)
+
+    def pct(s, r):
+        return 100.0 * tbps_of(s, r.us_graph) / ceiling
+
+    out = []
+
+    def band(lo_mib, target, label):
+        rows = [(s, ours(s.name)) for s in shapes
+                if s.dtype == "bf16" and s.kv_bytes >= lo_mib * MIB and ours(s.name)
+                and s.kind != "paged-inorder"]  # diagnostic rows are no target
+        if not rows:
+            out.append((label, "n/a", "no bf16 row of that size measured"))
+            return
+        worst = min(rows, key=lambda sr: pct(*sr))
+        miss = [s.name for s, r in rows if pct(s, r) < target]
+        over = [f"{s.name} {pct(s, r):.1f}%" for s, r in rows if pct(s, r) > 100.0]
+        out.append((label, "PASS" if not miss else "MISS",
+                    f"worst {worst[0].name} {pct(*worst):.1f}% ({len(rows)} rows"
+                    + (f"; below: {', '.join(miss)}" if miss else "") + ")"
+                    + (f"; ABOVE 100% (the probe is wrong): {', '.join(over)}" if over else "")))
+
+    band(256, 95.0, "bf16 K+V >= 256 MiB: >= 95% of ceiling")
+    band(64, 85.0, "bf16 K+V >= 64 MiB: >= 85% of ceiling")
+
+    from .shapes import uniform_name
+    r = ours(uniform_name(1, 32, 8, 1024, 128, "bf16"))
+    out.append(("B=1 32/8 1k: <= 4 us (graph)", "n/a" if r is None else
+                ("PASS" if r.us_graph <= 4.0 else "MISS"),
+                "not measured" if r is None else f"{r.us_graph:.2f} us"))
+
+    ratios, grid_ratios, no_peer = [], [], []
+    for s in shapes:
+        r = ours(s.name)
+        if r is None or s.kind == "paged-inorder":  # diagnostic rows are no target
+            continue
+        q = ratio_of(r, best_peer(by.get(s.name, []), s))
+        if q is None:
+            no_peer.append(s.name)
+            continue
+        ratios.append((s, q))
+        if s.kind == "grid":
+            grid_ratios.append(q)
+    if ratios:
+        worst = min(ratios, key=lambda sq: sq[1])
+        miss = [f"{s.name} {q:.2f}" for s, q in ratios if q < 0.98]
+        out.append(("ratio vs best peer >= 0.98 every row", "PASS" if not miss else "MISS",
+                    f"worst {worst[0].name} {worst[1]:.3f}; {len(ratios)} rows with a peer"
+                    + (f"; below: {', '.join(miss)}" if miss else "")
+                    + (f"; no peer: {len(no_peer)} rows" if no_peer else "")))
+    else:
+        out.append(("ratio vs best peer >= 0.98 every row", "n/a", "no row with a peer"))
+    g = geomean(grid_ratios)
+    g_all = geomean([q for _, q in ratios])
+    out.append(("geomean ratio over the grid >= 1.25", "n/a" if g is None else
+                ("PASS" if g >= 1.25 else "MISS"),
+                "n/a" if g is None else f"{g:.3f} over {len(grid_ratios)} bf16 grid rows "
+                f"(all rows with a peer: {g_all:.3f})"))
+
+    sw = {}
+    for x in sweep:
+        if x.status == "ok" and x.us_graph:
+            sw.setdefault(x.shape, []).append(x)
+    aut = []
+    for name, xs in sw.items():
+        r = ours(name)
+        if r is None:
+            continue
+        b = min(xs, key=lambda x: x.us_graph)
+        aut.append((name, r.us_graph / b.us_graph, r.num_splits, b.num_splits))
+    if aut:
+        worst = max(aut, key=lambda a: a[1])
+        miss = [f"{n} {q:.2f} (auto {a} vs {b})" for n, q, a, b in aut if q > 1.05]
+        out.append(("auto splits within 5% of best forced", "PASS" if not miss else "MISS",
+                    f"worst {worst[0]} x{worst[1]:.3f} (auto {worst[2]} vs best {worst[3]}); "
+                    f"{len(aut)} rows" + (f"; over: {'; '.join(miss)}" if miss else "")))
+    else:
+        out.append(("auto splits within 5% of best forced", "n/a", "no sweep"))
+
+    def relative(kind_test, label, limit, what):
+        pairs = []
+        for s in shapes:
+            if not kind_test(s) or not s.base:
+                continue
+            r, b = ours(s.name), ours(s.base)
+            if r is None or b is None:
+                continue
+            pairs.append((s, r, shape_of.get(s.base), b))
+        if not pairs:
+            out.append((label, "n/a", "no pair measured"))
+            return
+        vals = [(s.name, what(s, r, bs, b)) for s, r, bs, b in pairs]
+        worst = max(vals, key=lambda v: v[1])
+        miss = [f"{n} {v:+.1f}" for n, v in vals if v > limit]
+        out.append((label, "PASS" if not miss else "MISS",
+                    f"worst {worst[0]} {worst[1]:+.1f}; {len(vals)} rows"
+                    + (f"; over: {', '.join(miss)}" if miss else "")))
+
+    relative(lambda s: s.kind == "paged", "paged within 5% of contiguous (% slower)", 5.0,
+             lambda s, r, bs, b: 100.0 * (r.us_graph / b.us_graph - 1.0))
+    rg = [(s, ours(s.name)) for s in shapes if s.ragged and ours(s.name)]
+    if rg:
+        worst = min(rg, key=lambda sr: pct(*sr))
+        miss = [f"{s.name} {pct(s, r):.1f}%" for s, r in rg if pct(s, r) < 85.0]
+        out.append(("ragged trace batches >= 85% of ceiling", "PASS" if not miss else "MISS",
+                    f"worst {worst[0].name} {pct(*worst):.1f}%; {len(rg)} rows"
+                    + (f"; below: {', '.join(miss)}" if miss else "")))
+    else:
+        out.append(("ragged trace batches >= 85% of ceiling", "n/a", "no ragged row measured"))
+    relative(lambda s: s.kind == "fp16", "fp16 as fast as bf16 (% slower, 3% allowed)", 3.0,
+             lambda s, r, bs, b: 100.0 * (r.us_graph / b.us_graph - 1.0))
+    relative(lambda s: s.kind == "fp32", "fp32 same % of ceiling as bf16 (points lower, 3 allowed)",
+             3.0, lambda s, r, bs, b: pct(bs, b) - pct(s, r))
+
+    fails = [f"{r.shape}:{r.impl}" for r in recs if r.status == "FAIL" and r.impl in OURS]
+    fails += [f"{x.shape}:splits{x.requested}" for x in sweep if x.status == "FAIL"]
+    peer_fails = [f"{r.shape}:{r.impl}" for r in recs if r.status == "FAIL" and r.impl in PEERS]
+    out.append(("every timed flashdecode configuration correct", "PASS" if not fails else "MISS",
+                f"{len(fails)} FAIL" + (f": {', '.join(fails[:8])}" if fails else "")
+                + (f"; peers FAIL (excluded from best peer): {', '.join(peer_fails[:6])}"
+                   if peer_fails else "")))
+    return out
+
+
+def variant_checks(shapes, recs):
+    """[(check, PASS | MISS | info | n/a, detail)] for the variant rows: each variant's cost
+    against its plain row (Shape.base), the cascade against plain decode, and every variant
+    row against its best peer."""
+    by = recs_by_shape(recs)
+    shape_of = {s.name: s for s in shapes}
+    var = [s for s in shapes if s.is_variant]
+    out = []
+    if not var:
+        return out
+
+    def pair_cost(test, label, limit):
+        vals = []
+        for s in var:
+            if not test(s) or not s.base:
+                continue
+            r, b = ours_of(by, s.name), ours_of(by, s.base)
+            if r is None or b is None:
+                continue
+            vals.append((s.name, 100.0 * (r.us_graph / b.us_graph - 1.0), r.us_graph, b.us_graph))
+        if not vals:
+            out.append((label, "n/a", "no pair measured"))
+            return
+        detail = "; ".join(f"{n} {v:+.1f}% ({a:.2f} vs {b:.2f} us)" for n, v, a, b in vals)
+        if limit is None:
+            out.append((label, "info", detail))
+        else:
+            out.append((label, "PASS" if all(v <= limit for _, v, _, _ in vals) else "MISS",
+                        detail))
+
+    pair_cost(lambda s: s.window_left >= 0 and not s.softcap and not s.sinks,
+              "window 4096 at 32k within 5% of a plain call over 4097 keys (% slower)", 5.0)
+    pair_cost(lambda s: s.softcap and s.window_left < 0,
+              "soft-cap cost vs the plain call (% slower; predicted <= 3)", 3.0)
+    pair_cost(lambda s: s.sinks and s.window_left < 0,
+              "sinks cost vs the plain call (% slower; predicted ~0, <= 2)", 2.0)
+    pair_cost(lambda s: (s.softcap or s.sinks) and s.window_left >= 0,
+              "windowed soft-cap / sink rows vs the full plain call (% slower)", None)
+    for s in var:
+        if not s.cascade:
+            continue
+        r, b = ours_of(by, s.name), ours_of(by, s.base)
+        bp = best_peer(by.get(s.name, []), s)
+        if r is None or b is None:
+            out.append(("cascade vs plain decode of the shared-prefix batch", "n/a",
+                        "not measured"))
+            continue
+        out.append(("cascade vs plain decode of the shared-prefix batch", "info",
+                    f"cascade {r.us_graph:.2f} us vs plain {b.us_graph:.2f} us: "
+                    f"{b.us_graph / r.us_graph:.2f}x"
+                    + (f"; FlashInfer cascade {bp.us_graph:.2f} us" if bp else "")))
+    rows = []
+    for s in var:
+        r = ours_of(by, s.name)
+        bp = best_peer(by.get(s.name, []), s)
+        q = ratio_of(r, bp)
+        rows.append((s.name, q, bp.impl if bp else None))
+    have = [(n, q, i) for n, q, i in rows if q is not None]
+    if have:
+        worst = min(have, key=lambda x: x[1])
+        out.append(("variant rows vs best peer (ratio > 1 = faster)", "info",
+                    f"worst {worst[0]} {worst[1]:.3f} ({worst[2]}); "
+                    + "; ".join(f"{n.replace('var-', '')} {q:.2f}" for n, q, _ in have)
+                    + (f"; no peer: {len(rows) - len(have)}" if len(rows) > len(have) else "")))
+    missing = [r for r in recs if r.impl == "flashdecode" and r.status != "ok"
+               and shape_of.get(r.shape) is not None and shape_of[r.shape].is_variant]
+    if missing:
+        out.append(("variant rows flashdecode could not run or failed", "MISS",
+                    "; ".join(f"{r.shape}: {r.status} {short(r.reason, 90)}" for r in missing[:6])))
+    return out
+
+
+def _us(r):
+    if r is None:
+        return "-"
+    if r.status == "ok":
+        return f"{r.us_graph:.2f}"
+    return r.status
+
+
+def _peer_label(bp):
+    if bp is None:
+        return "n/a"
+    name = bp.impl[5:] if bp.impl.startswith("sdpa-") else bp.impl
+    return f"{name} {bp.us_graph:.2f}"
+
+
+def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
+    by = recs_by_shape(recs)
+    sw = {}
+    for x in sweep:
+        if x.status == "ok" and x.us_graph:
+            sw.setdefault(x.shape, []).append(x)
+    print()
+    print("=" * 132)
+    for line in meta_lines[:3]:
+        print(short(line, 300))
+    main = [s for s in shapes if not s.is_variant]
+    var = [s for s in shapes if s.is_variant]
+    if main:
+        print(f"{'shape':50s} {'MiB':>5s} {'floor':>7s} {'ours':>8s} {'%ceil':>5s} {'spl':>3s} "
+              f"{'nosplit':>8s} {'best peer':>20s} {'ratio':>5s} {'FI best':>19s} {'sweep best':>10s}")
+    for s in main:
+        rs = {r.impl: r for r in by.get(s.name, [])}
+        if not rs:
+            continue
+        floor = s.kv_bytes / (ceiling * 1e12) * 1e6 if ceiling else None
+        o, n = rs.get("flashdecode"), rs.get("flashdecode-nosplit")
+        bp = best_peer(list(rs.values()), s)
+        fib = min((r for r in rs.values() if r.impl in FI_PEERS and r.status == "ok"
+                   and r.us_graph), key=lambda r: r.us_graph, default=None)
+        pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok" and ceiling) else None
+        ratio = ratio_of(o, bp) if o else None
+        swb = ""
+        if s.name in sw:
+            b = min(sw[s.name], key=lambda x: x.us_graph)
+            swb = f"{b.num_splits}:{b.us_graph:.1f}"
+        name = s.name if len(s.name) <= 50 else s.name[:22] + "~" + s.name[-27:]
+        print(f"{name:50s} {s.kv_bytes / MIB:5.0f} {fmt(floor, 2):>7s} {_us(o):>8s} "
+              f"{fmt(pct, 1):>5s} {'' if not o or o.num_splits is None else o.num_splits:>3} "
+              f"{_us(n):>8s} {_peer_label(bp):>20s} {fmt(ratio, 2):>5s} "
+              f"{_peer_label(fib)[3:] if fib else '-':>19s} {swb:>10s}")
+    if var:
+        print("-" * 132)
+        print("VARIANT ROWS (us, CUDA-graph replay; MiB = bytes the call must read; FlashInfer on "
+              "16-key pages)")
+        print(f"{'shape':52s} {'MiB':>5s} {'ours':>8s} {'%ceil':>5s} {'spl':>3s} {'cudacore':>8s} "
+              f"{'tensorc':>8s} {'xqa':>8s} {'fi-cudnn':>8s} {'cascade':>8s} {'sdpa-cud':>8s} "
+              f"{'ratio':>5s}")
+        for s in var:
+            rs = {r.impl: r for r in by.get(s.name, [])}
+            if not rs:
+                continue
+            o = rs.get("flashdecode")
+            bp = best_peer(list(rs.values()), s)
+            pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok"
+                                                              and ceiling) else None
+            name = s.name if len(s.name) <= 52 else s.name[:24] + "~" + s.name[-27:]
+            print(f"{name:52s} {s.kv_bytes / MIB:5.0f} {_us(o):>8s} {fmt(pct, 1):>5s} "
+                  f"{'' if not o or o.num_splits is None else o.num_splits:>3} "
+                  + " ".join(f"{_us(rs.get(i)):>8s}" for i in
+                             ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn", "fi-cascade",
+                              "sdpa-cudnn"))
+                  + f" {fmt(ratio_of(o, bp), 2):>5s}")
+    print("-" * 132)
+    if main:
+        print("TARGETS:")
+        for label, v, detail in verdicts(shapes, recs, sweep, ceiling):
+            print(f"  [{v:4s}] {label}: {short(detail, 260)}")
+    checks = variant_checks(shapes, recs)
+    if checks:
+        print("VARIANTS:")
+        for label, v, detail in checks:
+            print(f"  [{v:4s}] {label}: {short(detail, 400)}")
+    if notes:
+        print("NOTES:")
+        for n in notes[-14:]:
+            print("  " + short(n, 220))
+    print("FILES: " + ", ".join(files))
+
+
+def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes, plot=False):
+    os.makedirs(out_dir, exist_ok=True)
+    lines = list(meta_lines)
+    for s in shapes:
+        if s.note:
+            lines.append(f"shape {s.name}: {s.note}")
+    seen = set()
+    for r in recs:
+        if r.status in ("n/a", "skipped", "FAIL") and r.reason:
+            key = (r.impl, r.reason)
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(f"{r.status} {r.shape} {r.impl}: {short(r.reason, 300)}")
+    lines += [f"note: {n}" for n in notes]
+    for label, v, detail in variant_checks(shapes, recs):
+        lines.append(f"variant check [{v}] {label}: {detail}")
+    files = []
+    p = os.path.join(out_dir, stem + ".csv")
+    write_main_csv(p, lines, shapes, recs, ceiling)
+    files.append(p)
+    if sweep:
+        p = os.path.join(out_dir, stem + "-sweep.csv")
+        write_sweep_csv(p, meta_lines, shapes, sweep, recs, ceiling)
+        files.append(p)
+    p = os.path.join(out_dir, stem + "-check.csv")
+    write_check_csv(p, shapes, recs, sweep)
+    files.append(p)
+    if plot:
+        p = os.path.join(out_dir, stem + ".png")
+        msg = write_plot(p, shapes, recs, ceiling)
+        if msg:
+            notes.append(msg)
+        else:
+            files.append(p)
+    return files
