@@ -4,7 +4,7 @@
  * naming the field; fd_run refuses missing, surplus or misaligned scale
  * pointers, negative scale strides, and (CPU, reference) scale values that
  * are zero, negative, NaN or infinite where a key is read, naming the index,
- * with nothing written; scales past kv_len (never read) may be anything;
+ * with nothing written; out over the scales is refused (overlap check); scales past kv_len (never read) may be anything;
  * CUDA returns FD_STATUS_UNSUPPORTED for an fp8 cache until its kernel reads
  * one (checked when a GPU is present).
  */
@@ -173,6 +173,13 @@ static void test_run_scales(void **state) {
       expect_run(&f, &t, FD_STATUS_INVALID_ARGUMENT, "k_scale", "k_scale misaligned");
       t = f.t, t.scale_strides[1] = -2;
       expect_run(&f, &t, FD_STATUS_INVALID_ARGUMENT, "scale_strides", "negative scale stride");
+      t = f.t, t.out = f.v_scale; /* out written over the scales: refused, naming both */
+      {
+        fd_error err;
+        expect(fd_run(&f.plan, &t, NULL, 0, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err,
+               "v_scale", "out over v_scale");
+        if (!strstr(err.message, "out")) fail_msg("out over v_scale: message \"%s\"", err.message);
+      }
       const float bad[4] = {0.0f, -0.5f, NAN, INFINITY};
       /* the last key of sequence 1, kv head 1: index 1 for HEAD, 0 for TENSOR */
       const size_t at = s == FD_KV_SCALE_TENSOR ? 0 : s == FD_KV_SCALE_HEAD ? 1 : (size_t)(1 * CAP + 2) * HKV + 1;
