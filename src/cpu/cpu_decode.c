@@ -53,8 +53,11 @@ typedef struct cpu_call {
   size_t elem_size;   /* bytes per element of q */
   size_t kv_elem_size; /* bytes per element of k, v (kv_dtype) */
   size_t out_elem_size; /* bytes per element of out (out_dtype) */
-  fd_dtype kernel_dtype; /* the kernels' K/V dtype: kv_dtype, or F32 for fp8 (widened) */
+  fd_dtype kernel_dtype; /* the kernels' K/V dtype: kv_dtype; fp8: BF16 (widened unscaled,
+                            scales folded) without per-token scales, else F32 (widened
+                            times the scales) */
   const float *fp8_lut; /* fp8 caches: [256] the values of the kv_dtype's codes, else NULL */
+  const uint16_t *fp8_lut16; /* fp8 widened to bf16: [256] the codes' bf16 bits */
   fd_cpu_isa isa;       /* the instruction set the call runs */
   float *partial_o;   /* [rows][num_splits][head_dim], NULL when num_splits == 1 */
   float *partial_ml;  /* [rows][num_splits][2], NULL when num_splits == 1 */
@@ -114,6 +117,27 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
   const fd_tensors *t = c->t;
   const int n = blk->num_keys, head_dim = plan->problem.head_dim;
   const float *scale = values ? t->v_scale : t->k_scale;
+  const int e5m2 = plan->problem.kv_dtype == FD_DTYPE_E5M2;
+  if (c->kernel_dtype == FD_DTYPE_BF16) {
+    /* unscaled bf16 codes; k_scale folds into the score scale here, v_scale
+     * into the output (run_pass) */
+    uint16_t *w16 = (uint16_t *)wide;
+    fd_cpu_widen_fp8_bf16(w16, values ? blk->values : blk->keys,
+                          values ? blk->value_off : blk->key_off, n, head_dim, c->fp8_lut16,
+                          c->isa, e5m2);
+    const int padded = (n + 31) & ~31;
+    for (int j = 0; j < padded; j++) wide_rows[j] = w16 + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
+    if (values) {
+      blk->values = wide_rows;
+      blk->value_off = 0;
+    } else {
+      blk->keys = wide_rows;
+      blk->key_off = 0;
+      if (plan->problem.kv_scale != FD_KV_SCALE_NONE)
+        blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
+    }
+    return;
+  }
   float s = 1.0f, token[FD_CPU_SMALL_BLOCK];
   const float *per_token = NULL;
   switch (plan->problem.kv_scale) {
@@ -128,7 +152,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
       break;
   }
   fd_cpu_widen_fp8(wide, values ? blk->values : blk->keys, values ? blk->value_off : blk->key_off, n,
-                   head_dim, c->fp8_lut, per_token, s, c->isa, plan->problem.kv_dtype == FD_DTYPE_E5M2);
+                   head_dim, c->fp8_lut, per_token, s, c->isa, e5m2);
   const int padded = (n + 31) & ~31;
   for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
   if (values) {
@@ -348,12 +372,19 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
   float natural[256]; /* [head_dim] one row of acc in column order */
   for (int h = 0; h < heads; h++) {
+    double v_fold = 1.0;
+    if (c->fp8_lut16 && p->kv_scale != FD_KV_SCALE_NONE)
+      v_fold = (double)t->v_scale[p->kv_scale == FD_KV_SCALE_HEAD ? h0 + h : 0];
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
       const int i = h * rows + r;
-      /* the row's sums, rounded once to float (as a partial stores them) */
+      /* the row's sums, rounded once to float (as a partial stores them);
+       * fp8 widened to bf16: times the folded v_scale first */
       float *a = acc + (ptrdiff_t)i * head_dim;
-      for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
+      if (v_fold != 1.0)
+        for (int d = 0; d < head_dim; d++) a[d] = (float)(outer[(ptrdiff_t)i * head_dim + d] * v_fold);
+      else
+        for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
       if (paired) {
         fd_cpu_unpair_row(natural, a, head_dim);
         a = natural;
@@ -451,11 +482,17 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   cpu_call c;
   memset(&c, 0, sizeof c);
   float lut[256];
+  uint16_t lut16[256];
   c.kernel_dtype = p->kv_dtype;
   if (fd_dtype_is_fp8(p->kv_dtype)) {
     fd_cpu_fp8_table(p->kv_dtype, lut);
     c.fp8_lut = lut;
     c.kernel_dtype = FD_DTYPE_F32;
+    if (p->kv_scale != FD_KV_SCALE_TOKEN) { /* scales fold: the bf16 kernels */
+      fd_cpu_fp8_table_bf16(lut, lut16);
+      c.fp8_lut16 = lut16;
+      c.kernel_dtype = FD_DTYPE_BF16;
+    }
   }
   if (!fd_cpu_kernels_get(isa, c.kernel_dtype, &c.kernels))
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: no kernels for instruction set %d, dtype %d",

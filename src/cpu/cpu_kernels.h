@@ -214,6 +214,13 @@ void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n,
                       const float *lut, const float *scales, float scale, fd_cpu_isa isa,
                       int e5m2);
 
+/* lut16[i] = the bf16 bits of lut[i] (exact for fp8 values). */
+void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]);
+/* dst [n][head_dim] = the bf16 bits of the head_dim codes at (const uint8_t
+ * *)rows[j] + off, j < n, unscaled (exact; the same bits whichever isa). */
+void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off, int n,
+                           int head_dim, const uint16_t *lut16, fd_cpu_isa isa, int e5m2);
+
 /* dst[i] = src[i] widened to float32, i < n. src: [n] elements of dtype. */
 static inline void fd_cpu_load_row(float *dst, const void *src, fd_dtype dtype, int n) {
   if (dtype == FD_DTYPE_F32) {
