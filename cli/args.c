@@ -78,8 +78,40 @@ const char *args_dtype_name(fd_dtype dtype) {
     case FD_DTYPE_F32: return "f32";
     case FD_DTYPE_F16: return "f16";
     case FD_DTYPE_BF16: return "bf16";
+    case FD_DTYPE_E4M3: return "e4m3";
+    case FD_DTYPE_E5M2: return "e5m2";
   }
   return "unknown";
+}
+
+int args_kv_dtype(const char *option, const char *text, fd_dtype *value) {
+  if (!strcmp(text, "e4m3") || !strcmp(text, "float8_e4m3fn") || !strcmp(text, "fp8"))
+    *value = FD_DTYPE_E4M3;
+  else if (!strcmp(text, "e5m2") || !strcmp(text, "float8_e5m2"))
+    *value = FD_DTYPE_E5M2;
+  else if (!strcmp(text, "same"))
+    *value = (fd_dtype)0;
+  else {
+    fprintf(stderr, "flashdecode: %s: '%s' is not e4m3, e5m2 or same (the q dtype)\n", option, text);
+    return -1;
+  }
+  return 0;
+}
+
+int args_kv_scale(const char *option, const char *text, fd_kv_scale *value) {
+  static const char *names[] = {"none", "tensor", "head", "token"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(text, names[i])) {
+      *value = (fd_kv_scale)i;
+      return 0;
+    }
+  fprintf(stderr, "flashdecode: %s: '%s' is not none, tensor, head or token\n", option, text);
+  return -1;
+}
+
+const char *args_kv_scale_name(fd_kv_scale scale) {
+  static const char *names[] = {"none", "tensor", "head", "token"};
+  return (unsigned)scale < 4 ? names[scale] : "unknown";
 }
 
 int args_int_list(const char *option, const char *text, int32_t *values, int max_count, int *count) {

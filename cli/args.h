@@ -19,6 +19,11 @@ int args_float(const char *option, const char *text, double min, double max, flo
 int args_backend(const char *option, const char *text, int allow_reference, fd_backend *value);
 /* "f32", "f16", "bf16" (also "fp32", "fp16", "float32", "float16", "bfloat16"). */
 int args_dtype(const char *option, const char *text, fd_dtype *value);
+/* --kv-dtype: e4m3 (or float8_e4m3fn, fp8), e5m2 (float8_e5m2), same (0 = the
+ * q dtype). --kv-scale: none, tensor, head, token. 0 or -1 (printed). */
+int args_kv_dtype(const char *option, const char *text, fd_dtype *value);
+int args_kv_scale(const char *option, const char *text, fd_kv_scale *value);
+const char *args_kv_scale_name(fd_kv_scale scale);
 /* Short name of a dtype: "f32", "f16", "bf16". */
 const char *args_dtype_name(fd_dtype dtype);
 /* Comma-separated non-negative integers, at most max_count. */

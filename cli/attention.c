@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "gpu.h"
+#include "dtype.h"
 #include "internal.h" /* fd_reference_f64 */
 
 static fd_status fail(fd_error *err, fd_status status, const char *message) {
@@ -37,6 +38,11 @@ static fd_problem base_problem(const attention *a, fd_backend backend, int head_
   p.num_splits = c->num_splits;
   p.num_threads = c->num_threads;
   p.softmax_scale = 1.0f / sqrtf((float)c->head_dim); /* of the model's head, padded or not */
+  if (c->kv_dtype != 0 && backend != FD_BACKEND_REFERENCE) {
+    p.dtype = FD_DTYPE_BF16;
+    p.kv_dtype = c->kv_dtype;
+    p.kv_scale = c->kv_dtype == FD_DTYPE_BF16 ? FD_KV_SCALE_NONE : FD_KV_SCALE_TOKEN;
+  }
   return p;
 }
 
@@ -81,6 +87,9 @@ fd_status attention_init(attention *a, const attention_config *config, fd_error 
   if (c->page_size < 1 || c->page_size > 256)
     return fail(err, FD_STATUS_INVALID_ARGUMENT, "page_size: must be 1..256 for the paged cache");
   const int cuda = c->backend == FD_BACKEND_CUDA;
+  if (cuda && c->kv_dtype != 0)
+    return fail(err, FD_STATUS_UNSUPPORTED,
+                "kv_dtype: a bf16 / fp8 cache runs on the CPU backend here (--backend cpu)");
   if (cuda && !gpu_available())
     return fail(err, FD_STATUS_UNSUPPORTED, "backend cuda: no CUDA GPU is visible (or built without CUDA)");
 
@@ -95,6 +104,22 @@ fd_status attention_init(attention *a, const attention_config *config, fd_error 
   if (!a->block_table || !a->k_host || !a->v_host || !a->reference_out) {
     attention_free(a);
     return fail(err, FD_STATUS_OUT_OF_MEMORY, "attention: out of host memory for the KV cache");
+  }
+  if (c->kv_dtype != 0) {
+    const size_t e = fd_dtype_size(c->kv_dtype);
+    a->kq_host = calloc(slots * c->head_dim, e);
+    a->vq_host = calloc(slots * c->head_dim, e);
+    a->ks_host = calloc(slots, sizeof(float));
+    a->vs_host = calloc(slots, sizeof(float));
+    a->k16 = calloc((size_t)c->num_heads_kv * c->head_dim, sizeof(uint16_t));
+    a->v16 = calloc((size_t)c->num_heads_kv * c->head_dim, sizeof(uint16_t));
+    a->q16 = calloc((size_t)c->num_heads_q * c->head_dim, sizeof(uint16_t));
+    a->out16 = calloc((size_t)c->num_heads_q * c->head_dim, sizeof(uint16_t));
+    if (!e || !a->kq_host || !a->vq_host || !a->ks_host || !a->vs_host || !a->k16 || !a->v16 ||
+        !a->q16 || !a->out16) {
+      attention_free(a);
+      return fail(err, FD_STATUS_OUT_OF_MEMORY, "attention: out of host memory for the KV cache");
+    }
   }
 
   /* The oracle's plan over the host cache; also checks the shapes early. */
@@ -130,6 +155,14 @@ fd_status attention_init(attention *a, const attention_config *config, fd_error 
 }
 
 void attention_free(attention *a) {
+  free(a->kq_host);
+  free(a->vq_host);
+  free(a->ks_host);
+  free(a->vs_host);
+  free(a->k16);
+  free(a->v16);
+  free(a->q16);
+  free(a->out16);
   free(a->block_table);
   free(a->k_host);
   free(a->v_host);
@@ -225,6 +258,46 @@ static void unpad_rows(float *dst, const float *src, int rows, int width, int pa
     memcpy(dst + (size_t)r * width, src + (size_t)r * padded, (size_t)width * sizeof(float));
 }
 
+static void to_bf16(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = fd_f32_to_bf16(src[i]);
+}
+
+/* attention_layer with config.kv_dtype: the new row appended by fd_append_kv
+ * (bf16 copy, or fp8 with its per-token scale), then fd_run in bf16. */
+static fd_status layer_kv_dtype(attention *a, int layer, int pos, const float *q, const float *k,
+                                const float *v, float *out, fd_error *err) {
+  const attention_config *c = &a->config;
+  const size_t row = (size_t)c->num_heads_kv * c->head_dim, qrow = (size_t)c->num_heads_q * c->head_dim;
+  to_bf16(a->k16, k, row);
+  to_bf16(a->v16, v, row);
+  to_bf16(a->q16, q, qrow);
+  const int fp8 = c->kv_dtype != FD_DTYPE_BF16;
+  fd_tensors t = make_tensors(a, layer, c->head_dim, a->q16, a->kq_host, a->vq_host, &a->kv_len,
+                              a->block_table, a->out16);
+  fd_append_tensors ap = {0};
+  const int32_t before = pos; /* kv_len before the append: positions 0 .. pos - 1 */
+  ap.k_new = a->k16;
+  ap.v_new = a->v16;
+  ap.k_cache = a->kq_host;
+  ap.v_cache = a->vq_host;
+  memcpy(ap.k_strides, t.k_strides, sizeof ap.k_strides);
+  memcpy(ap.v_strides, t.v_strides, sizeof ap.v_strides);
+  ap.kv_len = &before;
+  ap.block_table = t.block_table;
+  ap.block_table_stride = t.block_table_stride;
+  if (fp8) {
+    ap.k_scale = a->ks_host;
+    ap.v_scale = a->vs_host;
+    t.k_scale = a->ks_host;
+    t.v_scale = a->vs_host;
+  }
+  fd_status st = fd_append_kv(&a->plan, &ap, 1, NULL, err);
+  if (st == FD_STATUS_OK) st = fd_run(&a->plan, &t, a->workspace, a->workspace_capacity, NULL, err);
+  if (st != FD_STATUS_OK) return st;
+  for (size_t i = 0; i < qrow; i++) out[i] = fd_bf16_to_f32(a->out16[i]);
+  return FD_STATUS_OK;
+}
+
 fd_status attention_layer(attention *a, int layer, int pos, const float *q, const float *k,
                           const float *v, float *out, fd_error *err) {
   const attention_config *c = &a->config;
@@ -234,6 +307,7 @@ fd_status attention_layer(attention *a, int layer, int pos, const float *q, cons
   memcpy(a->k_host + slot * row, k, row * sizeof(float));
   memcpy(a->v_host + slot * row, v, row * sizeof(float));
 
+  if (c->kv_dtype != 0) return layer_kv_dtype(a, layer, pos, q, k, v, out, err);
   if (c->backend != FD_BACKEND_CUDA) {
     fd_tensors t = make_tensors(a, layer, D, q, a->k_host, a->v_host, &a->kv_len, a->block_table, out);
     return fd_run(&a->plan, &t, a->workspace, a->workspace_capacity, NULL, err);

@@ -16,6 +16,9 @@
  * no dot product and add only zero columns to the output; the softmax scale
  * stays 1/sqrt(head_dim)). The host cache is kept in every case, so the
  * float64 reference can be run over the same keys (attention_reference).
+ * With config.kv_dtype (CPU, REFERENCE): q and out pass through bf16 and the
+ * cache the library reads is bf16 or fp8 (per-token scales), written by
+ * fd_append_kv.
  */
 #ifndef FD_CLI_ATTENTION_H
 #define FD_CLI_ATTENTION_H
@@ -35,6 +38,10 @@ typedef struct attention_config {
   int page_size;      /* positions per page, 1..256 */
   int num_splits;     /* 0 = automatic */
   int num_threads;    /* CPU: 0 = all cores */
+  fd_dtype kv_dtype;  /* 0: float32 q and cache (the default path); FD_DTYPE_BF16: bf16 q and
+                         cache; FD_DTYPE_E4M3 / E5M2: bf16 q, fp8 cache with per-token scales.
+                         Non-zero: CPU and REFERENCE backends; new rows go in through
+                         fd_append_kv */
 } attention_config;
 
 typedef struct attention {
@@ -65,6 +72,11 @@ typedef struct attention {
   float *v_pad;           /* [num_heads_kv][lib_head_dim] host staging */
   float *out_pad;         /* [num_heads_q][lib_head_dim] host staging */
   int table_dirty;        /* block_table changed since it was last copied to the device */
+  /* kv_dtype set (host only) */
+  void *kq_host, *vq_host; /* [num_pages][page_size][num_heads_kv][head_dim] kv_dtype */
+  float *ks_host, *vs_host; /* fp8: [num_pages][page_size][num_heads_kv] per-token scales */
+  uint16_t *k16, *v16;    /* [num_heads_kv][head_dim] the new row in bf16 */
+  uint16_t *q16, *out16;  /* [num_heads_q][head_dim] bf16 */
 } attention;
 
 fd_status attention_init(attention *a, const attention_config *config, fd_error *err);

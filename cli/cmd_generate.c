@@ -47,6 +47,7 @@ typedef struct generate_options {
   int num_threads;
   int print_ids;
   int check;
+  fd_dtype kv_dtype; /* 0: float32 attention; bf16, e4m3 or e5m2 cache (bf16 q) */
 } generate_options;
 
 static void print_usage(void) {
@@ -73,6 +74,10 @@ static void print_usage(void) {
       "                       second decode on the reference backend; report the largest\n"
       "                       attention difference and whether the tokens are identical\n"
       "                       (exit 1 when they differ or the difference exceeds %.0e)\n"
+      "  --kv-dtype T         bf16, e4m3 or e5m2: the attention runs in bf16 on a KV cache of\n"
+      "                       that type (fp8: per-token scales; rows written by fd_append_kv;\n"
+      "                       CPU backend). e4m3 / e5m2 also run a bf16-cache decode and\n"
+      "                       report how many tokens match it\n"
       "  -h, --help           this text\n"
       "\n"
       "Prints 'achieved tok/s: X' on stderr at the end (with --check the per-layer\n"
@@ -93,7 +98,8 @@ enum {
   OPT_PAGE_SIZE,
   OPT_THREADS,
   OPT_IDS,
-  OPT_CHECK
+  OPT_CHECK,
+  OPT_KV_DTYPE
 };
 
 /* Returns 0, 1 when --help was printed, -1 on a bad option. */
@@ -118,6 +124,7 @@ static int parse_options(generate_options *o, int argc, char **argv) {
       {"threads", required_argument, NULL, OPT_THREADS},
       {"ids", no_argument, NULL, OPT_IDS},
       {"check", no_argument, NULL, OPT_CHECK},
+      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
@@ -140,11 +147,24 @@ static int parse_options(generate_options *o, int argc, char **argv) {
       case OPT_THREADS: bad = args_int("--threads", optarg, 0, FD_MAX_THREADS, &o->num_threads); break;
       case OPT_IDS: o->print_ids = 1; break;
       case OPT_CHECK: o->check = 1; break;
+      case OPT_KV_DTYPE:
+        if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16")) o->kv_dtype = FD_DTYPE_BF16;
+        else bad = args_kv_dtype("--kv-dtype", optarg, &o->kv_dtype);
+        if (!bad && o->kv_dtype == 0) {
+          fprintf(stderr, "flashdecode generate: --kv-dtype: bf16, e4m3 or e5m2\n");
+          bad = -1;
+        }
+        break;
       case 'h': print_usage(); return 1;
       default: bad = args_option_error("generate", c, argv, optind, optopt, options); break;
     }
   }
   if (bad) return -1;
+  if (o->kv_dtype && o->check) {
+    fprintf(stderr, "flashdecode generate: --check compares the float32 attention; not with "
+                    "--kv-dtype\n");
+    return -1;
+  }
   if (optind < argc) {
     fprintf(stderr, "flashdecode generate: unexpected argument '%s' (use --prompt TEXT)\n",
             argv[optind]);
@@ -355,8 +375,14 @@ int cmd_generate(int argc, char **argv, const char *exe_path) {
   ac.page_size = o.page_size;
   ac.num_splits = o.num_splits;
   ac.num_threads = o.num_threads;
+  ac.kv_dtype = o.kv_dtype;
   if (decoder_init(&main_dec, &m, &ac, steps, &o, seed, prompt[0], &err)) goto fail;
-  if (o.check) {
+  const int compare_bf16 = o.kv_dtype == FD_DTYPE_E4M3 || o.kv_dtype == FD_DTYPE_E5M2;
+  if (compare_bf16) { /* the same decode on a bf16 cache, in lockstep */
+    attention_config bc = ac;
+    bc.kv_dtype = FD_DTYPE_BF16;
+    if (decoder_init(&ref_dec, &m, &bc, steps, &o, seed, prompt[0], &err)) goto fail;
+  } else if (o.check) {
     attention_config rc = ac;
     rc.backend = FD_BACKEND_REFERENCE;
     if (decoder_init(&ref_dec, &m, &rc, steps, &o, seed, prompt[0], &err)) goto fail;
@@ -409,6 +435,13 @@ int cmd_generate(int argc, char **argv, const char *exe_path) {
   }
   status = 0;
   if (o.check && !report_check(&main_dec, &ref_dec, &ca)) status = 1;
+  if (compare_bf16) {
+    int same = 0, n = main_dec.n_ids < ref_dec.n_ids ? main_dec.n_ids : ref_dec.n_ids;
+    while (same < n && main_dec.ids[same] == ref_dec.ids[same]) same++;
+    printf("kv_dtype %s: %d of %d tokens match the bf16-cache decode%s\n",
+           args_dtype_name(o.kv_dtype), same, ref_dec.n_ids,
+           same == main_dec.n_ids && same == ref_dec.n_ids ? " (identical)" : "");
+  }
   fflush(stdout);
   if (timed_steps > 0)
     fprintf(stderr, "achieved tok/s: %f\n", (double)timed_steps / elapsed);

@@ -28,6 +28,9 @@ static void print_usage(const char *command) {
       "  --kv-len N[,N...]    keys per sequence; a list is repeated over the batch (default 4096)\n"
       "  --q-len N            query rows per sequence, 1..16, 1..128 with --non-causal (default 1)\n"
       "  --dtype T            f32, f16 or bf16 (default bf16)\n"
+      "  --kv-dtype T         e4m3 or e5m2: an fp8 K/V cache (with --dtype f16 or bf16);\n"
+      "                       same (default) = --dtype\n"
+      "  --kv-scale S         fp8 scales: none, tensor (default), head or token\n"
       "  --page-size N        0 = contiguous cache (default), 1..256 = paged cache\n"
       "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
       "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
@@ -89,6 +92,8 @@ enum {
   OPT_THREADS,
   OPT_SEED,
   OPT_ITERS,
+  OPT_KV_DTYPE,
+  OPT_KV_SCALE,
   OPT_WINDOW_LEFT,
   OPT_SOFT_CAP,
   OPT_SINKS,
@@ -171,6 +176,8 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
       {"threads", required_argument, NULL, OPT_THREADS},
       {"seed", required_argument, NULL, OPT_SEED},
       {"iters", required_argument, NULL, OPT_ITERS},
+      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+      {"kv-scale", required_argument, NULL, OPT_KV_SCALE},
       {"window-left", required_argument, NULL, OPT_WINDOW_LEFT},
       {"logits-soft-cap", required_argument, NULL, OPT_SOFT_CAP},
       {"sinks", optional_argument, NULL, OPT_SINKS},
@@ -190,6 +197,11 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
         break;
       case OPT_Q_LEN: bad = args_int("--q-len", optarg, 1, FD_MAX_Q_LEN_NON_CAUSAL, &a->q_len); break;
       case OPT_DTYPE: bad = args_dtype("--dtype", optarg, &a->dtype); break;
+      case OPT_KV_DTYPE: bad = args_kv_dtype("--kv-dtype", optarg, &a->kv_dtype); break;
+      case OPT_KV_SCALE:
+        bad = args_kv_scale("--kv-scale", optarg, &a->kv_scale);
+        a->kv_scale_set = 1;
+        break;
       case OPT_PAGE_SIZE: bad = args_int("--page-size", optarg, 0, 256, &a->page_size); break;
       case OPT_SPLITS: bad = args_int("--num-splits", optarg, 0, FD_MAX_SPLITS, &a->num_splits); break;
       case OPT_BACKEND: bad = args_backend("--backend", optarg, 0, &a->backend); break;
@@ -225,6 +237,12 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
   if (optind < argc) {
     fprintf(stderr, "flashdecode %s: unexpected argument '%s' (see flashdecode %s --help)\n",
             argv[0], argv[optind], argv[0]);
+    return -1;
+  }
+  const int fp8 = a->kv_dtype == FD_DTYPE_E4M3 || a->kv_dtype == FD_DTYPE_E5M2;
+  if (fp8 && !a->kv_scale_set) a->kv_scale = FD_KV_SCALE_TENSOR;
+  if (!fp8 && a->kv_scale != FD_KV_SCALE_NONE) {
+    fprintf(stderr, "flashdecode: --kv-scale needs --kv-dtype e4m3 or e5m2\n");
     return -1;
   }
   if (a->num_heads_q % a->num_heads_kv != 0) {
@@ -270,8 +288,11 @@ static uint64_t next_u64(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-/* n values uniform in [-sqrt(3), sqrt(3)) (unit variance), in `dtype`. */
-static void fill_random(void *dst, size_t n, fd_dtype dtype, uint64_t *state) {
+/* n values uniform in [-sqrt(3), sqrt(3)) (unit variance), in `dtype`; fp8
+ * caches hold them divided by their scale (`fp8_scale`: FP8_SCALE, or 1
+ * without scales). */
+#define FP8_SCALE (1.0f / 64.0f)
+static void fill_random(void *dst, size_t n, fd_dtype dtype, float fp8_scale, uint64_t *state) {
   const float scale = 1.7320508f / 8388608.0f; /* sqrt(3) / 2^23 */
   for (size_t i = 0; i < n; i += 2) {
     uint64_t bits = next_u64(state);
@@ -281,6 +302,8 @@ static void fill_random(void *dst, size_t n, fd_dtype dtype, uint64_t *state) {
         case FD_DTYPE_F32: ((float *)dst)[j] = x; break;
         case FD_DTYPE_F16: ((uint16_t *)dst)[j] = fd_f32_to_f16(x); break;
         case FD_DTYPE_BF16: ((uint16_t *)dst)[j] = fd_f32_to_bf16(x); break;
+        case FD_DTYPE_E4M3: ((uint8_t *)dst)[j] = fd_f32_to_e4m3(x / fp8_scale); break;
+        case FD_DTYPE_E5M2: ((uint8_t *)dst)[j] = fd_f32_to_e5m2(x / fp8_scale); break;
       }
     }
   }
@@ -291,6 +314,8 @@ static void *alloc_bytes(size_t bytes) { return malloc(bytes > 0 ? bytes : 1); }
 fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   memset(p, 0, sizeof *p);
   const size_t elem = fd_dtype_size(a->dtype);
+  const fd_dtype kv_dtype = a->kv_dtype != 0 ? a->kv_dtype : a->dtype;
+  const size_t kv_elem = fd_dtype_size(kv_dtype);
   const size_t B = (size_t)a->batch, Hq = (size_t)a->num_heads_q, Hkv = (size_t)a->num_heads_kv,
                D = (size_t)a->head_dim, T = (size_t)a->q_len;
 
@@ -322,7 +347,11 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
 
   p->q_bytes = B * T * Hq * D * elem;
   p->out_bytes = p->q_bytes;
-  p->kv_bytes = kv_rows * Hkv * D * elem;
+  p->kv_bytes = kv_rows * Hkv * D * kv_elem;
+  p->scale_bytes = a->kv_scale == FD_KV_SCALE_TENSOR ? sizeof(float)
+                   : a->kv_scale == FD_KV_SCALE_HEAD  ? Hkv * sizeof(float)
+                   : a->kv_scale == FD_KV_SCALE_TOKEN ? kv_rows * Hkv * sizeof(float)
+                                                      : 0;
   p->lse_bytes = B * Hq * T * sizeof(float);
   p->kv_len_bytes = B * sizeof(int32_t);
   p->table_bytes = a->page_size > 0 ? B * (size_t)p->max_pages_per_seq * sizeof(int32_t) : 0;
@@ -332,11 +361,18 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   p->host.v_cache = alloc_bytes(p->kv_bytes);
   p->host.lse = alloc_bytes(p->lse_bytes);
   if (!p->host.q || !p->host.out || !p->host.k_cache || !p->host.v_cache || !p->host.lse) goto oom;
+  if (p->scale_bytes > 0) {
+    p->host.k_scale = alloc_bytes(p->scale_bytes);
+    p->host.v_scale = alloc_bytes(p->scale_bytes);
+    if (!p->host.k_scale || !p->host.v_scale) goto oom;
+    for (size_t i = 0; i < p->scale_bytes / sizeof(float); i++) p->host.k_scale[i] = p->host.v_scale[i] = FP8_SCALE;
+  }
 
   uint64_t state = a->seed;
-  fill_random(p->host.q, p->q_bytes / elem, a->dtype, &state);
-  fill_random(p->host.k_cache, p->kv_bytes / elem, a->dtype, &state);
-  fill_random(p->host.v_cache, p->kv_bytes / elem, a->dtype, &state);
+  const float fp8_scale = a->kv_scale != FD_KV_SCALE_NONE ? FP8_SCALE : 1.0f;
+  fill_random(p->host.q, p->q_bytes / elem, a->dtype, 1.0f, &state);
+  fill_random(p->host.k_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
+  fill_random(p->host.v_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
   memset(p->host.out, 0, p->out_bytes);
   memset(p->host.lse, 0, p->lse_bytes);
 
@@ -390,6 +426,8 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->num_pages = p->num_pages;
   f->num_splits = a->num_splits;
   f->num_threads = a->num_threads;
+  f->kv_dtype = a->kv_dtype;
+  f->kv_scale = a->kv_scale;
   f->has_window = a->window_left >= 0;
   f->window_left = a->window_left;
   f->logits_soft_cap = a->logits_soft_cap;
@@ -410,6 +448,8 @@ void problem_free(problem *p) {
   free(p->host.lse);
   free(p->host.kv_len);
   free(p->host.block_table);
+  free(p->host.k_scale);
+  free(p->host.v_scale);
   free(p->host.sinks);
   memset(p, 0, sizeof *p);
 }
@@ -432,6 +472,8 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   memcpy(t.out_strides, t.q_strides, sizeof t.out_strides);
   t.lse = set->lse;
   t.lse_strides[0] = Hq * T, t.lse_strides[1] = T, t.lse_strides[2] = 1;
+  t.k_scale = set->k_scale; /* dense per-token layout: scale_strides all zero */
+  t.v_scale = set->v_scale;
   t.sinks = set->sinks;
   return t;
 }
@@ -446,7 +488,9 @@ double problem_kv_bytes_read(const problem *p) {
     }
     keys += n;
   }
-  return 2.0 * keys * p->fd.num_heads_kv * p->fd.head_dim * (double)fd_dtype_size(p->fd.dtype);
+  const fd_dtype kv = p->fd.kv_dtype != 0 ? p->fd.kv_dtype : p->fd.dtype;
+  const double scale = p->fd.kv_scale == FD_KV_SCALE_TOKEN ? 4.0 : 0.0; /* a float per key a head */
+  return 2.0 * keys * p->fd.num_heads_kv * (p->fd.head_dim * (double)fd_dtype_size(kv) + scale);
 }
 
 void problem_poison_outputs(problem *p) {
@@ -456,6 +500,8 @@ void problem_poison_outputs(problem *p) {
       case FD_DTYPE_F32: ((float *)p->host.out)[i] = NAN; break;
       case FD_DTYPE_F16: ((uint16_t *)p->host.out)[i] = 0x7E00u; break;
       case FD_DTYPE_BF16: ((uint16_t *)p->host.out)[i] = 0x7FC0u; break;
+      case FD_DTYPE_E4M3:
+      case FD_DTYPE_E5M2: break; /* never an out dtype */
     }
   }
   for (size_t i = 0; i < p->lse_bytes / sizeof(float); i++) p->host.lse[i] = NAN;
@@ -470,6 +516,9 @@ fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const pro
       (st = gpu_malloc(&dev->v_cache, p->kv_bytes, err)) ||
       (st = gpu_malloc(&dev->out, p->out_bytes, err)) ||
       (st = gpu_malloc((void **)&dev->lse, p->lse_bytes, err)))
+    goto fail;
+  if (p->scale_bytes > 0 && ((st = gpu_malloc((void **)&dev->k_scale, p->scale_bytes, err)) ||
+                             (st = gpu_malloc((void **)&dev->v_scale, p->scale_bytes, err))))
     goto fail;
   if (share) {
     dev->kv_len = share->kv_len;
@@ -494,6 +543,9 @@ fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *st
       (st = gpu_copy_to_device(dev->v_cache, p->host.v_cache, p->kv_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->out, p->host.out, p->out_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->lse, p->host.lse, p->lse_bytes, stream, err)) ||
+      (p->scale_bytes > 0 &&
+       ((st = gpu_copy_to_device(dev->k_scale, p->host.k_scale, p->scale_bytes, stream, err)) ||
+        (st = gpu_copy_to_device(dev->v_scale, p->host.v_scale, p->scale_bytes, stream, err)))) ||
       (st = gpu_copy_to_device(dev->kv_len, p->host.kv_len, p->kv_len_bytes, stream, err)) ||
       (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
                                                       p->table_bytes, stream, err))) ||
@@ -509,6 +561,8 @@ void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
   gpu_free(dev->v_cache);
   gpu_free(dev->out);
   gpu_free(dev->lse);
+  gpu_free(dev->k_scale);
+  gpu_free(dev->v_scale);
   if (!share) {
     gpu_free(dev->kv_len);
     gpu_free(dev->block_table);
@@ -542,5 +596,9 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
     at += (size_t)snprintf(text + at, text_size - at, " sinks=random");
   if (a->sinks == SINKS_VALUE && at < text_size)
     at += (size_t)snprintf(text + at, text_size - at, " sinks=%g", (double)a->sinks_value);
-  if (a->non_causal && at < text_size) snprintf(text + at, text_size - at, " non_causal=1");
+  if (a->non_causal && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " non_causal=1");
+  if (p->fd.kv_dtype && at < text_size)
+    snprintf(text + at, text_size - at, " kv_dtype=%s kv_scale=%s", args_dtype_name(p->fd.kv_dtype),
+             args_kv_scale_name(p->fd.kv_scale));
 }

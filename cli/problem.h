@@ -19,6 +19,9 @@ enum { SINKS_NONE = 0, SINKS_RANDOM = 1, SINKS_VALUE = 2 };
 typedef struct problem_args {
   fd_backend backend;  /* as given (AUTO resolved by problem_resolve_backend) */
   fd_dtype dtype;
+  fd_dtype kv_dtype;   /* 0 = dtype; FD_DTYPE_E4M3 / E5M2: an fp8 cache */
+  fd_kv_scale kv_scale; /* fp8 scales (default tensor with an fp8 cache) */
+  int kv_scale_set;    /* --kv-scale given */
   int batch;
   int q_len;
   int num_heads_q;
@@ -56,6 +59,8 @@ typedef struct problem_tensors {
   float *lse;           /* [batch][num_heads_q][q_len] */
   int32_t *kv_len;      /* [batch] */
   int32_t *block_table; /* [batch][max_pages_per_seq]; paged only */
+  float *k_scale;       /* fp8 scales: [1], [num_heads_kv] or the cache's shape without head_dim */
+  float *v_scale;
   float *sinks;         /* [num_heads_q]; NULL without --sinks */
 } problem_tensors;
 
@@ -64,6 +69,7 @@ typedef struct problem {
   int32_t kv_capacity;  /* the longest kv_len */
   int32_t max_pages_per_seq, num_pages; /* paged only */
   size_t q_bytes, kv_bytes, out_bytes, lse_bytes, kv_len_bytes, table_bytes; /* kv_bytes: each of K, V */
+  size_t scale_bytes;   /* each of k_scale, v_scale (0 without scales) */
   size_t sinks_bytes;   /* 0 without sinks */
   problem_tensors host;
 } problem;
@@ -80,8 +86,9 @@ void problem_free(problem *p);
 /* fd_tensors over a set (host or device) with every stride explicit. */
 fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set);
 
-/* Bytes of K and V a call reads: 2 * sum keys * num_heads_kv * head_dim * sizeof(dtype), keys =
- * kv_len, or with a window the keys some row sees, min(kv_len, window_left + q_len). */
+/* Bytes of K and V a call reads: 2 * sum keys * num_heads_kv * head_dim * sizeof(kv dtype), keys =
+ * kv_len, or with a window the keys some row sees, min(kv_len, window_left + q_len); plus 2 * 4
+ * bytes per (key, kv head) for per-token fp8 scales. */
 double problem_kv_bytes_read(const problem *p);
 
 /* Fills the host out and lse with NaN. */

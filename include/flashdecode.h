@@ -19,6 +19,10 @@
  *     lse   = log(Z)                                      (natural log)
  *     out   = sum_j exp(s_j - lse) * v[b,j,hk,:]
  *
+ *   With an fp8 cache (fd_problem.kv_dtype FD_DTYPE_E4M3 or FD_DTYPE_E5M2),
+ *   k and v above are the dequantized values k_cache * k_scale and
+ *   v_cache * v_scale (see FP8 KV CACHE).
+ *
  *   A row that sees no key (in particular kv_len[b] == 0) gets out = 0 and
  *   lse = -inf (lse = sinks[h] with sinks), never NaN. A sink is one extra
  *   logit per query head that joins the denominator and carries no value
@@ -51,6 +55,37 @@
  *   multiple of C, and the split count is planned for at most
  *   window_left + q_len + C keys, so a windowed call costs what a call over
  *   the window's keys costs whatever kv_len is.
+ *
+ * FP8 KV CACHE
+ *   k_cache and v_cache may hold 8-bit floats (fd_problem.kv_dtype) while q
+ *   and out are fp16 or bf16 (fd_problem.dtype). Formats, from the OCP 8-bit
+ *   Floating Point Specification (OFP8, rev. 1.0, 2023) and "FP8 Formats for
+ *   Deep Learning" (Micikevicius et al., 2022):
+ *     E4M3 (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn): sign, 4 exponent
+ *       bits (bias 7), 3 mantissa bits. No infinities: S.1111.111 is NaN, so
+ *       the largest finite value is 448 (S.1111.110); smallest subnormal 2^-9.
+ *     E5M2 (torch.float8_e5m2, ml_dtypes.float8_e5m2): sign, 5 exponent bits
+ *       (bias 15), 2 mantissa bits, IEEE-like: S.11111.00 is +-inf,
+ *       S.11111.01-11 NaN; largest finite 57344; smallest subnormal 2^-16.
+ *   Every value of both formats is exact in fp16 and in bf16.
+ *   The attention reads k = k_cache * k_scale and v = v_cache * v_scale, the
+ *   scales being float32 values > 0 chosen by fd_problem.kv_scale:
+ *     FD_KV_SCALE_NONE    1.0 (k_scale and v_scale must be NULL)
+ *     FD_KV_SCALE_TENSOR  k_scale[0], v_scale[0]
+ *     FD_KV_SCALE_HEAD    k_scale[hk], v_scale[hk]: [num_heads_kv]
+ *     FD_KV_SCALE_TOKEN   one per (position, kv head), laid out like the cache
+ *                         without head_dim: contiguous [batch, kv_capacity,
+ *                         num_heads_kv], paged [num_pages, page_size,
+ *                         num_heads_kv] (fd_tensors.scale_strides)
+ *   On CUDA the scales are read from device memory at run time, so a captured
+ *   graph sees the values they hold when it replays. The sums are those of a
+ *   16-bit cache: the CPU backend widens each key block to float32 with its
+ *   scale (k_cache * k_scale rounded once to float32); the CUDA backend widens
+ *   K and V to the q dtype in registers (exact), multiplies on 16-bit tensor
+ *   cores with fp32 accumulation (never fp8 MMA) and applies the scales in
+ *   fp32. The float64 reference computes on the exact dequantized values, so
+ *   a 16-bit cache's accuracy applies. fd_append_kv writes new tokens into a
+ *   cache, quantizing them for fp8.
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -157,7 +192,8 @@ FD_API const char *fd_version(void);
 FD_API int fd_version_number(void);
 
 /* sizeof the public struct named `name` ("fd_problem", "fd_plan",
- * "fd_tensors", "fd_error", "fd_merge_problem") as the library was built, 0 for another name.
+ * "fd_tensors", "fd_error", "fd_merge_problem", "fd_append_tensors") as the
+ * library was built, 0 for another name.
  * Lets bindings (ctypes, other languages) check their mirror of the layout. */
 FD_API size_t fd_struct_size(const char *name);
 
@@ -184,16 +220,20 @@ typedef struct fd_error {
 
 /* ---- Data types and backends -------------------------------------------- */
 
-/* q, k_cache and v_cache share one dtype; out has it too unless
- * fd_problem.out_dtype asks for float32. lse and sinks are always float32.
- * Zero is "not set" and is rejected. */
+/* q, k_cache and v_cache share one dtype unless fd_problem.kv_dtype names an
+ * fp8 cache; out has the dtype too unless fd_problem.out_dtype asks for
+ * float32. lse, sinks and fp8 scales are always float32. Zero is "not set"
+ * and is rejected. */
 typedef enum fd_dtype {
   FD_DTYPE_F32 = 1,  /* IEEE binary32 */
   FD_DTYPE_F16 = 2,  /* IEEE binary16 */
-  FD_DTYPE_BF16 = 3  /* bfloat16 (the top 16 bits of a binary32) */
+  FD_DTYPE_BF16 = 3, /* bfloat16 (the top 16 bits of a binary32) */
+  FD_DTYPE_E4M3 = 4, /* float8 e4m3fn (FP8 KV CACHE above); kv_dtype only */
+  FD_DTYPE_E5M2 = 5  /* float8 e5m2 (FP8 KV CACHE above); kv_dtype only */
 } fd_dtype;
 
-/* Size in bytes of one element of `dtype`, 0 for an invalid value. */
+/* Size in bytes of one element of `dtype` (1 for the fp8 types), 0 for an
+ * invalid value. */
 FD_API size_t fd_dtype_size(fd_dtype dtype);
 
 typedef enum fd_backend {
@@ -212,6 +252,14 @@ FD_API const char *fd_backend_name(fd_backend backend);
  * newer GPUs through the build's PTX) with code for it in this build. 0
  * otherwise. AUTO: 1. */
 FD_API int fd_backend_available(fd_backend backend);
+
+/* Which fp8 scales fd_tensors.k_scale / v_scale hold (FP8 KV CACHE above). */
+typedef enum fd_kv_scale {
+  FD_KV_SCALE_NONE = 0,   /* no scales: 1.0 */
+  FD_KV_SCALE_TENSOR = 1, /* one float per tensor: [1] */
+  FD_KV_SCALE_HEAD = 2,   /* one per kv head: [num_heads_kv] */
+  FD_KV_SCALE_TOKEN = 3   /* one per (position, kv head): the cache's shape without head_dim */
+} fd_kv_scale;
 
 /* ---- Problem and plan ----------------------------------------------------- */
 
@@ -272,6 +320,12 @@ typedef struct fd_problem {
                             later lose nothing to 16-bit rounding) */
   int32_t deterministic; /* 1: batch-invariant results (DETERMINISM below);
                             0 = off (fastest) */
+  /* ---- fp8 KV cache (zero = the cache has dtype) ---- */
+  fd_dtype kv_dtype;     /* element type of k_cache and v_cache: 0 = dtype;
+                            FD_DTYPE_E4M3 or FD_DTYPE_E5M2 with dtype
+                            FD_DTYPE_F16 or FD_DTYPE_BF16 */
+  fd_kv_scale kv_scale;  /* which scales fd_tensors.k_scale / v_scale hold;
+                            only with an fp8 kv_dtype. 0 = none (1.0) */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a
@@ -298,7 +352,8 @@ typedef struct fd_problem {
  * keep it on the stack; no destroy function. Fields are read-only for the
  * caller; those marked (internal) may change between versions. */
 typedef struct fd_plan {
-  fd_problem problem;     /* copy, with defaults resolved (kv_len_hint = NULL) */
+  fd_problem problem;     /* copy, with defaults resolved (kv_len_hint = NULL,
+                             kv_dtype and out_dtype set) */
   fd_backend backend;     /* resolved backend (never AUTO) */
   float softmax_scale;    /* resolved scale */
   int32_t kv_capacity;    /* resolved capacity */
@@ -339,7 +394,11 @@ typedef struct fd_plan {
  *       non-causal mode; out_dtype not 0 or an fd_dtype, or a 16-bit
  *       out_dtype other than dtype; deterministic not 0 or 1, with num_splits
  *       set, or with a kv_capacity (windowed: window_left + q_len + 63)
- *       above FD_DETERMINISTIC_MAX_KEYS.
+ *       above FD_DETERMINISTIC_MAX_KEYS; dtype or out_dtype an fp8 type
+ *       (they are cache types: set kv_dtype); kv_dtype not 0, dtype,
+ *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
+ *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
+ *       kv_dtype.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 80, 96, 128 or 256, a device below compute
  *       capability 8.0 (the message names its compute capability), one this
@@ -359,11 +418,11 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *
  *   q        [batch, q_len, num_heads_q, head_dim]      dtype   strides {batch, token, head}
  *   k_cache, v_cache, contiguous (page_size == 0):
- *            [batch, kv_capacity, num_heads_kv, head_dim] dtype strides {batch, position, head}
+ *            [batch, kv_capacity, num_heads_kv, head_dim] kv_dtype strides {batch, position, head}
  *            (a [batch, num_heads_kv, kv_capacity, head_dim] buffer works
  *            too: pass its strides in this order)
  *   k_cache, v_cache, paged (page_size > 0):
- *            [num_pages, page_size, num_heads_kv, head_dim] dtype strides {page, position, head}
+ *            [num_pages, page_size, num_heads_kv, head_dim] kv_dtype strides {page, position, head}
  *   block_table [batch, max_pages_per_seq] int32, row stride block_table_stride
  *            (0 = max_pages_per_seq); key j of sequence b lives in page
  *            block_table[b][j / page_size] at position j % page_size. Paged only.
@@ -375,8 +434,15 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *   sinks    [num_heads_q] float32, optional (NULL), contiguous
  *   lse      [batch, num_heads_q, q_len] float32, natural log, optional (NULL)
  *                                                         strides {batch, head, token}
+ *   k_scale, v_scale  float32, by fd_problem.kv_scale (FP8 KV CACHE):
+ *            NONE: NULL; TENSOR: [1]; HEAD: [num_heads_kv] (contiguous);
+ *            TOKEN: contiguous cache [batch, kv_capacity, num_heads_kv],
+ *            paged [num_pages, page_size, num_heads_kv], both with
+ *            scale_strides {batch or page, position, head} (all zero =
+ *            dense). Device memory on CUDA. Values must be finite and > 0
+ *            where a key is read (positions below kv_len).
  * out and lse must not overlap q, k_cache, v_cache, kv_len, block_table,
- * sinks, the workspace or each other. fd_run checks this from addresses and
+ * sinks, k_scale, v_scale, the workspace or each other. fd_run checks this from addresses and
  * strides alone (no memory is read, so CUDA device pointers are checked the
  * same way): each tensor spans the bytes from its base to its last element,
  * base + (sum over dims of (extent - 1) * stride + head_dim) * element size,
@@ -407,6 +473,11 @@ typedef struct fd_tensors {
                             COMPUTES); NULL = none. A NaN sink gives NaN rows.
                             In cascade decoding give it to one of the merged
                             calls only. */
+  const float *k_scale;  /* fp8 caches: see above; NULL with FD_KV_SCALE_NONE */
+  const float *v_scale;
+  int64_t scale_strides[3]; /* FD_KV_SCALE_TOKEN: {batch or page, position, head}
+                            in floats, shared by k_scale and v_scale; all zero
+                            = dense. Ignored (sign still checked) otherwise */
 } fd_tensors;
 
 /*
@@ -435,15 +506,20 @@ typedef struct fd_tensors {
  *       or v_cache); a zero stride beside nonzero ones on a dimension of
  *       extent > 1; a tensor whose span passes the end of the address space;
  *       out or lse overlapping an input, the workspace or each other (the
- *       message names both); host-side checks of kv_len / block_table (CPU,
- *       reference).
+ *       message names both); k_scale or v_scale NULL while kv_scale is
+ *       set, or given with FD_KV_SCALE_NONE, or not float-aligned;
+ *       host-side checks of kv_len / block_table (CPU, reference) and of the
+ *       scales that will be read (CPU, reference: a scale that is zero,
+ *       negative, NaN or infinite, named with its index).
  *   FD_STATUS_WORKSPACE_TOO_SMALL  workspace_size < plan->workspace_size, or
  *       workspace NULL while plan->workspace_size > 0.
  *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache, out or the workspace
  *       not aligned to 16 bytes, or a stride of q, k, v or out that is not a
  *       multiple of 16 bytes (lse needs only float alignment); batch or
- *       num_heads_kv above 65535. The CPU and reference backends take any
- *       pointer aligned to its element type and any non-negative strides.
+ *       num_heads_kv above 65535; an fp8 cache (this version's CUDA kernels
+ *       read 16-bit and fp32 caches only; the CPU and reference backends
+ *       read fp8). The CPU and reference backends take any pointer aligned
+ *       to its element type and any non-negative strides.
  *   FD_STATUS_OUT_OF_MEMORY  reference backend only: its float64 scratch
  *       (head_dim and the longest kv_len doubles) could not be allocated.
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
@@ -455,7 +531,8 @@ typedef struct fd_tensors {
  * one V column: NaN in that column of out, and lse NaN). A -inf score is a
  * key of weight zero. With a soft-cap, +inf scores are capped (cap). Keys at
  * or beyond kv_len, before a window's first key, and pages no sequence uses
- * are never read, so NaN or Inf there does not matter; a row that does not
+ * are never read, so NaN or Inf there does not matter (fp8 NaN codes and
+ * per-token scales there included); a row that does not
  * see a key another row of the same call sees may still get NaN from a NaN
  * in that key's V (the kernels multiply it by a zero weight).
  *
@@ -464,7 +541,9 @@ typedef struct fd_tensors {
  * CUDA float32 kernel keeps compensated (Kahan) sums; the fp16/bf16 kernel
  * sums P V on tensor cores in float32 with P split into two 16-bit parts.
  * At 4M identical keys the float32 out is within 2e-6 of max|V|
- * (tests/reliability/rel_trust.c). Strides of unused tensors (lse when NULL,
+ * (tests/reliability/rel_trust.c). CUDA does not check fp8 scale values
+ * (they are in device memory): a zero, negative, NaN or infinite scale that
+ * a key needs gives wrong or NaN rows. Strides of unused tensors (lse when NULL,
  * block_table for a contiguous cache) are checked for sign only. Strides
  * under which out or lse alias their own elements (e.g. a head stride smaller
  * than head_dim) are not detected and make the result unspecified.
@@ -481,6 +560,89 @@ FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *wo
  */
 FD_API fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors, void *stream,
                     fd_error *err);
+
+/* ---- Appending to the KV cache ------------------------------------------ */
+
+/*
+ * The tensors of an fd_append_kv call. Strides are in elements, as in
+ * fd_tensors; all-zero strides mean contiguous.
+ *
+ *   k_new, v_new [batch, num_new, num_heads_kv, head_dim]  dtype (the q dtype)
+ *                strides {batch, token, head}
+ *   k_cache, v_cache, kv_len, block_table: as in fd_tensors (written, not
+ *                read, except kv_len and block_table)
+ *   k_scale, v_scale  by kv_scale, as in fd_tensors: TENSOR and HEAD scales
+ *                are read (the scale each token is quantized with); TOKEN
+ *                scales are written, one per new (position, kv head)
+ */
+typedef struct fd_append_tensors {
+  const void *k_new;
+  int64_t k_new_strides[3];
+  const void *v_new;
+  int64_t v_new_strides[3];
+  void *k_cache;
+  int64_t k_strides[3];
+  void *v_cache;
+  int64_t v_strides[3];
+  const int32_t *kv_len;      /* [batch] keys in the cache BEFORE this call */
+  const int32_t *block_table; /* paged: [batch, max_pages_per_seq]; NULL when contiguous */
+  int64_t block_table_stride; /* 0 = max_pages_per_seq */
+  float *k_scale;             /* NONE: NULL; TENSOR/HEAD: read; TOKEN: written */
+  float *v_scale;
+  int64_t scale_strides[3];   /* TOKEN: as fd_tensors.scale_strides */
+} fd_append_tensors;
+
+/*
+ * Writes num_new new tokens of every sequence into the cache: token i of
+ * sequence b (k_new[b][i], v_new[b][i], all kv heads) goes to position
+ * kv_len[b] + i, contiguous or through the block table, for i < num_new.
+ * kv_len holds the lengths BEFORE the append and is not changed: the caller
+ * adds num_new afterwards (the usual order: append, bump kv_len, fd_run; a
+ * speculative verify step appends q_len tokens, then runs with q_len rows).
+ * Only the named positions (and their per-token scales) are written; k_new
+ * and v_new must not overlap the cache or the scales.
+ *
+ * The plan is the one made for fd_run (its backend, dtype, kv_dtype,
+ * kv_scale, batch, num_heads_kv, head_dim, paging and kv_capacity apply; the
+ * q-side fields do not). A 16-bit or fp32 cache (kv_dtype == dtype) gets an
+ * exact copy (NaN included). An fp8 cache gets each value x (widened exactly
+ * to float32) as fp8(x / s), the quotient in float32 rounded to the nearest
+ * fp8 value (ties to even), saturating: values beyond the largest finite
+ * value, +-inf included, become +-448 (E4M3) or +-57344 (E5M2), never inf
+ * or NaN; NaN stays NaN (S.1111.111 E4M3, S.11111.11 E5M2). The scale s:
+ *   NONE: 1; TENSOR: k_scale[0] / v_scale[0]; HEAD: the kv head's;
+ *   TOKEN: computed per new (token, kv head), separately for k and v, as
+ *     amax / max_finite in float32 (amax = largest finite |x| of its
+ *     head_dim values; max_finite 448 or 57344), raised to at least
+ *     FLT_MIN (2^-126), 1 when amax is 0 or no value is finite; written to
+ *     k_scale / v_scale at (b or page, position, head).
+ *
+ * CUDA: enqueued on `stream`; allocates nothing, never synchronises and
+ * reads kv_len / block_table / the scales on the device only, so it can be
+ * captured in a CUDA graph. Device-side, a token whose position is negative
+ * or at or beyond kv_capacity, or whose page id is negative or not below
+ * num_pages (when num_pages is known), is not written (nor its scale);
+ * TENSOR / HEAD scale values are not checked (a zero scale saturates, a NaN
+ * one writes NaN). CPU and reference (the same host code): synchronous
+ * (stream ignored); kv_len, block_table and the scales are checked first,
+ * and on any error nothing is written.
+ *
+ * Returns FD_STATUS_OK (num_new == 0: nothing to do), or:
+ *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
+ *       fd_plan_init; num_new < 0; a required pointer NULL (k_new, v_new,
+ *       k_cache, v_cache, kv_len; block_table when paged; k_scale and
+ *       v_scale when kv_scale is set) or a scale given with
+ *       FD_KV_SCALE_NONE; a negative stride; k_new, v_new, k_cache or v_cache
+ *       not aligned to its element size. Host-side (CPU, reference): kv_len[b]
+ *       < 0 or kv_len[b] + num_new > kv_capacity; a page id the new tokens
+ *       need outside [0, num_pages) (negative ids always); a TENSOR / HEAD
+ *       scale that is zero, negative, NaN or infinite.
+ *   FD_STATUS_UNSUPPORTED  CUDA: batch * num_new * num_heads_kv above 2^31 - 1;
+ *       CUDA not built in.
+ *   FD_STATUS_BACKEND_ERROR  the CUDA launch failed.
+ */
+FD_API fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors,
+                              int32_t num_new, void *stream, fd_error *err);
 
 /* ---- Merging attention states ------------------------------------------ */
 

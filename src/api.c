@@ -19,6 +19,7 @@ size_t fd_struct_size(const char *name) {
   if (!strcmp(name, "fd_tensors")) return sizeof(fd_tensors);
   if (!strcmp(name, "fd_error")) return sizeof(fd_error);
   if (!strcmp(name, "fd_merge_problem")) return sizeof(fd_merge_problem);
+  if (!strcmp(name, "fd_append_tensors")) return sizeof(fd_append_tensors);
   return 0;
 }
 
@@ -27,6 +28,8 @@ size_t fd_dtype_size(fd_dtype dtype) {
     case FD_DTYPE_F32: return 4;
     case FD_DTYPE_F16: return 2;
     case FD_DTYPE_BF16: return 2;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: return 1;
   }
   return 0;
 }
@@ -144,9 +147,9 @@ static fd_status fail_overlap(const span *a, const span *b, fd_error *err) {
 static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const void *workspace,
                                 fd_error *err) {
   const fd_problem *p = &plan->problem;
-  const size_t e = fd_dtype_size(p->dtype);
+  const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
   const int64_t D = p->head_dim;
-  span in[7], out, lse;
+  span in[9], out, lse;
   int n_in = 0;
   fd_status st;
   const int64_t q3[3] = {p->batch, p->q_len, p->num_heads_q};
@@ -155,9 +158,19 @@ static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const 
   const int64_t blocks = p->page_size > 0 ? (p->num_pages > 0 ? p->num_pages : 1) : p->batch;
   const int64_t kv3[3] = {blocks, p->page_size > 0 ? p->page_size : plan->kv_capacity,
                           p->num_heads_kv};
-  if ((st = make_span(&in[n_in++], t->k_cache, kv3, t->k_strides, D, e, "k_cache", err))) return st;
-  if ((st = make_span(&in[n_in++], t->v_cache, kv3, t->v_strides, D, e, "v_cache", err))) return st;
+  if ((st = make_span(&in[n_in++], t->k_cache, kv3, t->k_strides, D, ekv, "k_cache", err))) return st;
+  if ((st = make_span(&in[n_in++], t->v_cache, kv3, t->v_strides, D, ekv, "v_cache", err))) return st;
   const int64_t one[3] = {1, 1, 1}, none[3] = {0, 0, 0};
+  if (p->kv_scale != FD_KV_SCALE_NONE) { /* fp8 scales: [1], [num_heads_kv], or per token */
+    const int tok = p->kv_scale == FD_KV_SCALE_TOKEN;
+    const int64_t count = tok ? 1 : p->kv_scale == FD_KV_SCALE_HEAD ? p->num_heads_kv : 1;
+    const float *sc[2] = {t->k_scale, t->v_scale};
+    const char *names[2] = {"k_scale", "v_scale"};
+    for (int w = 0; w < 2; w++)
+      if ((st = make_span(&in[n_in++], sc[w], tok ? kv3 : one, tok ? t->scale_strides : none, count,
+                          sizeof(float), names[w], err)))
+        return st;
+  }
   if ((st = make_span(&in[n_in++], t->kv_len, one, none, p->batch, sizeof(int32_t), "kv_len", err)))
     return st;
   if (t->block_table) {
@@ -257,6 +270,9 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
     return st;
   if (p->page_size > 0 && t.block_table_stride == 0) t.block_table_stride = p->max_pages_per_seq;
   if (p->page_size == 0) t.block_table = NULL;
+  if ((st = fd_check_scale_args(plan, in->k_scale, in->v_scale, in->scale_strides, t.scale_strides,
+                                err)))
+    return st;
 
   if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
     return fd_fail(err, FD_STATUS_WORKSPACE_TOO_SMALL,
@@ -267,18 +283,20 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   switch (plan->backend) {
     case FD_BACKEND_CPU:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
+      if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
       return fd_cpu_run(plan, &t, workspace, err);
     case FD_BACKEND_REFERENCE:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
+      if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
       return fd_reference_run(plan, &t, err);
     case FD_BACKEND_CUDA: {
-      size_t e = fd_dtype_size(p->dtype);
+      const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
       if (misaligned(t.q, t.q_strides, e, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED, "q: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.k_cache, t.k_strides, e, 16))
+      if (misaligned(t.k_cache, t.k_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "k_cache: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.v_cache, t.v_strides, e, 16))
+      if (misaligned(t.v_cache, t.v_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "v_cache: CUDA needs 16-byte aligned base and strides");
       if (misaligned(t.out, t.out_strides, fd_dtype_size(p->out_dtype), 16))

@@ -60,3 +60,9 @@ fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states_out, const
   (void)p, (void)states_out, (void)states_lse, (void)out, (void)lse, (void)stream;
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
+
+fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
+                         void *stream, fd_error *err) {
+  (void)plan, (void)t, (void)num_new, (void)stream;
+  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "flashdecode.h"
+#include "fp8.h"
 
 static inline float fd_bits_to_f32(uint32_t u) {
   float f;
@@ -84,16 +85,21 @@ static inline float fd_load_elem(const void *base, fd_dtype dtype, int64_t i) {
     case FD_DTYPE_F32: return ((const float *)base)[i];
     case FD_DTYPE_F16: return fd_f16_to_f32(((const uint16_t *)base)[i]);
     case FD_DTYPE_BF16: return fd_bf16_to_f32(((const uint16_t *)base)[i]);
+    case FD_DTYPE_E4M3: return fd_e4m3_to_f32(((const uint8_t *)base)[i]);
+    case FD_DTYPE_E5M2: return fd_e5m2_to_f32(((const uint8_t *)base)[i]);
   }
   return fd_bits_to_f32(0x7fc00000u); /* not a dtype: NaN */
 }
 
-/* Store x as element i of an array of `dtype`, rounded to nearest even. */
+/* Store x as element i of an array of `dtype`, rounded to nearest even (fp8:
+ * saturating to the finite range, fp8.h). */
 static inline void fd_store_elem(void *base, fd_dtype dtype, int64_t i, float x) {
   switch (dtype) {
     case FD_DTYPE_F32: ((float *)base)[i] = x; break;
     case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(x); break;
     case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(x); break;
+    case FD_DTYPE_E4M3: ((uint8_t *)base)[i] = fd_f32_to_e4m3(x); break;
+    case FD_DTYPE_E5M2: ((uint8_t *)base)[i] = fd_f32_to_e5m2(x); break;
   }
 }
 

@@ -1,4 +1,4 @@
-/* errors.c — status names and the messages failing calls write. */
+/* errors.c — status and dtype names, and the messages failing calls write. */
 #include <stdio.h>
 
 #include "internal.h"
@@ -32,4 +32,15 @@ fd_status fd_ok(fd_error *err) {
     err->message[0] = '\0';
   }
   return FD_STATUS_OK;
+}
+
+const char *fd_dtype_name(fd_dtype dtype) {
+  switch (dtype) {
+    case FD_DTYPE_F32: return "FD_DTYPE_F32";
+    case FD_DTYPE_F16: return "FD_DTYPE_F16";
+    case FD_DTYPE_BF16: return "FD_DTYPE_BF16";
+    case FD_DTYPE_E4M3: return "FD_DTYPE_E4M3";
+    case FD_DTYPE_E5M2: return "FD_DTYPE_E5M2";
+  }
+  return "an invalid dtype";
 }

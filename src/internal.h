@@ -28,6 +28,29 @@ fd_status fd_fail(fd_error *err, fd_status status, const char *fmt, ...)
 /* Mark err (if not NULL) as success and return FD_STATUS_OK. */
 fd_status fd_ok(fd_error *err);
 
+/* 1 for the fp8 cache types. */
+static inline int fd_dtype_is_fp8(fd_dtype dtype) {
+  return dtype == FD_DTYPE_E4M3 || dtype == FD_DTYPE_E5M2;
+}
+
+/* The dtype's name in messages ("FD_DTYPE_E4M3"), "an invalid dtype" otherwise. */
+const char *fd_dtype_name(fd_dtype dtype);
+
+/* Index into k_scale / v_scale of position j of sequence b, kv head hk, for
+ * a plan with kv_scale set (t->scale_strides resolved by api.c): 0 (TENSOR),
+ * hk (HEAD), or the per-token slot through the block table (TOKEN). */
+static inline int64_t fd_scale_index(const fd_plan *plan, const int32_t *block_table,
+                                     int64_t block_table_stride, const int64_t strides[3],
+                                     int32_t b, int32_t j, int32_t hk) {
+  const fd_problem *p = &plan->problem;
+  if (p->kv_scale == FD_KV_SCALE_TENSOR) return 0;
+  if (p->kv_scale == FD_KV_SCALE_HEAD) return hk;
+  if (p->page_size == 0) return (int64_t)b * strides[0] + (int64_t)j * strides[1] + (int64_t)hk * strides[2];
+  const int32_t page = block_table[(int64_t)b * block_table_stride + j / p->page_size];
+  return (int64_t)page * strides[0] + (int64_t)(j % p->page_size) * strides[1] +
+         (int64_t)hk * strides[2];
+}
+
 /* Rows of the partial arrays: one per (sequence, query head, query row).
  * Row index = (b * num_heads_q + h) * q_len + t. */
 static inline int64_t fd_num_rows(const fd_plan *plan) {
@@ -39,10 +62,27 @@ static inline int64_t fd_num_rows(const fd_plan *plan) {
  * sequence uses in [0, num_pages) when num_pages > 0). */
 fd_status fd_check_host_lengths(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 
+/* fp8 scales (scales.c): k_scale / v_scale present exactly when the plan's
+ * kv_scale asks for them, float-aligned; scale strides checked for sign and
+ * resolved into `strides` (all zero: dense per-token layout). */
+fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const float *v_scale,
+                              const int64_t strides_in[3], int64_t strides[3], fd_error *err);
+/* CPU and reference: every scale value fd_run will read is finite and > 0
+ * (t has resolved strides and checked kv_len / block_table). */
+fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 /* The fixed split length of a resolved problem (split.h), 0 = derived. */
 static inline int32_t fd_split_len_fixed(const fd_problem *p) {
   return p->deterministic ? FD_DETERMINISTIC_SPLIT_LEN : 0;
 }
+
+/* fd_append_kv after its argument checks (append.c), with explicit strides:
+ * the host code of the CPU and reference backends (cpu/cpu_append.c: checks
+ * kv_len, block_table and TENSOR / HEAD scale values, then writes), and the
+ * CUDA kernel's launch (cuda/append_kernel.cu; stub without CUDA). */
+fd_status fd_host_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
+                         fd_error *err);
+fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
+                         void *stream, fd_error *err);
 
 /* fd_plan.magic of a plan made by fd_plan_init. */
 #define FD_PLAN_MAGIC 0x66645031u

@@ -15,7 +15,8 @@
  * same way). */
 #define FD_MERGE_MAX_BYTES 4503599627370496.0 /* 2^52 */
 
-static int valid_dtype(fd_dtype d) { return fd_dtype_size(d) != 0; }
+/* The states' and the merged out's types: F32, F16, BF16 (fp8 is a cache type only). */
+static int valid_dtype(fd_dtype d) { return fd_dtype_size(d) != 0 && !fd_dtype_is_fp8(d); }
 
 static fd_status check_problem(const fd_merge_problem *p, fd_error *err) {
   if (p->backend < FD_BACKEND_AUTO || p->backend > FD_BACKEND_REFERENCE)

@@ -117,6 +117,28 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
   if (fd_dtype_size(p->dtype) == 0)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "dtype: %d is not FD_DTYPE_F32, FD_DTYPE_F16 or FD_DTYPE_BF16", (int)p->dtype);
+  if (fd_dtype_is_fp8(p->dtype))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "dtype: %s is a cache type; q and out are FD_DTYPE_F16 or FD_DTYPE_BF16 "
+                   "(set kv_dtype for an fp8 cache)", fd_dtype_name(p->dtype));
+  if (p->kv_dtype != 0 && p->kv_dtype != p->dtype) {
+    if (!fd_dtype_is_fp8(p->kv_dtype))
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "kv_dtype: %d, must be 0 (= dtype), dtype (%d), FD_DTYPE_E4M3 or FD_DTYPE_E5M2",
+                     (int)p->kv_dtype, (int)p->dtype);
+    if (p->dtype != FD_DTYPE_F16 && p->dtype != FD_DTYPE_BF16)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "kv_dtype: an fp8 cache (%s) needs dtype FD_DTYPE_F16 or FD_DTYPE_BF16, not %s",
+                     fd_dtype_name(p->kv_dtype), fd_dtype_name(p->dtype));
+  }
+  if (p->kv_scale < FD_KV_SCALE_NONE || p->kv_scale > FD_KV_SCALE_TOKEN)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "kv_scale: %d is not an fd_kv_scale (0 none, 1 tensor, 2 head, 3 token)",
+                   (int)p->kv_scale);
+  if (p->kv_scale != FD_KV_SCALE_NONE && !fd_dtype_is_fp8(p->kv_dtype))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "kv_scale: %d needs an fp8 kv_dtype (FD_DTYPE_E4M3 or FD_DTYPE_E5M2)",
+                   (int)p->kv_scale);
   if (p->batch < 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "batch: %d, must be >= 1", p->batch);
   if (p->non_causal != 0 && p->non_causal != 1)
@@ -154,6 +176,10 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     if (fd_dtype_size(p->out_dtype) == 0)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                      "out_dtype: %d is not 0 (= dtype) or an fd_dtype", (int)p->out_dtype);
+    if (fd_dtype_is_fp8(p->out_dtype))
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "out_dtype: %s is a cache type; out is dtype or FD_DTYPE_F32",
+                     fd_dtype_name(p->out_dtype));
     if (p->out_dtype != FD_DTYPE_F32 && p->out_dtype != p->dtype)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                      "out_dtype: %d, must be 0, dtype (%d) or FD_DTYPE_F32", (int)p->out_dtype,
@@ -228,6 +254,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
   if (!p.has_window || p.window_left < 0) p.window_left = -1;
   p.has_window = p.window_left >= 0;
   if (p.out_dtype == 0) p.out_dtype = p.dtype;
+  if (p.kv_dtype == 0) p.kv_dtype = p.dtype;
   if (p.page_size > 0 && p.kv_capacity == 0) p.kv_capacity = p.max_pages_per_seq * p.page_size;
   if (p.page_size == 0) {
     p.max_pages_per_seq = 0;
@@ -317,7 +344,7 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
     if (backend == FD_BACKEND_CPU)
       slots = cpu_slots(slots, 2.0 * (double)total * p.num_heads_kv * p.head_dim *
-                                   (double)fd_dtype_size(p.dtype));
+                                   (double)fd_dtype_size(p.kv_dtype));
     splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
                          blocks_per_sm, wide_ok);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest

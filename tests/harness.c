@@ -159,6 +159,8 @@ static double out_floor(fd_dtype dtype) {
     case FD_DTYPE_F32: return 1e-5;
     case FD_DTYPE_F16: return 1e-3;
     case FD_DTYPE_BF16: return 8e-3;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* cache types: a case's floor is its q dtype's */
   }
   return 0.0;
 }
@@ -214,6 +216,8 @@ static const char *dtype_tag(fd_dtype dtype) {
     case FD_DTYPE_F32: return "f32";
     case FD_DTYPE_F16: return "f16";
     case FD_DTYPE_BF16: return "bf16";
+    case FD_DTYPE_E4M3: return "e4m3";
+    case FD_DTYPE_E5M2: return "e5m2";
   }
   return "dtype?";
 }
@@ -276,7 +280,13 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->non_causal) n += snprintf(buf + n, size - (size_t)n, "/noncausal");
   if (n < 0 || (size_t)n >= size) return;
-  if (c->out_f32) snprintf(buf + n, size - (size_t)n, "/out32");
+  if (c->out_f32) n += snprintf(buf + n, size - (size_t)n, "/out32");
+  if (n < 0 || (size_t)n >= size) return;
+  if (c->kv_dtype != 0 && c->kv_dtype != c->dtype) {
+    static const char *scale[] = {"", "/stensor", "/shead", "/stoken"};
+    snprintf(buf + n, size - (size_t)n, "/%s%s", dtype_tag(c->kv_dtype),
+             (unsigned)c->kv_scale < 4 ? scale[c->kv_scale] : "/scale?");
+  }
 }
 
 int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo) {
@@ -391,6 +401,8 @@ static float round_to(fd_dtype dtype, float x) {
     case FD_DTYPE_F32: return x;
     case FD_DTYPE_F16: return fd_f16_to_f32(fd_f32_to_f16(x));
     case FD_DTYPE_BF16: return fd_bf16_to_f32(fd_f32_to_bf16(x));
+    case FD_DTYPE_E4M3: return fd_e4m3_to_f32(fd_f32_to_e4m3(x));
+    case FD_DTYPE_E5M2: return fd_e5m2_to_f32(fd_f32_to_e5m2(x));
   }
   return NAN;
 }
@@ -399,9 +411,12 @@ static float round_to(fd_dtype dtype, float x) {
 #define POISON_F32 0x7fc5a5a5u
 #define POISON_F16 0x7e5au
 #define POISON_BF16 0x7fc5u
+#define POISON_FP8 0x7fu /* NaN in E4M3 and E5M2 */
 
 static void poison(void *base, fd_dtype dtype, size_t count) {
-  if (dtype == FD_DTYPE_F32) {
+  if (fd_dtype_size(dtype) == 1) {
+    memset(base, POISON_FP8, count);
+  } else if (dtype == FD_DTYPE_F32) {
     uint32_t *p = base;
     for (size_t i = 0; i < count; i++) p[i] = POISON_F32;
   } else {
@@ -412,6 +427,7 @@ static void poison(void *base, fd_dtype dtype, size_t count) {
 }
 
 static int is_poison(const void *base, fd_dtype dtype, int64_t i) {
+  if (fd_dtype_size(dtype) == 1) return ((const uint8_t *)base)[i] == POISON_FP8;
   if (dtype == FD_DTYPE_F32) return ((const uint32_t *)base)[i] == POISON_F32;
   return ((const uint16_t *)base)[i] == (dtype == FD_DTYPE_F16 ? POISON_F16 : POISON_BF16);
 }
@@ -429,7 +445,10 @@ typedef struct setup {
   size_t esize;
   fd_dtype out_dtype; /* the case's dtype, or FD_DTYPE_F32 with out_f32 */
   size_t out_esize;
-  buf q, k, v, kv_len, bt, out, lse, sinks;
+  fd_dtype kv_dtype;  /* the case's kv_dtype, or its dtype */
+  size_t kv_esize;
+  int64_t scale_strides[3]; /* per-token scales: {batch or page, position, head} */
+  buf q, k, v, kv_len, bt, out, lse, sinks, k_scale, v_scale;
 } setup;
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -440,6 +459,34 @@ static int64_t kv_offset(const setup *s, const int64_t strides[3], int32_t b, in
   const int32_t *bt = (const int32_t *)s->bt.data;
   int32_t page = bt[b * s->bt_stride + j / page_size];
   return s->mis + (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] + hk * strides[2];
+}
+
+/* Index into k_scale / v_scale of position j of sequence b, kv head hk. */
+static int64_t scale_index(const setup *s, int32_t b, int32_t j, int32_t hk) {
+  switch (s->c->kv_scale) {
+    case FD_KV_SCALE_NONE:
+    case FD_KV_SCALE_TENSOR: return 0;
+    case FD_KV_SCALE_HEAD: return hk;
+    case FD_KV_SCALE_TOKEN: break;
+  }
+  const int32_t page_size = s->c->page_size;
+  if (page_size == 0) return b * s->scale_strides[0] + (int64_t)j * s->scale_strides[1] + hk * s->scale_strides[2];
+  const int32_t page = ((const int32_t *)s->bt.data)[b * s->bt_stride + j / page_size];
+  return page * s->scale_strides[0] + (int64_t)(j % page_size) * s->scale_strides[1] + hk * s->scale_strides[2];
+}
+
+/* Key (which 0) or value (1) j of sequence b, kv head hk, as the attention
+ * reads it: the cache's head_dim values times their scale (exact in double). */
+static void kv_values(const setup *s, int which, int32_t b, int32_t j, int32_t hk, double *dst) {
+  const buf *cache = which ? &s->v : &s->k;
+  const int64_t off = kv_offset(s, which ? s->v_strides : s->k_strides, b, j, hk);
+  double scale = 1.0;
+  if (s->c->kv_scale != FD_KV_SCALE_NONE) {
+    const buf *sc = which ? &s->v_scale : &s->k_scale;
+    scale = (double)((const float *)sc->data)[scale_index(s, b, j, hk)];
+  }
+  for (int32_t i = 0; i < s->c->head_dim; i++)
+    dst[i] = fd_load_elem(cache->data, s->kv_dtype, off + i) * scale;
 }
 
 /* Offsets in elements from the buffer's data start (the tensor's base is mis
@@ -489,11 +536,13 @@ static void make_layout(setup *s) {
     memcpy(s->lse_strides, l3, sizeof l3);
     s->bt_stride = s->max_pages;
   } else {
-    /* Pads are multiples of 8 elements: 16-byte multiples for every dtype. */
-    const int64_t Dp = D + 8, Dv = D + 16;
-    int64_t q3[3] = {Hq * (T * Dp + 8) + 16, Dp, T * Dp + 8};            /* [b, h, t, d] */
-    int64_t k3[3] = {Hkv * (rows * Dp + 8) + 8, Dp, rows * Dp + 8};      /* [b, h, pos, d] */
-    int64_t v3[3] = {rows * (Hkv * Dv + 8) + 24, Hkv * Dv + 8, Dv};      /* [b, pos, h, d] */
+    /* Pads are multiples of 8 elements: 16-byte multiples for every 16- and
+     * 32-bit dtype; fp8 caches pad k and v by twice as many (u = 2). */
+    const int64_t Dp = D + 8, Dv = D + 16, u = s->kv_esize == 1 ? 2 : 1;
+    const int64_t Dk = D + 8 * u, Dw = D + 16 * u;
+    int64_t q3[3] = {Hq * (T * Dp + 8) + 16, Dp, T * Dp + 8};                    /* [b, h, t, d] */
+    int64_t k3[3] = {Hkv * (rows * Dk + 8 * u) + 8 * u, Dk, rows * Dk + 8 * u};  /* [b, h, pos, d] */
+    int64_t v3[3] = {rows * (Hkv * Dw + 8 * u) + 24 * u, Hkv * Dw + 8 * u, Dw};  /* [b, pos, h, d] */
     int64_t o3[3] = {T * (Hq * Dv + 8) + 8, Hq * Dv + 8, Dv};            /* [b, t, h, d] */
     int64_t l3[3] = {T * Hq + 3, 1, Hq};                                 /* [b, t, h] */
     memcpy(s->q_strides, q3, sizeof q3);
@@ -514,6 +563,15 @@ static void setup_free(setup *s) {
   buf_free(&s->out);
   buf_free(&s->lse);
   buf_free(&s->sinks);
+  buf_free(&s->k_scale);
+  buf_free(&s->v_scale);
+}
+
+/* An fp8 scale: (1 + 3/4 u) 2^-k, k in 2..6, u uniform in [0, 1): rarely a
+ * power of two, so a backend's float32 product fp8 * scale rounds. */
+static float draw_scale(rng *r) {
+  const double u = rng_uniform(r);
+  return (float)ldexp(1.0 + 0.75 * u, -2 - (int)rng_below(r, 5));
 }
 
 /* Builds every host tensor with random data; returns 0 or -1 (out of memory). */
@@ -523,6 +581,8 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   s->esize = fd_dtype_size(c->dtype);
   s->out_dtype = c->out_f32 ? FD_DTYPE_F32 : c->dtype;
   s->out_esize = fd_dtype_size(s->out_dtype);
+  s->kv_dtype = c->kv_dtype != 0 ? c->kv_dtype : c->dtype;
+  s->kv_esize = fd_dtype_size(s->kv_dtype);
   rng r = {seed};
   const int32_t B = c->batch, T = c->q_len, Hq = c->num_heads_q, Hkv = c->num_heads_kv;
   const int32_t D = c->head_dim, P = c->page_size;
@@ -560,13 +620,25 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->logits_soft_cap = c->logits_soft_cap;
   p->non_causal = c->non_causal;
   p->out_dtype = c->out_f32 ? FD_DTYPE_F32 : (fd_dtype)0;
+  p->kv_dtype = c->kv_dtype;
+  p->kv_scale = c->kv_scale;
 
   const int64_t blocks = P > 0 ? s->num_pages : B;
+  /* per-token scales: [blocks, rows, Hkv], rows padded in the noncontig layout */
+  const int64_t positions = P > 0 ? P : s->kv_capacity, srow = c->layout == FD_LAYOUT_NONCONTIG ? Hkv + 3 : Hkv;
+  s->scale_strides[2] = 1;
+  s->scale_strides[1] = srow;
+  s->scale_strides[0] = positions * srow + (c->layout == FD_LAYOUT_NONCONTIG ? 5 : 0);
+  int64_t scale_elems = 1;
+  if (c->kv_scale == FD_KV_SCALE_HEAD) scale_elems = Hkv;
+  if (c->kv_scale == FD_KV_SCALE_TOKEN) scale_elems = blocks * s->scale_strides[0];
   s->out_elems = s->mis + B * s->out_strides[0];
   s->lse_elems = s->mis + B * s->lse_strides[0];
   if (buf_init(&s->q, (size_t)(s->mis + B * s->q_strides[0]) * s->esize) ||
-      buf_init(&s->k, (size_t)(s->mis + blocks * s->k_strides[0]) * s->esize) ||
-      buf_init(&s->v, (size_t)(s->mis + blocks * s->v_strides[0]) * s->esize) ||
+      buf_init(&s->k, (size_t)(s->mis + blocks * s->k_strides[0]) * s->kv_esize) ||
+      buf_init(&s->v, (size_t)(s->mis + blocks * s->v_strides[0]) * s->kv_esize) ||
+      buf_init(&s->k_scale, (size_t)scale_elems * sizeof(float)) ||
+      buf_init(&s->v_scale, (size_t)scale_elems * sizeof(float)) ||
       buf_init(&s->kv_len, (size_t)B * sizeof(int32_t)) ||
       buf_init(&s->bt, (size_t)(P > 0 ? B * s->bt_stride : 1) * sizeof(int32_t)) ||
       buf_init(&s->out, (size_t)s->out_elems * s->out_esize) ||
@@ -609,15 +681,32 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   /* Every cache element NaN first; then the keys each sequence has. q and k
    * are drawn times input_scale (scores grow with its square). */
   const double x = c->input_scale != 0.0f ? (double)c->input_scale : 1.0;
-  poison(s->k.data, c->dtype, s->k.bytes / s->esize);
-  poison(s->v.data, c->dtype, s->v.bytes / s->esize);
+  poison(s->k.data, s->kv_dtype, s->k.bytes / s->kv_esize);
+  poison(s->v.data, s->kv_dtype, s->v.bytes / s->kv_esize);
   poison(s->q.data, c->dtype, s->q.bytes / s->esize);
+  /* fp8 scales: NaN where nobody may read; TENSOR / HEAD drawn now, TOKEN per key */
+  float *ks = (float *)s->k_scale.data, *vs = (float *)s->v_scale.data;
+  for (int64_t i = 0; i < scale_elems; i++) ks[i] = vs[i] = NAN;
+  if (c->kv_scale == FD_KV_SCALE_TENSOR || c->kv_scale == FD_KV_SCALE_HEAD)
+    for (int64_t i = 0; i < scale_elems; i++) {
+      ks[i] = draw_scale(&r);
+      vs[i] = draw_scale(&r);
+    }
   for (int32_t b = 0; b < B; b++)
     for (int32_t j = 0; j < c->kv_len[b]; j++)
       for (int32_t hk = 0; hk < Hkv; hk++) {
         int64_t ko = kv_offset(s, s->k_strides, b, j, hk), vo = kv_offset(s, s->v_strides, b, j, hk);
-        for (int32_t i = 0; i < D; i++) fd_store_elem(s->k.data, c->dtype, ko + i, (float)(x * rng_normal(&r)));
-        for (int32_t i = 0; i < D; i++) fd_store_elem(s->v.data, c->dtype, vo + i, (float)rng_normal(&r));
+        float kscale = 1.0f, vscale = 1.0f; /* stored = drawn / scale */
+        if (c->kv_scale == FD_KV_SCALE_TOKEN) {
+          const int64_t si = scale_index(s, b, j, hk);
+          ks[si] = draw_scale(&r);
+          vs[si] = draw_scale(&r);
+        }
+        if (c->kv_scale != FD_KV_SCALE_NONE) kscale = ks[scale_index(s, b, j, hk)], vscale = vs[scale_index(s, b, j, hk)];
+        for (int32_t i = 0; i < D; i++)
+          fd_store_elem(s->k.data, s->kv_dtype, ko + i, (float)(x * rng_normal(&r)) / kscale);
+        for (int32_t i = 0; i < D; i++)
+          fd_store_elem(s->v.data, s->kv_dtype, vo + i, (float)rng_normal(&r) / vscale);
       }
   /* q with standard deviation 2: scores of std ~2, a peaked softmax. */
   for (int32_t b = 0; b < B; b++)
@@ -647,8 +736,8 @@ static void poison_before_window(setup *s, int32_t chunk_len) {
     const int32_t w0 = lo / chunk_len * chunk_len;
     for (int32_t j = 0; j < w0; j++)
       for (int32_t hk = 0; hk < c->num_heads_kv; hk++) {
-        poison(s->k.data + (size_t)kv_offset(s, s->k_strides, b, j, hk) * s->esize, c->dtype, (size_t)c->head_dim);
-        poison(s->v.data + (size_t)kv_offset(s, s->v_strides, b, j, hk) * s->esize, c->dtype, (size_t)c->head_dim);
+        poison(s->k.data + (size_t)kv_offset(s, s->k_strides, b, j, hk) * s->kv_esize, s->kv_dtype, (size_t)c->head_dim);
+        poison(s->v.data + (size_t)kv_offset(s, s->v_strides, b, j, hk) * s->kv_esize, s->kv_dtype, (size_t)c->head_dim);
       }
   }
 }
@@ -658,15 +747,21 @@ static void poison_before_window(setup *s, int32_t chunk_len) {
 static fd_tensors make_tensors(const setup *s, int defaults) {
   fd_tensors t;
   memset(&t, 0, sizeof t);
-  const size_t shift = (size_t)s->mis * s->esize;
+  const size_t shift = (size_t)s->mis * s->esize, kv_shift = (size_t)s->mis * s->kv_esize;
   t.q = (char *)buf_ptr(&s->q) + shift;
-  t.k_cache = (char *)buf_ptr(&s->k) + shift;
-  t.v_cache = (char *)buf_ptr(&s->v) + shift;
+  t.k_cache = (char *)buf_ptr(&s->k) + kv_shift;
+  t.v_cache = (char *)buf_ptr(&s->v) + kv_shift;
   t.kv_len = buf_ptr(&s->kv_len);
   t.block_table = s->c->page_size > 0 ? buf_ptr(&s->bt) : NULL;
   t.out = (char *)buf_ptr(&s->out) + (size_t)s->mis * s->out_esize;
   t.lse = s->c->with_lse ? (float *)buf_ptr(&s->lse) + s->mis : NULL;
   t.sinks = s->c->sinks ? (const float *)buf_ptr(&s->sinks) : NULL;
+  if (s->c->kv_scale != FD_KV_SCALE_NONE) {
+    t.k_scale = (const float *)buf_ptr(&s->k_scale);
+    t.v_scale = (const float *)buf_ptr(&s->v_scale);
+  }
+  if (!defaults || (s->c->kv_scale == FD_KV_SCALE_TOKEN && s->c->layout == FD_LAYOUT_NONCONTIG))
+    memcpy(t.scale_strides, s->scale_strides, sizeof t.scale_strides);
   if (!defaults) {
     memcpy(t.q_strides, s->q_strides, sizeof t.q_strides);
     memcpy(t.k_strides, s->k_strides, sizeof t.k_strides);
@@ -681,15 +776,19 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
 /* Host tensors with explicit strides, for the oracle. */
 static fd_tensors host_tensors(const setup *s) {
   fd_tensors t = make_tensors(s, 0);
-  const size_t shift = (size_t)s->mis * s->esize;
+  const size_t shift = (size_t)s->mis * s->esize, kv_shift = (size_t)s->mis * s->kv_esize;
   t.q = s->q.data + shift;
-  t.k_cache = s->k.data + shift;
-  t.v_cache = s->v.data + shift;
+  t.k_cache = s->k.data + kv_shift;
+  t.v_cache = s->v.data + kv_shift;
   t.kv_len = (const int32_t *)s->kv_len.data;
   t.block_table = s->c->page_size > 0 ? (const int32_t *)s->bt.data : NULL;
   t.out = s->out.data + (size_t)s->mis * s->out_esize;
   t.lse = (float *)s->lse.data + s->mis;
   t.sinks = s->c->sinks ? (const float *)s->sinks.data : NULL;
+  if (s->c->kv_scale != FD_KV_SCALE_NONE) {
+    t.k_scale = (const float *)s->k_scale.data;
+    t.v_scale = (const float *)s->v_scale.data;
+  }
   return t;
 }
 
@@ -733,7 +832,7 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
   float *p = malloc(n_max * sizeof *p);
   double *pe = malloc(2 * n_max * sizeof *pe), *e = pe + n_max; /* exact p_j, e_j */
   float qs[256], acc[256], kv[256];
-  double qd[256], od[256], sum[256], sq[256];
+  double qd[256], od[256], sum[256], sq[256], kvd[256];
   if (!p || !pe) {
     free(p);
     free(pe);
@@ -764,13 +863,14 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         float m = -INFINITY;
         double md = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
-          const int64_t ko = kv_offset(s, s->k_strides, b, lo + j, hk);
           float dot = 0.0f;
           double dd = 0.0, t2 = 0.0; /* exact q . k_j and the sum of its squared prefix sums */
+          kv_values(s, 0, b, lo + j, hk, kvd); /* fp8: times its scale */
           for (int32_t i = 0; i < D; i++) {
-            const float kf = fd_load_elem(s->k.data, dt, ko + i);
+            const double kd = kvd[i];
+            const float kf = (float)kd;
             dot += qs[i] * kf;
-            dd += qd[i] * kf;
+            dd += qd[i] * kd;
             t2 += dd * dd;
           }
           p[j] = round_to(dt, dot);
@@ -800,11 +900,11 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         for (int32_t i = 0; i < D; i++) acc[i] = 0.0f, od[i] = 0.0, sum[i] = 0.0, sq[i] = 0.0;
         for (int32_t j = 0; j < n; j++) {
           const float pj = round_to(dt, p[j] / l);
-          const int64_t vo = kv_offset(s, s->v_strides, b, lo + j, hk);
           pe[j] /= ld;
-          for (int32_t i = 0; i < D; i++) kv[i] = (float)fd_load_elem(s->v.data, dt, vo + i);
+          kv_values(s, 1, b, lo + j, hk, kvd);
+          for (int32_t i = 0; i < D; i++) kv[i] = (float)kvd[i];
           for (int32_t i = 0; i < D; i++) acc[i] += pj * kv[i];
-          for (int32_t i = 0; i < D; i++) od[i] += pe[j] * kv[i];
+          for (int32_t i = 0; i < D; i++) od[i] += pe[j] * kvd[i];
         }
         /* float32 out (out_f32) is not rounded to the dtype */
         for (int32_t i = 0; i < D; i++) o[i] = c->out_f32 ? acc[i] : round_to(dt, acc[i]);
@@ -812,10 +912,10 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         exact_lse[row] = md + log(ld);
         /* the bound needs the exact out: a second pass over v */
         for (int32_t j = 0; j < n; j++) {
-          const int64_t vo = kv_offset(s, s->v_strides, b, lo + j, hk);
           const double w = pe[j] * e[j];
+          kv_values(s, 1, b, lo + j, hk, kvd);
           for (int32_t i = 0; i < D; i++) {
-            const double x = w * fabs(fd_load_elem(s->v.data, dt, vo + i) - od[i]);
+            const double x = w * fabs(kvd[i] - od[i]);
             sum[i] += x;
             sq[i] += x * x;
           }
@@ -1210,7 +1310,8 @@ static uint64_t inputs_hash(setup *s) {
   if (s->c->backend == FD_BACKEND_CUDA) {
     /* Compare the device copies: fetch them into the host buffers. */
     if (buf_download(&s->q) || buf_download(&s->k) || buf_download(&s->v) ||
-        buf_download(&s->kv_len) || buf_download(&s->bt) || buf_download(&s->sinks))
+        buf_download(&s->kv_len) || buf_download(&s->bt) || buf_download(&s->sinks) ||
+        buf_download(&s->k_scale) || buf_download(&s->v_scale))
       return 0;
   }
   uint64_t h = buf_hash(&s->q);
@@ -1218,6 +1319,8 @@ static uint64_t inputs_hash(setup *s) {
   h = h * 31 + buf_hash(&s->v);
   h = h * 31 + buf_hash(&s->kv_len);
   h = h * 31 + buf_hash(&s->sinks);
+  h = h * 31 + buf_hash(&s->k_scale);
+  h = h * 31 + buf_hash(&s->v_scale);
   return h * 31 + buf_hash(&s->bt);
 }
 
@@ -1300,7 +1403,8 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   }
 
   if (c->backend == FD_BACKEND_CUDA && (buf_upload(&s.q) || buf_upload(&s.k) || buf_upload(&s.v) ||
-                                        buf_upload(&s.kv_len) || buf_upload(&s.bt) || buf_upload(&s.sinks))) {
+                                        buf_upload(&s.kv_len) || buf_upload(&s.bt) || buf_upload(&s.sinks) ||
+                                        buf_upload(&s.k_scale) || buf_upload(&s.v_scale))) {
     fail_at(&rep, "device copy of the inputs failed");
     goto done;
   }
@@ -1474,7 +1578,8 @@ fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
   }
   if (c->backend == FD_BACKEND_CUDA &&
       (buf_upload(&d->s.q) || buf_upload(&d->s.k) || buf_upload(&d->s.v) || buf_upload(&d->s.kv_len) ||
-       buf_upload(&d->s.bt) || buf_upload(&d->s.sinks) || buf_upload(&d->s.out) || buf_upload(&d->s.lse))) {
+       buf_upload(&d->s.bt) || buf_upload(&d->s.sinks) || buf_upload(&d->s.out) || buf_upload(&d->s.lse) ||
+       buf_upload(&d->s.k_scale) || buf_upload(&d->s.v_scale))) {
     fail_at(&d->rep, "device copy of the inputs failed");
     fd_case_data_free(d);
     return NULL;
@@ -1502,6 +1607,12 @@ static void fill_elem(void *base, fd_dtype dtype, int64_t i, fd_pad_fill fill) {
     poison((char *)base + (size_t)i * fd_dtype_size(dtype), dtype, 1);
     return;
   }
+  if (fd_dtype_size(dtype) == 1) { /* fp8 codes: NaN, +-inf (E5M2) or -NaN (E4M3 has no inf) */
+    const int e5m2 = dtype == FD_DTYPE_E5M2;
+    const uint8_t code[3] = {0x7f, e5m2 ? 0x7c : 0xff, e5m2 ? 0xfc : 0x7f};
+    ((uint8_t *)base)[i] = fill == FD_PAD_NONFINITE ? code[i % 3] : 0;
+    return;
+  }
   float x = 0.0f;
   if (fill == FD_PAD_NONFINITE) x = i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : -INFINITY);
   fd_store_elem(base, dtype, i, x);
@@ -1519,7 +1630,7 @@ int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {
   buf *bufs[2] = {&s->k, &s->v};
   const int64_t *strides[2] = {s->k_strides, s->v_strides};
   for (int which = 0; which < 2; which++) {
-    const int64_t n = (int64_t)(bufs[which]->bytes / s->esize);
+    const int64_t n = (int64_t)(bufs[which]->bytes / s->kv_esize);
     unsigned char *live = calloc((size_t)(n ? n : 1), 1);
     if (!live) return -1;
     for (int32_t b = 0; b < c->batch; b++) {
@@ -1533,7 +1644,7 @@ int fd_case_data_fill_padding(fd_case_data *d, fd_pad_fill fill) {
           memset(live + kv_offset(s, strides[which], b, j, hk), 1, (size_t)c->head_dim);
     }
     for (int64_t i = 0; i < n; i++)
-      if (!live[i]) fill_elem(bufs[which]->data, c->dtype, i, fill);
+      if (!live[i]) fill_elem(bufs[which]->data, s->kv_dtype, i, fill);
     free(live);
     if (c->backend == FD_BACKEND_CUDA && buf_upload(bufs[which])) return -1;
   }

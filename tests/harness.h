@@ -75,6 +75,14 @@ typedef struct fd_case {
                                           rows must be NaN, every other row unaffected); 0 = none */
   int non_causal;                      /* fd_problem.non_causal: q_len up to 128 */
   int out_f32;                         /* fd_problem.out_dtype = FD_DTYPE_F32 (out is float32) */
+  /* fp8 KV cache (fd_problem.kv_dtype / kv_scale; zero = a cache of dtype). K
+   * and V are drawn as usual, divided by their scale and rounded to the fp8
+   * type; scales are (1 + 3/4 u) 2^-k, k in 2..6 (TENSOR: one, HEAD: one a
+   * head, TOKEN: one a (position, head), and the noncontig layout pads the
+   * per-token array's rows). Positions past kv_len hold the fp8 NaN code and
+   * NaN scales. */
+  fd_dtype kv_dtype;
+  fd_kv_scale kv_scale;
   /* Extra checks; they do not change the inputs. */
   int check_splits;      /* also run with num_splits = 1 (or 7 when the case has 1) and compare */
   int check_determinism; /* run twice (different workspace garbage), outputs bitwise equal */
@@ -111,6 +119,8 @@ int fd_run_case_group_with(const char *group, const fd_case *cases, int count, f
 /* The grid of grid_cases.c for `backend` (FD_BACKEND_CPU or FD_BACKEND_CUDA):
  * writes up to `max` cases, returns how many. */
 int fd_grid_cases(fd_backend backend, fd_case *cases, int max);
+/* The fp8 KV-cache cases of fp8_cases.c for `backend`, the same contract. */
+int fd_fp8_grid_cases(fd_backend backend, fd_case *cases, int max);
 
 /* ---- Lower level: one case's tensors, run several ways (tests/reliability) -------- */
 

@@ -755,7 +755,9 @@ static void test_backend_and_dtype_names(void **state) {
   assert_int_equal(fd_dtype_size(FD_DTYPE_F16), 2);
   assert_int_equal(fd_dtype_size(FD_DTYPE_BF16), 2);
   assert_int_equal(fd_dtype_size((fd_dtype)0), 0);
-  assert_int_equal(fd_dtype_size((fd_dtype)4), 0);
+  assert_int_equal(fd_dtype_size(FD_DTYPE_E4M3), 1);
+  assert_int_equal(fd_dtype_size(FD_DTYPE_E5M2), 1);
+  assert_int_equal(fd_dtype_size((fd_dtype)6), 0);
 }
 
 static void test_version(void **state) {

@@ -51,6 +51,8 @@ static double ulp_rel(fd_dtype dtype) {
     case FD_DTYPE_F32: return 0x1.0p-22;
     case FD_DTYPE_F16: return 0x1.0p-10;
     case FD_DTYPE_BF16: return 0x1.0p-7;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* cache types, never combined */
   }
   return 0.0;
 }

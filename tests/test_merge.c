@@ -177,6 +177,8 @@ static const char *dtype_tag(fd_dtype d) {
     case FD_DTYPE_F32: return "f32";
     case FD_DTYPE_F16: return "f16";
     case FD_DTYPE_BF16: return "bf16";
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* cache types, never merged */
   }
   return "dtype0";
 }

@@ -8,13 +8,15 @@ version (and numpy alone).
     plan = flashdecode.DecodePlan(batch=..., num_heads_q=..., ...)    # plan once,
     plan.run(q, k_cache, v_cache, kv_len, out=out)                    # run per layer
     out, lse = flashdecode.merge_states(states_out, states_lse)       # merge partial states
+    flashdecode.append_kv(k_new, v_new, k_cache, v_cache, kv_len)     # new tokens into a cache
 
     import flashdecode.distributed                                    # KV across ranks (torch)
     out = flashdecode.distributed.decode(q, k_shard, v_shard, kv_len_shard, group=group)
 
 Attention variants: sliding window (window_left), logit soft-cap
 (logits_soft_cap), attention sinks (sinks), non-causal rows (non_causal, for
-the shared prefix of cascade decoding) and fp32 out (out_dtype).
+the shared prefix of cascade decoding) and fp32 out (out_dtype). fp8 KV
+caches (e4m3 / e5m2, with k_scale / v_scale per tensor, kv head or token).
 
 Tensors: torch (CPU or CUDA; custom op ``torch.ops.flashdecode.decode`` for
 torch.compile, capturable in CUDA graphs through DecodePlan), numpy on the
@@ -31,6 +33,7 @@ import sys as _sys
 
 from . import _lib
 from ._api import decode
+from ._append import append_kv
 from ._merge import merge_states
 from ._plan import DecodePlan
 from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOfMemoryError,
@@ -43,7 +46,7 @@ MAX_Q_LEN = _lib.FD_MAX_Q_LEN                          # query rows per sequence
 MAX_Q_LEN_NON_CAUSAL = _lib.FD_MAX_Q_LEN_NON_CAUSAL    # ... with non_causal=True
 
 __all__ = [
-    "decode", "DecodePlan", "merge_states", "version", "backend_available", "num_splits_heuristic",
+    "decode", "DecodePlan", "merge_states", "append_kv", "version", "backend_available", "num_splits_heuristic",
     "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
     "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS", "MAX_Q_LEN",
     "MAX_Q_LEN_NON_CAUSAL",

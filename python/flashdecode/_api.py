@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import _arrays, _core
-from ._tensors import FD_DTYPE, check_out_dtype, describe, is_torch_tensor
+from ._tensors import FD_DTYPE, check_out_dtype, describe, is_torch_tensor, resolve_kv_dtype
 
 _torch_ops = None  # flashdecode._torch_ops once loaded
 
@@ -28,7 +28,7 @@ def _ops_for(x):
 
 def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None, num_splits=0,
            return_lse=False, out=None, window_left=-1, logits_soft_cap=0.0, sinks=None,
-           non_causal=False, out_dtype=None):
+           non_causal=False, out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None):
     """Decode-phase attention over a KV cache, by flash decoding (split-KV).
 
     For every sequence ``b``, query row ``t`` and query head ``h``, with
@@ -111,6 +111,23 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         numpy.float32, 'f32'), e.g. for states merged later by
         :func:`merge_states`, which then lose nothing to 16-bit rounding. With
         ``out`` given it must agree with out's dtype.
+    k_scale, v_scale : float or float32 tensor/array, optional
+        fp8 caches only: the attention reads ``k = k_cache * k_scale`` and
+        ``v = v_cache * v_scale``. A float (or shape () / (1,)): one scale per
+        tensor; shape [num_heads_kv]: one per kv head; the cache's shape
+        without head_dim ([batch, kv_capacity, num_heads_kv], or paged
+        [num_pages, page_size, num_heads_kv]): one per (position, kv head).
+        Give both or neither (neither: scale 1). Values must be finite and
+        > 0 (a float is checked here, host arrays by the CPU backend; CUDA
+        device values are not checked). On CUDA pass device tensors for a
+        capturable call (a float becomes a small host-to-device copy).
+    kv_dtype : str or dtype, optional
+        An fp8 cache: k_cache / v_cache of torch.float8_e4m3fn /
+        torch.float8_e5m2 (or ml_dtypes' float8_e4m3fn / float8_e5m2 numpy
+        arrays) need nothing; uint8 arrays holding the codes need
+        ``kv_dtype='e4m3'`` or ``'e5m2'``. q is then float16 or bfloat16; K
+        and V are widened exactly and the sums are those of a 16-bit cache
+        (see :func:`append_kv` for writing an fp8 cache).
 
     Returns
     -------
@@ -184,24 +201,26 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     ...                          logits_soft_cap=50.0)               # doctest: +SKIP
     """
     variants = _core.Variants(window_left, logits_soft_cap, non_causal)
+    fp8 = Fp8Args(kv_dtype, k_scale, v_scale)
     ops = _ops_for(q)
     if ops is not None:
         return ops.decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                          return_lse, out, sinks, variants, out_dtype)
+                          return_lse, out, sinks, variants, out_dtype, fp8)
     if isinstance(q, np.ndarray):
         return _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale,
-                             num_splits, return_lse, out, sinks, variants, out_dtype)
+                             num_splits, return_lse, out, sinks, variants, out_dtype, fp8)
     device = _arrays.foreign_device(q)
     if device is None:
         raise TypeError("q: expected a torch.Tensor or a numpy.ndarray (or an object with "
                         "__dlpack__), got %s" % type(q).__name__)
     conv = [_arrays.from_foreign(x, device) for x in (q, k_cache, v_cache, kv_len, block_table,
-                                                        out, sinks)]
+                                                        out, sinks, k_scale, v_scale)]
     result = decode(*conv[:4], block_table=conv[4], softmax_scale=softmax_scale,
                     num_splits=num_splits, return_lse=return_lse, out=conv[5],
                     window_left=variants.window_left,
                     logits_soft_cap=variants.logits_soft_cap, sinks=conv[6],
-                    non_causal=variants.non_causal, out_dtype=out_dtype)
+                    non_causal=variants.non_causal, out_dtype=out_dtype, k_scale=conv[7],
+                    v_scale=conv[8], kv_dtype=kv_dtype)
     if return_lse:
         res_out, lse = result
         res_out = out if out is not None else _arrays.to_framework_of(res_out, q)
@@ -257,8 +276,60 @@ def as_numpy_sinks(sinks):
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
+class Fp8Args:
+    """decode()'s fp8 arguments: kv_dtype resolved to an fp8 name (or None); the scales
+    as given (floats are checked here: finite and > 0)."""
+
+    __slots__ = ("kv_dtype", "k_scale", "v_scale")
+
+    def __init__(self, kv_dtype=None, k_scale=None, v_scale=None):
+        self.kv_dtype = resolve_kv_dtype(kv_dtype)
+        self.k_scale = check_scale_value(k_scale, "k_scale")
+        self.v_scale = check_scale_value(v_scale, "v_scale")
+
+
+
+def check_scale_value(x, name):
+    """A Python / numpy scalar scale as a float (finite and > 0, float32-representable);
+    arrays and tensors as they are."""
+    if x is None or is_torch_tensor(x) or (isinstance(x, np.ndarray) and x.ndim > 0):
+        return x
+    if isinstance(x, (list, tuple)):
+        return x
+    if isinstance(x, bool):
+        raise TypeError("%s: expected a float or a float32 array, got bool" % name)
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        raise TypeError("%s: expected a float or a float32 array, got %s"
+                        % (name, type(x).__name__)) from None
+    f32_max = float(np.finfo(np.float32).max)
+    if not (np.isfinite(value) and value > 0.0) or value > f32_max or not np.float32(value) > 0.0:
+        raise ValueError("%s: %r, must be finite and > 0 (in float32)" % (name, value))
+    return value
+
+
+def as_numpy_scale(x, name):
+    """A numpy scale: a float -> float32 array (1,); arrays / lists -> float32 (a copy
+    only when another dtype)."""
+    if x is None or is_torch_tensor(x):
+        return x
+    if isinstance(x, float):
+        return np.array([x], dtype=np.float32)
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError("%s: dtype %s, expected float32" % (name, arr.dtype))
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float32)
+    return arr
+
+
+NO_FP8 = Fp8Args()
+
+
 def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                  return_lse, out, sinks=None, variants=_core.PLAIN, out_dtype=None):
+                  return_lse, out, sinks=None, variants=_core.PLAIN, out_dtype=None,
+                  fp8=NO_FP8):
     batch = q.shape[0] if q.ndim >= 1 else None
     kv_len = as_index_array(kv_len, "kv_len", batch)
     if block_table is not None:
@@ -277,5 +348,11 @@ def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_s
                      None if block_table is None else describe(block_table, "block_table"),
                      describe(out, "out"), None if lse is None else describe(lse, "lse"),
                      scale, num_splits, _numpy_workspace, None,
-                     None if sinks is None else describe(sinks, "sinks"), variants)
+                     None if sinks is None else describe(sinks, "sinks"), variants, fp8.kv_dtype,
+                     _describe_opt(as_numpy_scale(fp8.k_scale, "k_scale"), "k_scale"),
+                     _describe_opt(as_numpy_scale(fp8.v_scale, "v_scale"), "v_scale"))
     return (out, lse) if return_lse else out
+
+
+def _describe_opt(x, name):
+    return None if x is None else describe(x, name)

@@ -1,7 +1,8 @@
 """_core.py — plans and runs through the C API, for any array kind.
 
 ``make_plan`` fills an fd_problem and calls fd_plan_init; ``cached_plan``
-memoises it for decode(), which plans every call from the tensors' shapes.
+memoises it for decode(), which plans every call from the tensors' shapes
+(fp8 caches: kv_dtype and the scales' granularity are part of the key).
 ``run_decode`` checks one call's tensors, plans it and calls fd_run; the
 caller supplies the output buffers, a workspace allocator and the stream.
 """
@@ -12,7 +13,7 @@ import math
 import numpy as np
 
 from . import _lib
-from ._tensors import FD_DTYPE, check_call, fill_tensors
+from ._tensors import FD_DTYPE, FD_KV_DTYPE, check_call, fill_tensors
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1  # (shared with _torch_ops)
 
@@ -157,12 +158,13 @@ PLAIN = Variants()
 def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv, head_dim,
               kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
               num_threads=0, kv_len_hint=None, window_left=-1, logits_soft_cap=0.0,
-              non_causal=False, out_dtype=0):
+              non_causal=False, out_dtype=0, kv_dtype=0, kv_scale=0):
     """Call fd_plan_init; returns an FdPlan or raises the C library's error.
 
     softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
     sequence of ints or None; window_left -1 = no window (else has_window = 1);
-    logits_soft_cap 0.0 = off; out_dtype an FD_DTYPE_* (0 = dtype).
+    logits_soft_cap 0.0 = off; out_dtype an FD_DTYPE_* (0 = dtype); kv_dtype 0 (the
+    cache has dtype) or FD_DTYPE_E4M3 / E5M2, kv_scale an FD_KV_SCALE_*.
     """
     p = _lib.FdProblem()
     p.backend = backend
@@ -173,6 +175,8 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     p.logits_soft_cap = logits_soft_cap  # (negative, NaN, inf: the C library names it)
     p.non_causal = 1 if non_causal else 0
     p.out_dtype = out_dtype
+    p.kv_dtype = kv_dtype
+    p.kv_scale = kv_scale
     for name, value in (("batch", batch), ("q_len", q_len), ("num_heads_q", num_heads_q),
                         ("num_heads_kv", num_heads_kv), ("head_dim", head_dim),
                         ("kv_capacity", kv_capacity), ("page_size", page_size),
@@ -234,7 +238,8 @@ def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN):
            ("num_splits", num_splits), ("softmax_scale", softmax_scale),
            ("hint_max", hint_max), ("window_left", variants.window_left),
            ("logits_soft_cap", variants.logits_soft_cap), ("non_causal", variants.non_causal),
-           ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0))
+           ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0),
+           ("kv_dtype", FD_KV_DTYPE.get(g.kv_dtype, 0)), ("kv_scale", g.kv_scale))
     return cached_plan(key)
 
 
@@ -247,7 +252,8 @@ def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):
 
 
 def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits,
-               alloc_workspace, stream, sinks=None, variants=PLAIN):
+               alloc_workspace, stream, sinks=None, variants=PLAIN, kv_dtype=None, k_scale=None,
+               v_scale=None):
     """One decode() call on TensorInfos: check, plan, run.
 
     out must be given (lse and sinks may be None); its dtype (q's or float32)
@@ -257,9 +263,9 @@ def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits
     memory safe for work queued on the current stream). ``stream`` is a
     cudaStream_t as an int, or None.
     """
-    g = check_call(q, k, v, kv_len, block_table, out, lse, sinks)
+    g = check_call(q, k, v, kv_len, block_table, out, lse, sinks, kv_dtype, k_scale, v_scale)
     plan = plan_for_call(g, kv_len, softmax_scale, _int32("num_splits", num_splits), variants)
-    tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks)
+    tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
     buf, addr = (None, None)
     if plan.workspace_size:
         buf, addr = alloc_workspace(plan.workspace_size)

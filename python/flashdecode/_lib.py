@@ -1,7 +1,7 @@
 """_lib.py — loads libflashdecode with ctypes and mirrors its C API.
 
 Mirrors ``include/flashdecode.h`` field for field: the structs fd_problem,
-fd_plan, fd_tensors, fd_error and fd_merge_problem, the enums, and the
+fd_plan, fd_tensors, fd_error, fd_merge_problem and fd_append_tensors, the enums, and the
 prototypes of the exported functions. At import it checks that the mirror agrees with the
 loaded library (struct sizes against the LP64 layout computed from the
 header, and a plan made by the library read back through the mirror), so a
@@ -19,7 +19,9 @@ import os
 __all__ = [
     "FD_STATUS_OK", "FD_STATUS_INVALID_ARGUMENT", "FD_STATUS_UNSUPPORTED",
     "FD_STATUS_WORKSPACE_TOO_SMALL", "FD_STATUS_OUT_OF_MEMORY", "FD_STATUS_BACKEND_ERROR",
-    "FD_DTYPE_F32", "FD_DTYPE_F16", "FD_DTYPE_BF16",
+    "FD_DTYPE_F32", "FD_DTYPE_F16", "FD_DTYPE_BF16", "FD_DTYPE_E4M3", "FD_DTYPE_E5M2",
+    "FD_KV_SCALE_NONE", "FD_KV_SCALE_TENSOR", "FD_KV_SCALE_HEAD", "FD_KV_SCALE_TOKEN",
+    "FdAppendTensors",
     "FD_BACKEND_AUTO", "FD_BACKEND_CPU", "FD_BACKEND_CUDA", "FD_BACKEND_REFERENCE",
     "FD_MAX_SPLITS", "FD_MAX_Q_LEN", "FD_MAX_Q_LEN_NON_CAUSAL", "FD_MAX_MERGE_STATES",
     "FdProblem", "FdPlan", "FdTensors", "FdError", "FdMergeProblem", "lib", "library_path",
@@ -43,6 +45,14 @@ FD_STATUS_BACKEND_ERROR = 5
 FD_DTYPE_F32 = 1
 FD_DTYPE_F16 = 2
 FD_DTYPE_BF16 = 3
+FD_DTYPE_E4M3 = 4  # float8 e4m3fn: kv_dtype only
+FD_DTYPE_E5M2 = 5  # float8 e5m2: kv_dtype only
+
+# enum fd_kv_scale
+FD_KV_SCALE_NONE = 0
+FD_KV_SCALE_TENSOR = 1
+FD_KV_SCALE_HEAD = 2
+FD_KV_SCALE_TOKEN = 3
 
 # enum fd_backend
 FD_BACKEND_AUTO = 0
@@ -89,6 +99,9 @@ class FdProblem(ctypes.Structure):
         ("non_causal", ctypes.c_int32),
         ("out_dtype", _c_enum),                # 0 = dtype, or FD_DTYPE_F32
         ("deterministic", ctypes.c_int32),     # 1: batch-invariant results
+        # fp8 KV cache
+        ("kv_dtype", _c_enum),                 # 0 = dtype, or FD_DTYPE_E4M3 / E5M2
+        ("kv_scale", _c_enum),                 # FD_KV_SCALE_*
     ]
 
 
@@ -134,6 +147,30 @@ class FdTensors(ctypes.Structure):
         ("lse", ctypes.c_void_p),               # float32 [batch, num_heads_q, q_len]
         ("lse_strides", _Strides3),
         ("sinks", ctypes.c_void_p),             # float32 [num_heads_q] or NULL
+        ("k_scale", ctypes.c_void_p),           # float32 fp8 scales (by kv_scale) or NULL
+        ("v_scale", ctypes.c_void_p),
+        ("scale_strides", _Strides3),           # per-token scales: {batch or page, pos, head}
+    ]
+
+
+class FdAppendTensors(ctypes.Structure):
+    """Mirror of ``fd_append_tensors``: the tensors of an fd_append_kv call."""
+
+    _fields_ = [
+        ("k_new", ctypes.c_void_p),             # [batch, num_new, num_heads_kv, head_dim]
+        ("k_new_strides", _Strides3),
+        ("v_new", ctypes.c_void_p),
+        ("v_new_strides", _Strides3),
+        ("k_cache", ctypes.c_void_p),
+        ("k_strides", _Strides3),
+        ("v_cache", ctypes.c_void_p),
+        ("v_strides", _Strides3),
+        ("kv_len", ctypes.c_void_p),            # int32 [batch], before the append
+        ("block_table", ctypes.c_void_p),
+        ("block_table_stride", ctypes.c_int64),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("scale_strides", _Strides3),
     ]
 
 
@@ -184,7 +221,7 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
                           "num_splits", "softmax_scale", "num_threads", "device", "sm_count")
 ] + [("kv_len_hint",) + _PTR] + [
     (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
-                          "out_dtype", "deterministic")]
+                          "out_dtype", "deterministic", "kv_dtype", "kv_scale")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -197,7 +234,13 @@ for _n in ("q", "k", "v"):
     _TENSORS_DECL += [({"q": "q"}.get(_n, _n + "_cache"),) + _PTR, (_n + "_strides", 24, 8)]
 _TENSORS_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_stride",) + _I64,
                   ("out",) + _PTR, ("out_strides", 24, 8), ("lse",) + _PTR,
-                  ("lse_strides", 24, 8), ("sinks",) + _PTR]
+                  ("lse_strides", 24, 8), ("sinks",) + _PTR, ("k_scale",) + _PTR,
+                  ("v_scale",) + _PTR, ("scale_strides", 24, 8)]
+_APPEND_DECL = []
+for _n in ("k_new", "v_new", "k_cache", "v_cache"):
+    _APPEND_DECL += [(_n,) + _PTR, ({"k_cache": "k", "v_cache": "v"}.get(_n, _n) + "_strides", 24, 8)]
+_APPEND_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_stride",) + _I64,
+                 ("k_scale",) + _PTR, ("v_scale",) + _PTR, ("scale_strides", 24, 8)]
 _MERGE_PROBLEM_DECL = [(n,) + _I32 for n in ("backend", "dtype", "out_dtype", "num_states",
                                              "batch", "q_len", "num_heads", "head_dim",
                                              "device")]
@@ -210,7 +253,7 @@ def _check_struct_layouts():
         return  # not LP64: the computed layout does not apply; the runtime check remains
     for cls, decl in ((FdProblem, _PROBLEM_DECL), (FdPlan, _PLAN_DECL),
                       (FdTensors, _TENSORS_DECL), (FdError, _ERROR_DECL),
-                      (FdMergeProblem, _MERGE_PROBLEM_DECL)):
+                      (FdMergeProblem, _MERGE_PROBLEM_DECL), (FdAppendTensors, _APPEND_DECL)):
         size, offsets = _c_layout(decl)
         got = {name: getattr(cls, name).offset for name, _ in cls._fields_}
         if ctypes.sizeof(cls) != size or got != offsets:
@@ -273,6 +316,8 @@ def _declare(lib):
         "fd_merge_states": (_c_enum, [P(FdMergeProblem), ctypes.c_void_p, ctypes.c_void_p,
                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                       P(FdError)]),
+        "fd_append_kv": (_c_enum, [P(FdPlan), P(FdAppendTensors), ctypes.c_int32,
+                                   ctypes.c_void_p, P(FdError)]),
     }
     for name, (restype, argtypes) in protos.items():
         try:
@@ -295,7 +340,8 @@ def _check_library():
     struct_size.restype, struct_size.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
     for name, cls in (("fd_problem", FdProblem), ("fd_plan", FdPlan),
                       ("fd_tensors", FdTensors), ("fd_error", FdError),
-                      ("fd_merge_problem", FdMergeProblem)):
+                      ("fd_merge_problem", FdMergeProblem),
+                      ("fd_append_tensors", FdAppendTensors)):
         if struct_size(name.encode()) != ctypes.sizeof(cls):
             raise ImportError("flashdecode: sizeof(%s) is %d in %s, %d in this binding"
                               % (name, struct_size(name.encode()), library_path,
@@ -309,6 +355,7 @@ def _check_library():
     problem.num_splits, problem.num_threads = 2, 3
     problem.has_window, problem.window_left, problem.logits_soft_cap = 1, 100, 30.0
     problem.out_dtype = FD_DTYPE_F32
+    problem.kv_dtype, problem.kv_scale = FD_DTYPE_E4M3, FD_KV_SCALE_TOKEN
     plan, err = FdPlan(), FdError()
     status = lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(problem), ctypes.byref(err))
     p = plan.problem
@@ -323,6 +370,7 @@ def _check_library():
           and not p.kv_len_hint
           and (p.has_window, p.window_left, p.logits_soft_cap) == (1, 100, 30.0)
           and p.non_causal == 0 and p.out_dtype == FD_DTYPE_F32 and p.deterministic == 0
+          and (p.kv_dtype, p.kv_scale) == (FD_DTYPE_E4M3, FD_KV_SCALE_TOKEN)
           and (plan.num_splits == 1 or max(plan.ws_partial_o, plan.ws_partial_ml,
                                            plan.ws_counters) < plan.workspace_size))
     if not ok:

@@ -6,8 +6,8 @@ import threading
 import numpy as np
 
 from . import _arrays, _core, _lib
-from ._tensors import (FD_DTYPE, check_call, check_out_dtype, describe, fill_tensors,
-                       is_torch_tensor)
+from ._tensors import (FD_DTYPE, FD_KV_DTYPE, KV_SCALES, check_call, check_out_dtype, describe,
+                       fill_tensors, is_torch_tensor, kv_scale_code, resolve_kv_dtype)
 
 # ---- the checked-call cache of run() ---------------------------------------------------------
 # run() validates its arguments from their metadata only (type, shape, strides, dtype, device,
@@ -211,6 +211,12 @@ class DecodePlan:
         Every query row sees all kv_len keys; q_len up to 128.
     out_dtype : dtype, optional
         Of out: ``dtype`` (default) or float32 whatever ``dtype`` is.
+    kv_dtype : 'e4m3' or 'e5m2' (or a torch / ml_dtypes float8 dtype), optional
+        An fp8 KV cache (``dtype`` float16 or bfloat16); uint8 caches are read
+        as this type.
+    kv_scale : 'none', 'tensor', 'head' or 'token', optional
+        The granularity of run()'s k_scale / v_scale (fp8 plans; default
+        'none': no scales).
 
     The variant settings belong to the plan; the sinks are a tensor given to
     :meth:`run`.
@@ -260,7 +266,7 @@ class DecodePlan:
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
                  num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
                  num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
-                 non_causal=False, out_dtype=None):
+                 non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None):
         kind, index = _core.parse_device(device)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
@@ -273,6 +279,8 @@ class DecodePlan:
             self._out_dtype = _arrays.dtype_name(out_dtype, "out_dtype")
             check_out_dtype(self._out_dtype, self._dtype, "out_dtype")
         self._variants = _core.Variants(window_left, logits_soft_cap, non_causal)
+        self._kv_dtype = resolve_kv_dtype(kv_dtype)
+        self._kv_scale = kv_scale_code(kv_scale)
         if kv_capacity is None:
             if not page_size:
                 raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
@@ -287,7 +295,8 @@ class DecodePlan:
             kv_len_hint=_hint_list(kv_len_hint), window_left=self._variants.window_left,
             logits_soft_cap=self._variants.logits_soft_cap,
             non_causal=self._variants.non_causal,
-            out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0)
+            out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
+            kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale)
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
@@ -378,6 +387,11 @@ class DecodePlan:
     @property
     def non_causal(self):
         return bool(self._problem.non_causal)
+
+    @property
+    def kv_dtype(self):
+        """The fp8 cache type ('float8_e4m3fn', 'float8_e5m2'), or None (the cache has dtype)."""
+        return self._kv_dtype
 
     @property
     def softmax_scale(self):
@@ -471,7 +485,7 @@ class DecodePlan:
                                  "of k_cache)" % (b, i, int(ids[i]), num_pages))
 
     def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
-            sinks=None):
+            sinks=None, k_scale=None, v_scale=None):
         """Run decode attention with this plan.
 
         Parameters
@@ -490,6 +504,13 @@ class DecodePlan:
             One extra logit per query head (see :func:`flashdecode.decode`).
             run() converts nothing (it allocates nothing): pass float32
             (``decode`` also takes other float dtypes).
+        k_scale, v_scale : fp8 plans (``kv_dtype``), optional
+            As in :func:`flashdecode.decode`, of the plan's ``kv_scale``
+            granularity ('tensor': a float or shape (1,); 'head':
+            [num_heads_kv]; 'token': the cache's shape without head_dim);
+            float32 on the plan's device for a capturable call (a float is
+            copied to the device). fp8 runs check every argument on every
+            call (no signature cache).
 
         Returns
         -------
@@ -521,6 +542,9 @@ class DecodePlan:
             As :func:`flashdecode.decode`, plus tensors that do not match the
             plan (dtype, device, shapes).
         """
+        if self._kv_dtype is not None or k_scale is not None or v_scale is not None:
+            return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks,
+                                       None, (k_scale, v_scale))
         try:
             sig = (_signature(q), _signature(k_cache), _signature(v_cache), _signature(kv_len),
                    None if block_table is None else _signature(block_table),
@@ -576,7 +600,25 @@ class DecodePlan:
             _lib.check(status, err)
         return out
 
-    def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, sig):
+    def _scale_infos(self, q, scales):
+        """TensorInfos of run()'s k_scale / v_scale (floats become float32 arrays on q's
+        device)."""
+        from ._api import as_numpy_scale, check_scale_value
+
+        infos = []
+        for x, name in zip(scales, ("k_scale", "v_scale")):
+            x = check_scale_value(x, name)
+            if x is not None and is_torch_tensor(q):
+                from ._torch_ops import as_scale_tensor
+
+                x = as_scale_tensor(x, name, q)
+            elif x is not None:
+                x = as_numpy_scale(x, name)
+            infos.append((x, None if x is None else describe(x, name)))
+        return infos
+
+    def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, sig,
+                       scales=(None, None)):
         """run() with every check made from scratch; remembers the outcome under ``sig``."""
         foreign = None
         if not _arrays.is_native(q):
@@ -604,9 +646,18 @@ class DecodePlan:
         for arr, name in ((out, "out"), (lse, "lse")):
             if isinstance(arr, np.ndarray) and not arr.flags.writeable:
                 raise ValueError("%s: the array is read-only" % name)
-        g = check_call(qi, ki, vi, li, bi, oi, ei, si)
+        keep = self._scale_infos(q, scales)  # (keeps converted scales alive for the run)
+        ksi, vsi = keep[0][1], keep[1][1]
+        g = check_call(qi, ki, vi, li, bi, oi, ei, si, self._kv_dtype, ksi, vsi)
         self._check_geometry(g, ki, bi, li)
-        tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si)
+        if g.kv_dtype != self._kv_dtype:
+            raise TypeError("k_cache: dtype %s, the plan was made for kv_dtype %s"
+                            % (ki.dtype, self._kv_dtype or self._dtype))
+        if g.kv_scale != self._kv_scale:
+            names = {v: k for k, v in KV_SCALES.items()}
+            raise ValueError("k_scale: %s scales, the plan was made for kv_scale=%r"
+                             % (names[g.kv_scale], names[self._kv_scale]))
+        tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si, ksi, vsi)
         if foreign is None and sig is not None and _NOT_CACHED not in sig:
             self._remember(sig, tensors,
                            (q, k_cache, v_cache, kv_len, block_table, out, lse, sinks),

@@ -20,8 +20,44 @@ from . import _lib
 
 # dtype names used throughout the binding
 F32, F16, BF16, I32 = "float32", "float16", "bfloat16", "int32"
+E4M3, E5M2, U8 = "float8_e4m3fn", "float8_e5m2", "uint8"  # fp8 caches (torch, ml_dtypes names)
 FD_DTYPE = {F32: _lib.FD_DTYPE_F32, F16: _lib.FD_DTYPE_F16, BF16: _lib.FD_DTYPE_BF16}
-_ITEMSIZE = {F32: 4, F16: 2, BF16: 2, I32: 4}
+FD_KV_DTYPE = {E4M3: _lib.FD_DTYPE_E4M3, E5M2: _lib.FD_DTYPE_E5M2}
+KV_SCALES = {"none": _lib.FD_KV_SCALE_NONE, "tensor": _lib.FD_KV_SCALE_TENSOR,
+             "head": _lib.FD_KV_SCALE_HEAD, "token": _lib.FD_KV_SCALE_TOKEN}
+_KV_SCALE_NAMES = {v: k for k, v in KV_SCALES.items()}
+_ITEMSIZE = {F32: 4, F16: 2, BF16: 2, I32: 4, E4M3: 1, E5M2: 1, U8: 1}
+
+_KV_DTYPE_ALIASES = {"e4m3": E4M3, "float8_e4m3fn": E4M3, "torch.float8_e4m3fn": E4M3,
+                     "fp8": E4M3, "e5m2": E5M2, "float8_e5m2": E5M2, "torch.float8_e5m2": E5M2}
+
+
+def resolve_kv_dtype(kv_dtype):
+    """None, or the fp8 name ('float8_e4m3fn', 'float8_e5m2') of kv_dtype: a string
+    ('e4m3', 'e5m2', ...), a torch float8 dtype or an ml_dtypes numpy dtype."""
+    if kv_dtype is None:
+        return None
+    key = kv_dtype if isinstance(kv_dtype, str) else str(kv_dtype)
+    name = _KV_DTYPE_ALIASES.get(key.lower())
+    if name is None and not isinstance(kv_dtype, str):
+        try:
+            name = _KV_DTYPE_ALIASES.get(np.dtype(kv_dtype).name)
+        except TypeError:
+            name = None
+    if name is None:
+        raise TypeError("kv_dtype: %r is not an fp8 type ('e4m3' = float8_e4m3fn, 'e5m2' = "
+                        "float8_e5m2, or their torch / ml_dtypes dtypes)" % (kv_dtype,))
+    return name
+
+
+def kv_scale_code(kv_scale):
+    """FD_KV_SCALE_* of 'none' | 'tensor' | 'head' | 'token' (or None = 'none')."""
+    if kv_scale is None:
+        return _lib.FD_KV_SCALE_NONE
+    code = KV_SCALES.get(str(kv_scale).lower())
+    if code is None:
+        raise ValueError("kv_scale: %r is not 'none', 'tensor', 'head' or 'token'" % (kv_scale,))
+    return code
 
 
 class TensorInfo:
@@ -114,7 +150,7 @@ class Geometry:
 
     __slots__ = ("batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim", "dtype",
                  "out_dtype", "device", "paged", "kv_capacity", "page_size", "num_pages",
-                 "max_pages_per_seq")
+                 "max_pages_per_seq", "kv_dtype", "kv_scale")
 
     def __repr__(self):
         return "Geometry(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -218,9 +254,75 @@ def check_sinks(sinks, num_heads_q, device):
         raise ValueError("sinks: must be contiguous (stride %d)" % sinks.strides[0])
 
 
-def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None):
-    """Validate one call's TensorInfos (out, lse and sinks may be None) and return its
-    Geometry (out_dtype: out's dtype, q's when out is None).
+def _cache_dtype(t, name, q_dtype, kv_dtype):
+    """The fp8 name of a cache's elements (None for a cache of q's dtype): a float8
+    dtype, or uint8 with kv_dtype given."""
+    if t.dtype in FD_KV_DTYPE or (t.dtype == U8 and kv_dtype is not None):
+        fp8 = t.dtype if t.dtype in FD_KV_DTYPE else kv_dtype
+        if kv_dtype is not None and fp8 != kv_dtype:
+            raise TypeError("%s: dtype %s, but kv_dtype is %s" % (name, t.dtype, kv_dtype))
+        if q_dtype not in (F16, BF16):
+            raise TypeError("%s: an fp8 cache (%s) needs q of float16 or bfloat16, not %s"
+                            % (name, fp8, q_dtype))
+        return fp8
+    if kv_dtype is not None:
+        raise TypeError("%s: dtype %s with kv_dtype=%s: expected %s, or uint8 holding its "
+                        "codes" % (name, t.dtype, kv_dtype, kv_dtype))
+    _check_float(t, name, q_dtype)
+    return None
+
+
+def check_scales(k_scale, v_scale, g, cache_shape):
+    """The FD_KV_SCALE_* granularity of k_scale / v_scale (TensorInfos or None): float32
+    of shape () or (1,) (per tensor), (num_heads_kv,) (per kv head) or the cache's shape
+    without head_dim (per token), on q's device; both given or neither; fp8 caches only."""
+    if g.kv_dtype is None:
+        for t, name in ((k_scale, "k_scale"), (v_scale, "v_scale")):
+            if t is not None:
+                raise ValueError("%s: scales apply to an fp8 cache only (k_cache has q's "
+                                 "dtype %s)" % (name, g.dtype))
+        return _lib.FD_KV_SCALE_NONE
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("%s: None, but %s is given (give both scales, or neither)"
+                         % (("k_scale", "v_scale") if k_scale is None else ("v_scale", "k_scale")))
+    if k_scale is None:
+        return _lib.FD_KV_SCALE_NONE
+    token = tuple(int(s) for s in cache_shape[:3])
+    codes = []
+    for t, name in ((k_scale, "k_scale"), (v_scale, "v_scale")):
+        if t.dtype != F32:
+            raise TypeError("%s: dtype %s, expected float32" % (name, t.dtype))
+        _check_device(t, name, g.device)
+        shape = tuple(int(s) for s in t.shape)
+        if len(shape) == 3 and shape == token:
+            if any(s < 0 for s in t.strides):
+                raise ValueError("%s: a negative stride; pass a copy" % name)
+            codes.append(_lib.FD_KV_SCALE_TOKEN)
+        elif len(shape) <= 1 and int(np.prod(shape)) == 1:
+            codes.append(_lib.FD_KV_SCALE_TENSOR)
+        elif shape == (g.num_heads_kv,):
+            if t.strides[0] != 1:
+                raise ValueError("%s: must be contiguous (stride %d)" % (name, t.strides[0]))
+            codes.append(_lib.FD_KV_SCALE_HEAD)
+        else:
+            raise ValueError("%s: shape %s, expected () or (1,) (per tensor), (%d,) (per kv "
+                             "head) or %s (per token: the cache's shape without head_dim)"
+                             % (name, _shape_str(shape), g.num_heads_kv, _shape_str(token)))
+    if codes[0] != codes[1]:
+        raise ValueError("v_scale: per %s, but k_scale is per %s (one granularity for both)"
+                         % (_KV_SCALE_NAMES[codes[1]], _KV_SCALE_NAMES[codes[0]]))
+    if codes[0] == _lib.FD_KV_SCALE_TOKEN and c_strides(k_scale, 3) != c_strides(v_scale, 3):
+        raise ValueError("v_scale: strides %r differ from k_scale's %r (the C API takes one "
+                         "layout for both)" % (tuple(v_scale.strides), tuple(k_scale.strides)))
+    return codes[0]
+
+
+def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None, k_scale=None,
+               v_scale=None):
+    """Validate one call's TensorInfos (out, lse, sinks and the scales may be None) and
+    return its Geometry (out_dtype: out's dtype, q's when out is None; kv_dtype: the fp8
+    name of the cache or None; kv_scale: FD_KV_SCALE_*). ``kv_dtype`` (an fp8 name or
+    None) reads uint8 caches as that fp8 type.
 
     Raises TypeError for a wrong dtype or argument type and ValueError for a
     wrong shape, device or stride.
@@ -237,9 +339,14 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None):
     g.paged = block_table is not None
     layout = ("[num_pages, page_size, num_heads_kv, head_dim]" if g.paged
               else "[batch, kv_capacity, num_heads_kv, head_dim]")
+    g.kv_dtype = None
     for t, name in ((k, "k_cache"), (v, "v_cache")):
         _check_rank(t, name, 4, layout)
-        _check_float(t, name, g.dtype)
+        fp8 = _cache_dtype(t, name, g.dtype, kv_dtype)
+        if name == "k_cache":
+            g.kv_dtype = fp8
+        elif fp8 != g.kv_dtype:
+            raise TypeError("v_cache: dtype %s differs from k_cache's %s" % (v.dtype, k.dtype))
         _check_device(t, name, g.device)
         _check_rows(t, name, output=False)
     if k.shape != v.shape:
@@ -305,12 +412,14 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None):
                                  % (lse.strides[i], i))
     if sinks is not None:
         check_sinks(sinks, g.num_heads_q, g.device)
+    g.kv_scale = check_scales(k_scale, v_scale, g, k.shape)
     return g
 
 
-def fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks=None):
-    """The FdTensors struct of one call (TensorInfos; block_table, lse and sinks may be
-    None)."""
+def fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks=None, k_scale=None,
+                 v_scale=None):
+    """The FdTensors struct of one call (TensorInfos; block_table, lse, sinks and the
+    scales may be None; scales as check_call accepted them)."""
     t = _lib.FdTensors()
     t.q = q.ptr
     t.q_strides[:] = c_strides(q, 3)
@@ -329,4 +438,8 @@ def fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks=None):
         t.lse_strides[:] = c_strides(lse, 3)
     if sinks is not None:
         t.sinks = sinks.ptr
+    if k_scale is not None:
+        t.k_scale, t.v_scale = k_scale.ptr, v_scale.ptr
+        if len(k_scale.shape) == 3:
+            t.scale_strides[:] = c_strides(k_scale, 3)
     return t

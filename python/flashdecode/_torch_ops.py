@@ -6,13 +6,15 @@ implementations, so torch.compile traces decode() without a graph break:
 
   flashdecode::decode(q, k_cache, v_cache, kv_len, block_table?, softmax_scale,
                       num_splits, return_lse, sinks?=None, window_left=-1,
-                      logits_soft_cap=0., non_causal=False, out_dtype?=None) -> (out, lse)
+                      logits_soft_cap=0., non_causal=False, out_dtype?=None,
+                      k_scale?=None, v_scale?=None, kv_dtype?=None) -> (out, lse)
       allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, or
       out_dtype: float32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
       when return_lse is False).
   flashdecode::decode_out(q, k_cache, v_cache, kv_len, block_table?, out, lse?,
                           softmax_scale, num_splits, sinks?=None, window_left=-1,
-                          logits_soft_cap=0., non_causal=False) -> ()
+                          logits_soft_cap=0., non_causal=False, k_scale?=None,
+                          v_scale?=None, kv_dtype?=None) -> ()
       writes the caller's out (q's dtype or float32) and lse; mutates_args =
       (out, lse).
   flashdecode::merge_states(states_out, states_lse, out_dtype?=None) -> (out, lse)
@@ -62,27 +64,32 @@ def alloc_workspace(device):
     return alloc
 
 
-def _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
+def _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale=None,
+           v_scale=None):
     return (describe(q, "q"), describe(k_cache, "k_cache"), describe(v_cache, "v_cache"),
             describe(kv_len, "kv_len"),
             None if block_table is None else describe(block_table, "block_table"),
             None if out is None else describe(out, "out"),
             None if lse is None else describe(lse, "lse"),
-            None if sinks is None else describe(sinks, "sinks"))
+            None if sinks is None else describe(sinks, "sinks"),
+            None if k_scale is None else describe(k_scale, "k_scale"),
+            None if v_scale is None else describe(v_scale, "v_scale"))
 
 
-def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
-    return check_call(*_infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks))
+def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale=None,
+                v_scale=None, kv_dtype=None):
+    infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
+    return check_call(*infos[:8], kv_dtype, infos[8], infos[9])
 
 
 def run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
-                sinks=None, variants=_core.PLAIN):
+                sinks=None, variants=_core.PLAIN, k_scale=None, v_scale=None, kv_dtype=None):
     """decode() on real torch tensors into out (and lse)."""
-    infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks)
+    infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
     # the C library switches to the plan's device itself (and back)
     device = q.device
     _core.run_decode(*infos[:7], softmax_scale, num_splits, alloc_workspace(device),
-                     stream_of(device), infos[7], variants)
+                     stream_of(device), infos[7], variants, kv_dtype, infos[8], infos[9])
 
 
 @torch.library.custom_op("flashdecode::decode", mutates_args=())
@@ -90,21 +97,25 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
               block_table: Optional[Tensor], softmax_scale: float, num_splits: int,
               return_lse: bool, sinks: Optional[Tensor] = None, window_left: int = -1,
               logits_soft_cap: float = 0.0, non_causal: bool = False,
-              out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+              out_dtype: Optional[torch.dtype] = None, k_scale: Optional[Tensor] = None,
+              v_scale: Optional[Tensor] = None,
+              kv_dtype: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse_shape = _lse_shape(q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
                 softmax_scale, num_splits, sinks,
-                _core.Variants(window_left, logits_soft_cap, non_causal))
+                _core.Variants(window_left, logits_soft_cap, non_causal), k_scale, v_scale,
+                kv_dtype)
     return out, lse
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
                  return_lse, sinks=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 out_dtype=None):
-    _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks)
+                 out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks, k_scale, v_scale,
+                kv_dtype)
     if out_dtype is not None:
         check_out_dtype(str(out_dtype).replace("torch.", ""), describe(q, "q").dtype,
                         "out_dtype")
@@ -118,16 +129,19 @@ def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
                   block_table: Optional[Tensor], out: Tensor, lse: Optional[Tensor],
                   softmax_scale: float, num_splits: int, sinks: Optional[Tensor] = None,
                   window_left: int = -1, logits_soft_cap: float = 0.0,
-                  non_causal: bool = False) -> None:
+                  non_causal: bool = False, k_scale: Optional[Tensor] = None,
+                  v_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None) -> None:
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
-                sinks, _core.Variants(window_left, logits_soft_cap, non_causal))
+                sinks, _core.Variants(window_left, logits_soft_cap, non_causal), k_scale,
+                v_scale, kv_dtype)
 
 
 @decode_out_op.register_fake
 def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale,
                      num_splits, sinks=None, window_left=-1, logits_soft_cap=0.0,
-                     non_causal=False):
-    _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks)
+                     non_causal=False, k_scale=None, v_scale=None, kv_dtype=None):
+    _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale,
+                kv_dtype)
 
 
 def _compiling():
@@ -192,8 +206,27 @@ def _as_sinks_tensor(sinks, q):
     return sinks  # (shape and device: check_call names them)
 
 
+def as_scale_tensor(x, name, q):
+    """A scale for q's device: a float -> float32 tensor (1,) there (a host-to-device
+    copy on CUDA); a tensor of another float dtype converted on its device."""
+    if x is None:
+        return None
+    if not isinstance(x, Tensor):
+        if isinstance(x, float):
+            return torch.tensor([x], dtype=torch.float32, device=q.device)
+        from ._api import as_numpy_scale
+
+        return torch.as_tensor(as_numpy_scale(x, name), device=q.device)
+    if x.dtype != torch.float32:
+        if not x.dtype.is_floating_point:
+            raise TypeError("%s: dtype %s, expected float32" % (name,
+                                                                str(x.dtype).replace("torch.", "")))
+        x = x.to(torch.float32)
+    return x
+
+
 def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, return_lse,
-           out, sinks=None, variants=_core.PLAIN, out_dtype=None):
+           out, sinks=None, variants=_core.PLAIN, out_dtype=None, fp8=None):
     """flashdecode.decode for torch tensors (see flashdecode.decode)."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
         if t is not None and not isinstance(t, Tensor):
@@ -209,18 +242,23 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
 
     out_name = resolve_out_dtype(out_dtype, describe(q, "q").dtype, out)
     w, cap, nc = variants.window_left, variants.logits_soft_cap, variants.non_causal
+    ks = vs = kvd = None
+    if fp8 is not None:
+        ks, vs = as_scale_tensor(fp8.k_scale, "k_scale", q), as_scale_tensor(fp8.v_scale,
+                                                                             "v_scale", q)
+        kvd = fp8.kv_dtype
     if out is None:
         out, lse = torch.ops.flashdecode.decode(q, k_cache, v_cache, kv_len, block_table, scale,
                                                 int(num_splits), bool(return_lse), sinks, w,
                                                 cap, nc,
                                                 None if out_name is None
-                                                else getattr(torch, out_name))
+                                                else getattr(torch, out_name), ks, vs, kvd)
         return (out, lse) if return_lse else out
     lse = None
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
-                                     int(num_splits), sinks, w, cap, nc)
+                                     int(num_splits), sinks, w, cap, nc, ks, vs, kvd)
     return (out, lse) if return_lse else out
 
 

@@ -21,6 +21,11 @@
  * small_* steps) take longer key blocks, up to FD_CPU_SMALL_BLOCK, and one
  * softmax call for all heads of a pass.
  *
+ * fp8 caches (kv_dtype E4M3 / E5M2): before each kernel call the driver
+ * widens the head's keys (or values) of the block into a float32 buffer on
+ * the thread's stack, each times its scale (cpu_fp8.c), and runs the float32
+ * kernels on it; the query rows are widened from fp16/bf16 as always.
+ *
  * num_splits == 1: the item writes normalised out and lse. Otherwise it writes
  * its unnormalised partial (O, m, l) into the workspace and fd_cpu_combine
  * (cpu_combine.c) merges them. Every item's arithmetic is sequential and
@@ -45,8 +50,15 @@ typedef struct cpu_call {
   const fd_plan *plan;
   const fd_tensors *t;
   fd_cpu_kernels kernels;
-  size_t elem_size;   /* bytes per element of q, k, v */
+  size_t elem_size;   /* bytes per element of q */
+  size_t kv_elem_size; /* bytes per element of k, v (kv_dtype) */
   size_t out_elem_size; /* bytes per element of out (out_dtype) */
+  fd_dtype kernel_dtype; /* the kernels' K/V dtype: kv_dtype; fp8: BF16 (widened unscaled,
+                            scales folded) without per-token scales, else F32 (widened
+                            times the scales) */
+  const float *fp8_lut; /* fp8 caches: [256] the values of the kv_dtype's codes, else NULL */
+  const uint16_t *fp8_lut16; /* fp8 widened to bf16: [256] the codes' bf16 bits */
+  fd_cpu_isa isa;       /* the instruction set the call runs */
   float *partial_o;   /* [rows][num_splits][head_dim], NULL when num_splits == 1 */
   float *partial_ml;  /* [rows][num_splits][2], NULL when num_splits == 1 */
   int group_rows;     /* query rows of one kv head: group * q_len */
@@ -70,7 +82,7 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
     off = (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] +
           (int64_t)hk * strides[2];
   }
-  return (const char *)cache + off * (int64_t)c->elem_size;
+  return (const char *)cache + off * (int64_t)c->kv_elem_size;
 }
 
 /* The block of head h of a pass: `pass` describes head 0, whose arrays
@@ -90,6 +102,66 @@ static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdif
   blk.key_off = h * k_head;
   blk.value_off = h * v_head;
   return blk;
+}
+
+/* Most floats of one head's widened fp8 key block: c->block * head_dim. */
+#define FD_CPU_WIDE_FLOATS (FD_CPU_KEY_BLOCK * 256)
+
+/* fp8 caches: blk (head_block's, kv head hk) reads head hk's keys (values
+ * with `values`) of the block at keys j0 .. j0 + blk->num_keys - 1 of
+ * sequence b widened to float32 times their scales in wide[], through
+ * wide_rows (padded to 32 entries as the kernel contract asks). */
+static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_t b, int32_t j0,
+                        int hk, float *wide, const void **wide_rows) {
+  const fd_plan *plan = c->plan;
+  const fd_tensors *t = c->t;
+  const int n = blk->num_keys, head_dim = plan->problem.head_dim;
+  const float *scale = values ? t->v_scale : t->k_scale;
+  const int e5m2 = plan->problem.kv_dtype == FD_DTYPE_E5M2;
+  if (c->kernel_dtype == FD_DTYPE_BF16) {
+    /* unscaled bf16 codes; k_scale folds into the score scale here, v_scale
+     * into the output (run_pass) */
+    uint16_t *w16 = (uint16_t *)wide;
+    fd_cpu_widen_fp8_bf16(w16, values ? blk->values : blk->keys,
+                          values ? blk->value_off : blk->key_off, n, head_dim, c->fp8_lut16,
+                          c->isa, e5m2);
+    const int padded = (n + 31) & ~31;
+    for (int j = 0; j < padded; j++) wide_rows[j] = w16 + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
+    if (values) {
+      blk->values = wide_rows;
+      blk->value_off = 0;
+    } else {
+      blk->keys = wide_rows;
+      blk->key_off = 0;
+      if (plan->problem.kv_scale != FD_KV_SCALE_NONE)
+        blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
+    }
+    return;
+  }
+  float s = 1.0f, token[FD_CPU_SMALL_BLOCK];
+  const float *per_token = NULL;
+  switch (plan->problem.kv_scale) {
+    case FD_KV_SCALE_NONE: break;
+    case FD_KV_SCALE_TENSOR: s = scale[0]; break;
+    case FD_KV_SCALE_HEAD: s = scale[hk]; break;
+    case FD_KV_SCALE_TOKEN:
+      for (int j = 0; j < n; j++)
+        token[j] = scale[fd_scale_index(plan, t->block_table, t->block_table_stride,
+                                        t->scale_strides, b, j0 + j, hk)];
+      per_token = token;
+      break;
+  }
+  fd_cpu_widen_fp8(wide, values ? blk->values : blk->keys, values ? blk->value_off : blk->key_off, n,
+                   head_dim, c->fp8_lut, per_token, s, c->isa, e5m2);
+  const int padded = (n + 31) & ~31;
+  for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
+  if (values) {
+    blk->values = wide_rows;
+    blk->value_off = 0;
+  } else {
+    blk->keys = wide_rows;
+    blk->key_off = 0;
+  }
 }
 
 /* Adds a key block's float sums (acc, l, relative to the running max m) into
@@ -140,6 +212,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
+  /* fp8 caches: one head's keys or values of the block, widened */
+  _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
+  const void *wide_rows[FD_CPU_SMALL_BLOCK];
 
   /* Row r sees keys [lower[r], limit[r]) of the split: causal rows up to
    * their position p (keys 0 .. p), from p - window_left with a window;
@@ -191,16 +266,16 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   }
   memset(acc, 0, (size_t)all_rows * head_dim * sizeof *acc);
 
-  const ptrdiff_t k_head = (ptrdiff_t)t->k_strides[2] * (ptrdiff_t)c->elem_size;
-  const ptrdiff_t v_head = (ptrdiff_t)t->v_strides[2] * (ptrdiff_t)c->elem_size;
+  const ptrdiff_t k_head = (ptrdiff_t)t->k_strides[2] * (ptrdiff_t)c->kv_elem_size;
+  const ptrdiff_t v_head = (ptrdiff_t)t->v_strides[2] * (ptrdiff_t)c->kv_elem_size;
   /* contiguous caches: position 0 of head h0, and the bytes between positions */
   const char *k_first = NULL, *v_first = NULL;
   ptrdiff_t k_pos = 0, v_pos = 0;
   if (p->page_size == 0) {
     k_first = kv_row(c, t->k_cache, t->k_strides, b, 0, h0);
     v_first = kv_row(c, t->v_cache, t->v_strides, b, 0, h0);
-    k_pos = (ptrdiff_t)t->k_strides[1] * (ptrdiff_t)c->elem_size;
-    v_pos = (ptrdiff_t)t->v_strides[1] * (ptrdiff_t)c->elem_size;
+    k_pos = (ptrdiff_t)t->k_strides[1] * (ptrdiff_t)c->kv_elem_size;
+    v_pos = (ptrdiff_t)t->v_strides[1] * (ptrdiff_t)c->kv_elem_size;
   }
   int nb; /* keys in this block; j0 + nb never overflows (<= tile_end) */
   for (int32_t j0 = tile_begin; j0 < tile_end; j0 += nb) {
@@ -261,7 +336,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
       for (int i = rows; masked && i < all_rows; i++) first[i] = first[i % rows];
       for (int h = 0; h < heads; h++) {
-        const fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        if (c->fp8_lut) widen_block(c, &blk, 0, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_scores(&blk);
         fd_cpu_adjust_scores(&blk, blk.stride);
       }
@@ -271,7 +347,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       all.keys = all.values = NULL;
       c->kernels.small_softmax(&all);
       for (int h = 0; h < heads; h++) {
-        const fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
       fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
@@ -282,6 +359,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
+        if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
         if (step == 0)
           c->kernels.scores(&blk);
         else
@@ -291,15 +369,22 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
   }
 
-  const int paired = fd_cpu_acc_paired(&c->kernels, p->dtype, head_dim);
+  const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
   float natural[256]; /* [head_dim] one row of acc in column order */
   for (int h = 0; h < heads; h++) {
+    double v_fold = 1.0;
+    if (c->fp8_lut16 && p->kv_scale != FD_KV_SCALE_NONE)
+      v_fold = (double)t->v_scale[p->kv_scale == FD_KV_SCALE_HEAD ? h0 + h : 0];
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
       const int i = h * rows + r;
-      /* the row's sums, rounded once to float (as a partial stores them) */
+      /* the row's sums, rounded once to float (as a partial stores them);
+       * fp8 widened to bf16: times the folded v_scale first */
       float *a = acc + (ptrdiff_t)i * head_dim;
-      for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
+      if (v_fold != 1.0)
+        for (int d = 0; d < head_dim; d++) a[d] = (float)(outer[(ptrdiff_t)i * head_dim + d] * v_fold);
+      else
+        for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
       if (paired) {
         fd_cpu_unpair_row(natural, a, head_dim);
         a = natural;
@@ -396,13 +481,28 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   const fd_problem *p = &plan->problem;
   cpu_call c;
   memset(&c, 0, sizeof c);
-  if (!fd_cpu_kernels_get(isa, p->dtype, &c.kernels))
+  float lut[256];
+  uint16_t lut16[256];
+  c.kernel_dtype = p->kv_dtype;
+  if (fd_dtype_is_fp8(p->kv_dtype)) {
+    fd_cpu_fp8_table(p->kv_dtype, lut);
+    c.fp8_lut = lut;
+    c.kernel_dtype = FD_DTYPE_F32;
+    if (p->kv_scale != FD_KV_SCALE_TOKEN) { /* scales fold: the bf16 kernels */
+      fd_cpu_fp8_table_bf16(lut, lut16);
+      c.fp8_lut16 = lut16;
+      c.kernel_dtype = FD_DTYPE_BF16;
+    }
+  }
+  if (!fd_cpu_kernels_get(isa, c.kernel_dtype, &c.kernels))
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: no kernels for instruction set %d, dtype %d",
-                   (int)isa, (int)p->dtype);
+                   (int)isa, (int)c.kernel_dtype);
   c.plan = plan;
   c.t = t;
+  c.isa = isa;
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
   c.elem_size = fd_dtype_size(p->dtype);
+  c.kv_elem_size = fd_dtype_size(p->kv_dtype);
   c.out_elem_size = fd_dtype_size(p->out_dtype);
   const int32_t num_splits = plan->num_splits;
   if (num_splits > 1) {
@@ -432,13 +532,16 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
     c.block = (FD_CPU_PASS_ROWS * FD_CPU_KEY_BLOCK / (c.heads_per_pass * c.tile_rows)) & ~31;
     if (c.block > FD_CPU_SMALL_BLOCK) c.block = FD_CPU_SMALL_BLOCK;
   }
+  if (c.fp8_lut && (int64_t)c.block * p->head_dim > FD_CPU_WIDE_FLOATS) /* (never: 32 x 256, 256 x 8) */
+    return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: an fp8 block of %d keys x head_dim %d is too large",
+                   c.block, p->head_dim);
 
   const int64_t items = (int64_t)p->batch * p->num_heads_kv * num_splits;
   /* Threads: no more than the items, and about one per 256 KB of K/V, so a
    * tiny call (a small model's decode step) does not pay to wake them all. */
   int64_t kv_bytes = 0;
   for (int32_t b = 0; b < p->batch; b++) kv_bytes += t->kv_len[b];
-  kv_bytes *= 2 * (int64_t)p->num_heads_kv * p->head_dim * (int64_t)c.elem_size;
+  kv_bytes *= 2 * (int64_t)p->num_heads_kv * p->head_dim * (int64_t)c.kv_elem_size;
   int64_t threads = kv_bytes / (256 * 1024) + 1;
   if (threads > items) threads = items;
   if (threads > plan->num_threads) threads = plan->num_threads;

@@ -203,6 +203,24 @@ int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k);
 fd_status fd_cpu_run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace,
                          fd_cpu_isa isa, fd_error *err);
 
+/* fp8 caches (cpu_fp8.c). lut[i] = the value of code i of `dtype` (E4M3 or
+ * E5M2). */
+void fd_cpu_fp8_table(fd_dtype dtype, float lut[256]);
+/* dst [n][head_dim] = lut[code] * (scales ? scales[j] : scale) for the
+ * head_dim codes at (const uint8_t *)rows[j] + off, j < n: one rounding to
+ * float32 per element, the same bits whichever isa (AVX2 + F16C from
+ * FD_CPU_ISA_AVX2 on; e5m2: the codes are E5M2's, else E4M3's). */
+void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
+                      const float *lut, const float *scales, float scale, fd_cpu_isa isa,
+                      int e5m2);
+
+/* lut16[i] = the bf16 bits of lut[i] (exact for fp8 values). */
+void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]);
+/* dst [n][head_dim] = the bf16 bits of the head_dim codes at (const uint8_t
+ * *)rows[j] + off, j < n, unscaled (exact; the same bits whichever isa). */
+void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off, int n,
+                           int head_dim, const uint16_t *lut16, fd_cpu_isa isa, int e5m2);
+
 /* dst[i] = src[i] widened to float32, i < n. src: [n] elements of dtype. */
 static inline void fd_cpu_load_row(float *dst, const void *src, fd_dtype dtype, int n) {
   if (dtype == FD_DTYPE_F32) {

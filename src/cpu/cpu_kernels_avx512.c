@@ -752,6 +752,8 @@ int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k) {
       k->scores = scores_bf16, k->values = values_bf16, k->paired = 1;
       k->small_scores = small_scores_bf16, k->small_values = small_values_bf16;
       return 1;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* fp8 caches: cpu_decode.c widens them to float32 */
   }
 #endif
   (void)dtype;

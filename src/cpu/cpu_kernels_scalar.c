@@ -68,6 +68,8 @@ int fd_cpu_kernels_scalar(fd_dtype dtype, fd_cpu_kernels *k) {
     case FD_DTYPE_F32: k->scores = scores_f32; k->values = values_f32; k->paired = 0; return 1;
     case FD_DTYPE_F16: k->scores = scores_f16; k->values = values_f16; k->paired = 0; return 1;
     case FD_DTYPE_BF16: k->scores = scores_bf16; k->values = values_bf16; k->paired = 0; return 1;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* fp8 caches: cpu_decode.c widens them to float32 */
   }
   return 0;
 }

@@ -294,6 +294,11 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   }
   kp->sinks = t->sinks;
   kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;
+  kp->kv_dtype = (int32_t)pr->kv_dtype;
+  kp->kv_scale = (int32_t)pr->kv_scale;
+  kp->k_scale = t->k_scale;
+  kp->v_scale = t->v_scale;
+  for (int i = 0; i < 3; i++) kp->scale_strides[i] = t->scale_strides[i];
 }
 
 /* The tensor-core configuration a call runs (gpu_select.h): the 4-warp one
@@ -327,6 +332,10 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   if (pr->num_heads_kv > 65535)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "num_heads_kv: %d exceeds the CUDA backend's 65535", pr->num_heads_kv);
+  /* fill_params passes the fp8 fields; the split kernels do not read them yet. */
+  if (pr->kv_dtype != pr->dtype)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "kv_dtype: fp8 caches are not yet supported by the CUDA backend");
 
   fd_device_facts tmp;
   const fd_device_facts *f = device_facts(pr->device, &tmp);

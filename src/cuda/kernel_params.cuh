@@ -50,6 +50,22 @@ typedef struct fd_kernel_params {
                                  cap_out = 0: off */
   const float *sinks;         /* [num_heads_q] natural-log units, or NULL */
   int32_t out_f32;            /* out is float32 (fd_problem.out_dtype), else dtype */
+  /* fp8 KV cache (flashdecode.h, FP8 KV CACHE). kv_dtype == dtype: a 16-bit
+   * or fp32 cache, the fields below unused. Otherwise k_cache / v_cache hold
+   * FD_DTYPE_E4M3 or FD_DTYPE_E5M2 bytes (strides in bytes = elements) and
+   * dtype is F16 or BF16: widen to dtype in registers (exact), 16-bit MMA with
+   * fp32 accumulation; key j of kv head hk is k_fp8 * k_scale[i] and value j
+   * v_fp8 * v_scale[i], i by kv_scale: TENSOR 0, HEAD hk, TOKEN (contiguous)
+   * b * scale_strides[0] + j * scale_strides[1] + hk * scale_strides[2], or
+   * (paged) page * scale_strides[0] + (j % page_size) * scale_strides[1] +
+   * hk * scale_strides[2]. NONE: scale 1, pointers NULL. Scale values are
+   * read on the device at run time (graphs replay new values) and are not
+   * checked: positions at or past kv_len are never read. */
+  int32_t kv_dtype;           /* fd_dtype of k_cache / v_cache */
+  int32_t kv_scale;           /* fd_kv_scale */
+  const float *k_scale;       /* device; NULL with FD_KV_SCALE_NONE */
+  const float *v_scale;
+  int64_t scale_strides[3];   /* TOKEN: {batch or page, position, head}, floats */
   int32_t pdl;                /* host only: launch the tensor-core split kernel and the
                                  combine with programmatic dependent launch (the loaded
                                  code is sm_90+ and waits: gpu_select.h, fd_gpu_pdl_ok) */

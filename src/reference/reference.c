@@ -3,7 +3,8 @@
  *
  * fd_reference_f64 is decode attention written as plainly as possible: one
  * thread, no splits, every product and sum in double, inputs widened exactly
- * (dtype.h). fd_reference_run rounds that result once to the plan's dtype.
+ * (dtype.h; an fp8 cache's values times their scales, also exact).
+ * fd_reference_run rounds that result once to the plan's out dtype.
  * The tests compare every other backend against these two functions.
  */
 #include <math.h>
@@ -30,6 +31,8 @@ static void store_elem(void *base, fd_dtype dtype, int64_t i, double x) {
     case FD_DTYPE_F32: ((float *)base)[i] = (float)x; break;
     case FD_DTYPE_F16: ((uint16_t *)base)[i] = fd_f32_to_f16(round_to_odd(x)); break;
     case FD_DTYPE_BF16: ((uint16_t *)base)[i] = fd_f32_to_bf16(round_to_odd(x)); break;
+    case FD_DTYPE_E4M3:
+    case FD_DTYPE_E5M2: break; /* never an out dtype (plan.c) */
   }
 }
 
@@ -43,6 +46,15 @@ static int64_t kv_offset(const fd_plan *plan, const fd_tensors *t, const int64_t
   int32_t page = t->block_table[(int64_t)b * t->block_table_stride + j / page_size];
   return (int64_t)page * strides[0] + (int64_t)(j % page_size) * strides[1] +
          (int64_t)hk * strides[2];
+}
+
+/* The scale of position j of sequence b, kv head hk, in `scale` (k_scale or
+ * v_scale): 1 without scales. */
+static double kv_scale_at(const fd_plan *plan, const fd_tensors *t, const float *scale, int32_t b,
+                          int32_t j, int32_t hk) {
+  if (plan->problem.kv_scale == FD_KV_SCALE_NONE) return 1.0;
+  return scale[fd_scale_index(plan, t->block_table, t->block_table_stride, t->scale_strides, b, j,
+                              hk)];
 }
 
 fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
@@ -99,9 +111,11 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         double max = sink;
         for (int64_t j = lo; j < hi; j++) {
           const int64_t k_off = kv_offset(plan, t, t->k_strides, b, (int32_t)j, hk);
+          /* an fp8 key is k_fp8 * k_scale: exact in double (4 + 24 bits) */
+          const double ks = kv_scale_at(plan, t, t->k_scale, b, (int32_t)j, hk);
           double dot = 0.0;
           for (int32_t d = 0; d < head_dim; d++)
-            dot += q_row[d] * fd_load_elem(t->k_cache, p->dtype, k_off + d);
+            dot += q_row[d] * (fd_load_elem(t->k_cache, p->kv_dtype, k_off + d) * ks);
           double x = scale * dot;
           if (cap > 0.0) x = cap * tanh(x / cap);
           att[j - lo] = x;
@@ -118,9 +132,10 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         /* weighted sum of the values */
         for (int64_t j = lo; j < hi; j++) {
           const int64_t v_off = kv_offset(plan, t, t->v_strides, b, (int32_t)j, hk);
+          const double vs = kv_scale_at(plan, t, t->v_scale, b, (int32_t)j, hk);
           const double w = att[j - lo] / sum;
           for (int32_t d = 0; d < head_dim; d++)
-            o[d] += w * fd_load_elem(t->v_cache, p->dtype, v_off + d);
+            o[d] += w * (fd_load_elem(t->v_cache, p->kv_dtype, v_off + d) * vs);
         }
         if (lse) *lse = max + log(sum);
         /* a non-finite output (NaN or Inf in a value the row sees) shows in lse too */

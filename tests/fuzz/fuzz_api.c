@@ -238,7 +238,7 @@ static void fuzz_plan(reader *r) {
   if (!fd_status_name((fd_status)raw) || !fd_backend_name((fd_backend)raw))
     fail("a name function returned NULL");
   const size_t sz = fd_dtype_size((fd_dtype)raw);
-  if (sz != 0 && sz != 2 && sz != 4) fail("fd_dtype_size(%d) = %zu", raw, sz);
+  if (sz != 0 && sz != 1 && sz != 2 && sz != 4) fail("fd_dtype_size(%d) = %zu", raw, sz);
   char name[24];
   const size_t len = u8(r) % sizeof name;
   for (size_t i = 0; i < len; i++) name[i] = (char)u8(r);
