@@ -94,9 +94,6 @@ __attribute__((target("avx2,f16c"))) static void widen_row_bf16_avx2(uint16_t *d
   }
 }
 
-static int have_avx2_f16c(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-}
 #endif
 
 void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]) {
@@ -107,7 +104,7 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
                            int head_dim, const uint16_t *lut16, fd_cpu_isa isa, int e5m2) {
   int simd = 0;
 #ifdef FD_FP8_AVX2
-  simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16 && have_avx2_f16c();
+  simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16;  /* the run's isa: AVX2 implies F16C (fd_cpu_isa_detect) */
 #endif
   (void)isa, (void)e5m2;
   for (int j = 0; j < n; j++) {
@@ -129,7 +126,7 @@ void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n,
                       int e5m2) {
   int simd = 0;
 #ifdef FD_FP8_AVX2
-  simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16 && have_avx2_f16c();
+  simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16;  /* the run's isa: AVX2 implies F16C (fd_cpu_isa_detect) */
 #endif
   (void)isa, (void)e5m2;
   for (int j = 0; j < n; j++) {
