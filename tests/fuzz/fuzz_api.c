@@ -45,6 +45,7 @@
 #include "dtype.h"
 #include "flashdecode.h"
 #include "internal.h"
+#include "split.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -457,7 +458,10 @@ static void fuzz_run(reader *r) {
       const uint32_t k = u8(r) % 32;
       int32_t id = (int32_t)(u16(r) % (uint32_t)pool);
       const int64_t b = i / bt_stride, col = i % bt_stride;
-      const int used = !bad_len && col < max_pages && col * P < kv_len[b];
+      /* pages wholly before a window's first (64-key) chunk are neither read nor checked */
+      const int64_t w0 = bad_len ? 0 : fd_window_start(kv_len[b], plan.problem.q_len,
+                                                        plan.problem.window_left, plan.chunk_len);
+      const int used = !bad_len && col < max_pages && col * P < kv_len[b] && (col + 1) * P > w0;
       if (q->num_pages > 0 && k >= 29) {
         id = k == 29 ? -1 : k == 30 ? pool : INT32_MAX;
         if (used) bad_id = 1;
