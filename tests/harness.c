@@ -167,32 +167,29 @@ static double out_floor(fd_dtype dtype) {
 
 static double lse_tol(fd_dtype dtype) { return dtype == FD_DTYPE_F32 ? 1e-5 : 1e-4; }
 
-/* ---- Random numbers (splitmix64) ------------------------------------------- */
+/* ---- Random numbers (splitmix64; harness.h) --------------------------------- */
 
-typedef struct rng {
-  uint64_t state;
-} rng;
+typedef fd_rng rng;
 
-static uint64_t mix64(uint64_t z) {
+uint64_t fd_mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static uint64_t rng_next(rng *r) {
+uint64_t fd_rng_next(fd_rng *r) {
   r->state += 0x9e3779b97f4a7c15ull;
-  return mix64(r->state);
+  return fd_mix64(r->state);
 }
 
-/* Uniform in (0, 1), never 0 or 1. */
-static double rng_uniform(rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * 0x1.0p-53; }
+double fd_rng_uniform(fd_rng *r) { return ((double)(fd_rng_next(r) >> 11) + 0.5) * 0x1.0p-53; }
 
-static double rng_normal(rng *r) {
-  double u1 = rng_uniform(r), u2 = rng_uniform(r);
+double fd_rng_normal(fd_rng *r) {
+  double u1 = fd_rng_uniform(r), u2 = fd_rng_uniform(r);
   return sqrt(-2.0 * log(u1)) * cos(2.0 * PI_D * u2);
 }
 
-static uint64_t rng_below(rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; }
+uint64_t fd_rng_below(fd_rng *r, uint64_t n) { return n ? fd_rng_next(r) % n : 0; }
 
 static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
   const unsigned char *p = data;
@@ -206,7 +203,7 @@ uint64_t fd_test_seed(void) {
   struct timespec ts;
   timespec_get(&ts, TIME_UTC);
   /* Keep it short enough to type: 32 bits of a mixed clock reading. */
-  return mix64((uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec) & 0xffffffffull;
+  return fd_mix64((uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec) & 0xffffffffull;
 }
 
 /* ---- Names ------------------------------------------------------------------- */
@@ -389,7 +386,7 @@ static uint64_t buf_hash(const buf *b) {
       lane[l] = (lane[l] ^ w) * 0x100000001b3ull;
     }
   uint64_t h = fnv1a(p + 8 * i, n - 8 * i, 0xcbf29ce484222325ull);
-  for (int l = 0; l < 4; l++) h = mix64(h ^ lane[l]);
+  for (int l = 0; l < 4; l++) h = fd_mix64(h ^ lane[l]);
   return h;
 }
 
@@ -570,8 +567,8 @@ static void setup_free(setup *s) {
 /* An fp8 scale: (1 + 3/4 u) 2^-k, k in 2..6, u uniform in [0, 1): rarely a
  * power of two, so a backend's float32 product fp8 * scale rounds. */
 static float draw_scale(rng *r) {
-  const double u = rng_uniform(r);
-  return (float)ldexp(1.0 + 0.75 * u, -2 - (int)rng_below(r, 5));
+  const double u = fd_rng_uniform(r);
+  return (float)ldexp(1.0 + 0.75 * u, -2 - (int)fd_rng_below(r, 5));
 }
 
 /* Builds every host tensor with random data; returns 0 or -1 (out of memory). */
@@ -656,7 +653,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
     if (!perm) return -1;
     for (int32_t i = 0; i < s->num_pages; i++) perm[i] = i;
     for (int32_t i = s->num_pages - 1; i > 0; i--) {
-      int32_t j = (int32_t)rng_below(&r, (uint64_t)i + 1);
+      int32_t j = (int32_t)fd_rng_below(&r, (uint64_t)i + 1);
       int32_t tmp = perm[i];
       perm[i] = perm[j];
       perm[j] = tmp;
@@ -669,7 +666,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
         if (col < used)
           id = perm[next++];
         else if (col < s->max_pages)
-          id = perm[used_pages + (int64_t)rng_below(&r, (uint64_t)(s->num_pages - used_pages))];
+          id = perm[used_pages + (int64_t)fd_rng_below(&r, (uint64_t)(s->num_pages - used_pages))];
         else
           id = -12345;
         bt[b * s->bt_stride + col] = id;
@@ -704,9 +701,9 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
         }
         if (c->kv_scale != FD_KV_SCALE_NONE) kscale = ks[scale_index(s, b, j, hk)], vscale = vs[scale_index(s, b, j, hk)];
         for (int32_t i = 0; i < D; i++)
-          fd_store_elem(s->k.data, s->kv_dtype, ko + i, (float)(x * rng_normal(&r)) / kscale);
+          fd_store_elem(s->k.data, s->kv_dtype, ko + i, (float)(x * fd_rng_normal(&r)) / kscale);
         for (int32_t i = 0; i < D; i++)
-          fd_store_elem(s->v.data, s->kv_dtype, vo + i, (float)rng_normal(&r) / vscale);
+          fd_store_elem(s->v.data, s->kv_dtype, vo + i, (float)fd_rng_normal(&r) / vscale);
       }
   /* q with standard deviation 2: scores of std ~2, a peaked softmax. */
   for (int32_t b = 0; b < B; b++)
@@ -714,14 +711,14 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
       for (int32_t h = 0; h < Hq; h++) {
         int64_t qo = q_offset(s, b, t, h);
         for (int32_t i = 0; i < D; i++)
-          fd_store_elem(s->q.data, c->dtype, qo + i, (float)(2.0 * x * rng_normal(&r)));
+          fd_store_elem(s->q.data, c->dtype, qo + i, (float)(2.0 * x * fd_rng_normal(&r)));
       }
   /* Sinks (drawn last: the other tensors are those of the case without
    * sinks): even heads in [-2, 4], odd heads in [4, 12], where a sink
    * outweighs the keys of short rows; a NaN for head nan_sink - 1. */
   float *sinks = (float *)s->sinks.data;
   for (int32_t h = 0; h < Hq; h++)
-    sinks[h] = (float)(h % 2 ? 4.0 + 8.0 * rng_uniform(&r) : -2.0 + 6.0 * rng_uniform(&r));
+    sinks[h] = (float)(h % 2 ? 4.0 + 8.0 * fd_rng_uniform(&r) : -2.0 + 6.0 * fd_rng_uniform(&r));
   if (c->nan_sink > 0 && c->nan_sink <= Hq) sinks[c->nan_sink - 1] = NAN;
   return 0;
 }
@@ -1342,7 +1339,7 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   char name[NAME_MAX_CHARS];
   fd_case_name(c, name, sizeof name);
   report rep = {name, seed, 0, 0};
-  const uint64_t case_seed = mix64(seed ^ fnv1a(name, strlen(name), 0xcbf29ce484222325ull));
+  const uint64_t case_seed = fd_mix64(seed ^ fnv1a(name, strlen(name), 0xcbf29ce484222325ull));
 
   if (c->batch < 1 || c->batch > FD_CASE_MAX_BATCH || c->head_dim < 1 || c->head_dim > 256) {
     fail_at(&rep, "bad case (batch 1..%d, head_dim 1..256)", FD_CASE_MAX_BATCH);
@@ -1548,7 +1545,7 @@ fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
   fd_case_name(&d->c, d->name, sizeof d->name);
   d->rep.name = d->name;
   d->rep.seed = seed;
-  const uint64_t case_seed = mix64(seed ^ fnv1a(d->name, strlen(d->name), 0xcbf29ce484222325ull));
+  const uint64_t case_seed = fd_mix64(seed ^ fnv1a(d->name, strlen(d->name), 0xcbf29ce484222325ull));
   if (c->batch < 1 || c->batch > FD_CASE_MAX_BATCH || c->head_dim < 1 || c->head_dim > 256) {
     fail_at(&d->rep, "bad case (batch 1..%d, head_dim 1..256)", FD_CASE_MAX_BATCH);
     free(d);

@@ -103,6 +103,16 @@ int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo);
  * the clock. Each case derives its own seed from it and its name. */
 uint64_t fd_test_seed(void);
 
+/* The tests' random numbers: splitmix64 (Steele, Lea, Flood 2014). */
+typedef struct fd_rng {
+  uint64_t state;
+} fd_rng;
+uint64_t fd_mix64(uint64_t z);
+uint64_t fd_rng_next(fd_rng *r);
+double fd_rng_uniform(fd_rng *r);          /* in (0, 1), never 0 or 1 */
+double fd_rng_normal(fd_rng *r);           /* standard normal (Box-Muller) */
+uint64_t fd_rng_below(fd_rng *r, uint64_t n); /* in [0, n), 0 for n = 0 */
+
 /* Runs one case with inputs drawn from `seed`; prints every failed check to
  * stderr. Returns the number of failed checks (0 = pass). */
 int fd_case_run(const fd_case *c, uint64_t seed);

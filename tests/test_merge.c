@@ -60,36 +60,14 @@ typedef struct env {
   uint64_t seed;
 } env;
 
-/* ---- Random numbers (splitmix64) --------------------------------------------------- */
+/* ---- Random numbers: the harness's (harness.h) ---------------------------------- */
 
-typedef struct rng {
-  uint64_t state;
-} rng;
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(rng *r) {
-  r->state += 0x9e3779b97f4a7c15ull;
-  return mix64(r->state);
-}
-
-static double rng_uniform(rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * 0x1.0p-53; }
-
-static double rng_normal(rng *r) {
-  double u1 = rng_uniform(r), u2 = rng_uniform(r);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static uint64_t rng_below(rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; }
+typedef fd_rng rng;
 
 static uint64_t name_seed(uint64_t seed, const char *name) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-  return mix64(seed ^ h);
+  return fd_mix64(seed ^ h);
 }
 
 /* ---- Buffers: guard bytes around the payload; a device mirror in GPU runs ---------- */
@@ -419,7 +397,7 @@ static void rcase_name(const env *e, const rcase *rc, char *buf, size_t size) {
 
 static float extreme_lse(rng *r) {
   static const float v[] = {FLT_MAX, -FLT_MAX, 1e30f, -1e30f, 88.7f, -104.0f, 1e4f, -1e4f, 0.0f, 1e4f + 0.5f};
-  return v[rng_below(r, sizeof v / sizeof *v)];
+  return v[fd_rng_below(r, sizeof v / sizeof *v)];
 }
 
 static void fill_random(mdata *m, const rcase *rc, rng *r) {
@@ -430,22 +408,22 @@ static void fill_random(mdata *m, const rcase *rc, rng *r) {
   for (int64_t row = 0; row < rows; row++) {
     const int kind = rc->specials ? (int)(row % 8) : 0;
     const int64_t li = lse_index(c, row);
-    const int64_t odd = (int64_t)rng_below(r, (uint64_t)c->S); /* the state a special row marks */
+    const int64_t odd = (int64_t)fd_rng_below(r, (uint64_t)c->S); /* the state a special row marks */
     for (int64_t s = 0; s < c->S; s++) {
       float x;
       if (kind == 1)
         x = -INFINITY;
       else if (kind == 6)
-        x = rng_uniform(r) < 0.2 ? -INFINITY : extreme_lse(r);
+        x = fd_rng_uniform(r) < 0.2 ? -INFINITY : extreme_lse(r);
       else
-        x = rng_uniform(r) < rc->p_empty ? -INFINITY : (float)(rc->spread * rng_normal(r));
+        x = fd_rng_uniform(r) < rc->p_empty ? -INFINITY : (float)(rc->spread * fd_rng_normal(r));
       if (kind == 3 && s == odd) x = NAN;
       if (kind == 5 && s == odd) x = INFINITY;
       sl[s * rows + li] = x;
       for (int64_t d = 0; d < c->D; d++) {
         const int64_t i = (s * rows + row) * c->D + d;
         /* an empty state's out_s must not be read: NaN there */
-        fd_store_elem(so, c->dtype, i, x == -INFINITY ? NAN : (float)rng_normal(r));
+        fd_store_elem(so, c->dtype, i, x == -INFINITY ? NAN : (float)fd_rng_normal(r));
       }
     }
   }
@@ -610,10 +588,10 @@ static void consistency(const env *e, fd_dtype dtype, const char *name) {
                 *v = malloc((size_t)kv_elems * es), *full = malloc((size_t)rows * CD * es);
   float *full_lse = malloc((size_t)rows * sizeof(float));
   assert_true(q && k && v && full && full_lse);
-  for (int64_t i = 0; i < rows * CD; i++) fd_store_elem(q, dtype, i, (float)rng_normal(&r));
+  for (int64_t i = 0; i < rows * CD; i++) fd_store_elem(q, dtype, i, (float)fd_rng_normal(&r));
   for (int64_t i = 0; i < kv_elems; i++) {
-    fd_store_elem(k, dtype, i, (float)rng_normal(&r));
-    fd_store_elem(v, dtype, i, (float)rng_normal(&r));
+    fd_store_elem(k, dtype, i, (float)fd_rng_normal(&r));
+    fd_store_elem(v, dtype, i, (float)fd_rng_normal(&r));
   }
 
   /* The states: fd_run (CPU) over each key range, written straight into the merge's inputs. */

@@ -24,12 +24,12 @@
 
 #include "rel.h"
 
-/* splitmix64: this group's inputs (seeded from the run's seed). */
+/* This group's inputs: the harness's splitmix64, seeded from the run's seed. */
 static uint64_t next64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  fd_rng r = {*s};
+  const uint64_t x = fd_rng_next(&r);
+  *s = r.state;
+  return x;
 }
 static double uniform(uint64_t *s) { return (double)(next64(s) >> 11) * 0x1p-53 * 2.0 - 1.0; }
 
