@@ -146,22 +146,8 @@ static cudaError_t fd_combine_launch_instance(const fd_kernel_params *p, cudaStr
   const int64_t rows = (int64_t)p->batch * p->num_heads_q * p->q_len;
   const int64_t blocks = (rows + FD_COMBINE_ROWS_PER_BLOCK - 1) / FD_COMBINE_ROWS_PER_BLOCK;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)blocks);
-  cfg.blockDim = dim3(FD_COMBINE_THREADS);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  memset(attr, 0, sizeof attr);
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
-  const fd_kernel_params params = *p;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_combine_kernel<T>, params);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return fd_launch(fd_combine_kernel<T>, *p, dim3((unsigned)blocks), dim3(FD_COMBINE_THREADS), 0,
+                   stream, p->pdl);
 }
 
 cudaError_t fd_combine_launch(const fd_kernel_params *p, cudaStream_t stream) {

@@ -181,6 +181,32 @@ static __device__ __forceinline__ void fd_finish_row(float m, float l, bool has_
   *lse = M + logf(L);
 }
 
+/* ---- Launch ---- */
+
+/* Launches `kernel` over `grid` x `block` with `params` by value on `stream`,
+ * with programmatic dependent launch when `pdl` (only code that waits in
+ * griddepcontrol.wait may get it: gpu_select.h, fd_gpu_pdl_ok). Returns the
+ * launch's error. */
+template <typename P>
+static cudaError_t fd_launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block,
+                             size_t smem, cudaStream_t stream, int pdl) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  memset(attr, 0, sizeof attr);
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, params);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
 /* ---- Warp reductions (butterfly: every lane gets the result, fixed order) ---- */
 
 static __device__ __forceinline__ float fd_warp_max(float x) {

@@ -164,22 +164,8 @@ template <typename Tin, typename Tout, bool VECTOR>
 static cudaError_t launch_instance(const fd_merge_params *p, cudaStream_t stream) {
   int64_t blocks = (p->rows + FD_MERGE_WARPS - 1) / FD_MERGE_WARPS;
   if (blocks > FD_MERGE_MAX_BLOCKS) blocks = FD_MERGE_MAX_BLOCKS; /* the kernel grid-strides */
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)blocks);
-  cfg.blockDim = dim3(FD_MERGE_THREADS);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  memset(attr, 0, sizeof attr);
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
-  const fd_merge_params params = *p;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, fd_merge_kernel<Tin, Tout, VECTOR>, params);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return fd_launch(fd_merge_kernel<Tin, Tout, VECTOR>, *p, dim3((unsigned)blocks),
+                   dim3(FD_MERGE_THREADS), 0, stream, p->pdl);
 }
 
 /* The vector path: 16-byte loads of states_out, 4-element stores of out. */

@@ -565,22 +565,10 @@ template <typename T, int D, int NW, int DV, int LEAN>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
   const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN>();
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch);
-  cfg.blockDim = dim3(fd_mma_cfg<D, NW, LEAN>::THREADS);
-  cfg.dynamicSmemBytes = fd_mma_cfg<D, NW, LEAN>::SMEM;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  memset(attr, 0, sizeof attr);
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p->pdl ? 1 : 0; /* only code that waits (gpu_select.h, fd_gpu_pdl_ok) */
-  const fd_kernel_params params = *p;
-  const cudaError_t le = cudaLaunchKernelEx(&cfg, fd_split_mma_kernel<T, D, NW, DV, LEAN>, params);
-  if (le != cudaSuccess) return le;
-  return cudaGetLastError();
+  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN>, *p,
+                   dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch),
+                   dim3(fd_mma_cfg<D, NW, LEAN>::THREADS), fd_mma_cfg<D, NW, LEAN>::SMEM, stream,
+                   p->pdl);
 }
 
 template <typename T, int D, int DV, int LEAN>
