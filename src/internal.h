@@ -70,6 +70,14 @@ fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const f
 /* CPU and reference: every scale value fd_run will read is finite and > 0
  * (t has resolved strides and checked kv_len / block_table). */
 fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, fd_error *err);
+/* The most keys one split of the CUDA tensor-core kernel (fp16, bf16 q)
+ * sums: its P V accumulates on the tensor cores in float32, whose error
+ * grows with the additions a warp makes (measured on the H200: one block
+ * over 4M identical keys, fp16, 3.9e-3 of max|V|; about 2^-24 per 16 keys a
+ * warp adds). plan.c raises the split count so that no split holds more;
+ * the combine then sums at most FD_MAX_SPLITS partials. */
+#define FD_MMA_MAX_SPLIT_KEYS 65536
+
 /* The fixed split length of a resolved problem (split.h), 0 = derived. */
 static inline int32_t fd_split_len_fixed(const fd_problem *p) {
   return p->deterministic ? FD_DETERMINISTIC_SPLIT_LEN : 0;

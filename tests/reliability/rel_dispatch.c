@@ -93,15 +93,15 @@ static void item12_reference_every_head_dim(void **state) {
   run_all(env, cases, n, "reference, every head_dim x dtype");
 }
 
-/* CUDA: the three head_dims run; every other one is refused cleanly. */
+/* CUDA: head_dim 64, 80, 96, 128 and 256 run; every other one is refused cleanly. */
 static void item12_cuda_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
-  static fd_case cases[3 * NRATIOS * 3];
+  static fd_case cases[5 * NRATIOS * 3];
   int n = 0, refused = 0;
   for (int32_t d = 1; d <= 257; d++)
     for (int r = 0; r < NRATIOS; r++)
       for (int t = 0; t < 3; t++) {
-        const int supported = d == 64 || d == 128 || d == 256;
+        const int supported = d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
         if (supported && rel_quick() && r != (d / 64 + t) % NRATIOS) continue; /* quick: one ratio each */
         if (supported) {
           cases[n++] = small_case(env, FD_BACKEND_CUDA, dtypes[t], d, r);
