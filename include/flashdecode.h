@@ -286,9 +286,11 @@ typedef struct fd_problem {
                             (sequence, kv head)); N = N splits, clamped to the
                             chunks of kv_capacity and to FD_MAX_SPLITS.
                             CUDA with fp16/bf16 q raises it (automatic or
-                            given) so that no split holds more than 65536
-                            keys (see fd_run, accuracy of long sums);
-                            plan.num_splits is the count used */
+                            given) so that no split of the longest expected
+                            sequence (kv_capacity, or kv_len_hint when
+                            given) holds more than 131072 keys (see fd_run,
+                            accuracy of long sums); plan.num_splits is the
+                            count used */
   float softmax_scale;   /* default (+0.0) 1/sqrt(head_dim); must be finite;
                             -0.0 is refused (not taken for the default) */
   int32_t num_threads;   /* CPU: worker threads, at most FD_MAX_THREADS;
@@ -544,9 +546,10 @@ typedef struct fd_tensors {
  * backend sums each 32-key block in float32 and the blocks in double; the
  * CUDA float32 kernel keeps compensated (Kahan) sums; the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one
- * block sums, so its plans cut sequences into splits of at most 65536 keys
- * (plan.num_splits may exceed a given num_splits) and the combine adds at
- * most FD_MAX_SPLITS partials. At 4M identical keys the float32 out is
+ * block sums, so its plans cut sequences into splits of at most 131072 keys
+ * (plan.num_splits may exceed a given num_splits; with kv_len_hint, a
+ * sequence longer than its hint may get longer splits) and the combine adds
+ * at most FD_MAX_SPLITS partials. At 4M identical keys the float32 out is
  * within 2e-6 of max|V| and the 16-bit outs within their dtype's test floor
  * (tests/reliability/rel_trust.c). CUDA does not check fp8 scale values
  * (they are in device memory): a zero, negative, NaN or infinite scale that

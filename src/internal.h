@@ -72,11 +72,14 @@ fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const f
 fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 /* The most keys one split of the CUDA tensor-core kernel (fp16, bf16 q)
  * sums: its P V accumulates on the tensor cores in float32, whose error
- * grows with the additions a warp makes (measured on the H200: one block
- * over 4M identical keys, fp16, 3.9e-3 of max|V|; about 2^-24 per 16 keys a
- * warp adds). plan.c raises the split count so that no split holds more;
- * the combine then sums at most FD_MAX_SPLITS partials. */
-#define FD_MMA_MAX_SPLIT_KEYS 65536
+ * grows with the additions a warp makes (measured on the H200: one 8-warp
+ * block over 4M identical keys, fp16, 3.9e-3 of max|V|: ~2^-23 for each 16
+ * keys a warp adds). plan.c raises the split count so that no split of the
+ * longest expected sequence holds more: at most 8192 additions a warp
+ * (head_dim 256, 2 key warps), ~1e-3 of max|V| in that worst case, 2-4x
+ * less at head_dim <= 128; the combine then sums at most FD_MAX_SPLITS
+ * partials. 131072 leaves plans for caches up to 128k keys unchanged. */
+#define FD_MMA_MAX_SPLIT_KEYS 131072
 
 /* The fixed split length of a resolved problem (split.h), 0 = derived. */
 static inline int32_t fd_split_len_fixed(const fd_problem *p) {
