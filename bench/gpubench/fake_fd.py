@@ -18,7 +18,7 @@ class DecodePlan:
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0, num_splits=0,
                  softmax_scale=None, device="cuda", kv_len_hint=None, num_threads=0,
                  workspace=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 out_dtype=None):
+                 out_dtype=None, deterministic=False):
         self.batch, self.q_len = batch, q_len
         self.hq, self.hkv, self.d = num_heads_q, num_heads_kv, head_dim
         self.page_size = page_size

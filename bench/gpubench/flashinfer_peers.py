@@ -81,6 +81,9 @@ def measured_by_fi(shape):
 
 def fi_reason(shape, impl):
     """'' when impl runs shape, else why not (an n/a record)."""
+    if shape.deterministic:
+        return ("n/a: a flashdecode mode, costed against its own automatic plan (the peers are "
+                "on the grid rows)")
     if shape.dtype == "fp32":
         return "n/a: FlashInfer decode takes fp16/bf16 (and fp8) only"
     if shape.cascade:

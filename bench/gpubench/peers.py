@@ -43,6 +43,8 @@ def variant_plan_kwargs(shape):
         kw["window_left"] = shape.window_left
     if shape.softcap:
         kw["logits_soft_cap"] = float(shape.softcap)
+    if shape.deterministic:
+        kw["deterministic"] = True
     return kw
 
 
@@ -222,8 +224,14 @@ class Cascade:
 # PyTorch SDPA and FlexAttention (contiguous [B, Hkv, N, D] peers)
 # ---------------------------------------------------------------------------
 
+DET_NA = ("n/a: a flashdecode mode, costed against its own automatic plan (the peers are "
+          "on the grid rows)")
+
+
 def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
+    if shape.deterministic:
+        return DET_NA
     if shape.prefix_len:
         return ("n/a: SDPA takes no paged cache; a shared prefix copied out per sequence is "
                 "not what it is compared for")
@@ -238,6 +246,8 @@ def sdpa_reason(shape):
 
 
 def flex_reason(shape):
+    if shape.deterministic:
+        return DET_NA
     if shape.prefix_len:
         return "n/a: FlexAttention takes no paged / shared-prefix cache here"
     if shape.sinks:

@@ -339,6 +339,10 @@ def variant_checks(shapes, recs):
               "soft-cap cost vs the plain call (% slower; predicted <= 3)", 3.0)
     pair_cost(lambda s: s.sinks and s.window_left < 0,
               "sinks cost vs the plain call (% slower; predicted ~0, <= 2)", 2.0)
+    pair_cost(lambda s: s.deterministic and s.batch >= 8,
+              "deterministic mode cost vs the automatic plan, B >= 8 (% slower; target <= 5)", 5.0)
+    pair_cost(lambda s: s.deterministic and s.batch < 8,
+              "deterministic mode cost vs the automatic plan, B = 1 (% slower; stated)", None)
     pair_cost(lambda s: (s.softcap or s.sinks) and s.window_left >= 0,
               "windowed soft-cap / sink rows vs the full plain call (% slower)", None)
     for s in var:

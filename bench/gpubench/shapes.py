@@ -40,6 +40,7 @@ class Shape:
     cascade: bool = False  # timed as prefix call + suffix call + merge (one graph)
     family: str = ""  # variant family ("mistral", "gemma2", ...)
     q_scale: float = 1.0  # q is drawn as randn * q_scale (soft-cap rows: scores large enough to be capped)
+    deterministic: bool = False  # flashdecode's deterministic (batch-invariant) plan; ours only
 
     @property
     def esize(self):
@@ -82,7 +83,7 @@ class Shape:
     def plain(self):
         """No window, no soft-cap, no sinks, no shared prefix: every peer computes it."""
         return (self.window_left < 0 and not self.softcap and not self.sinks
-                and not self.prefix_len)
+                and not self.prefix_len and not self.deterministic)
 
     def features(self):
         f = []
@@ -96,6 +97,8 @@ class Shape:
             f.append(f"shared prefix {self.prefix_len}")
         if self.cascade:
             f.append("cascade")
+        if self.deterministic:
+            f.append("deterministic")
         return ", ".join(f) or "plain"
 
 
@@ -253,6 +256,12 @@ def build_variant_shapes(quick=False):
             note="sinks (one logit per query head, ~ log of the visible keys)")
         add("gptoss", b, 64, 8, 64, 16384, "sinks-win128", plain, sinks=True, window_left=127,
             note="sinks and window_left 127 (gpt-oss sliding layers, 128 keys)")
+    # The deterministic mode (fixed 2048-key splits, the 4-warp kernel whatever the grid)
+    # against the automatic plan of the same call: its cost at B = 1, 8 and 64.
+    for b, n in ((1, 16384), (8, 8192), (64, 8192)):
+        plain = add("det", b, 32, 8, 128, n)
+        add("det", b, 32, 8, 128, n, "deterministic", plain, deterministic=True,
+            note="deterministic=True (batch-invariant plan); base: the automatic plan")
     # Phi-3-mini: 32/32 d96 (MHA, head_dim 96).
     for n in (4096, 16384):
         add("phi3", 1, 32, 32, 96, n)
