@@ -9,7 +9,7 @@
 #                                    6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final]
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
@@ -66,7 +66,7 @@ want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ]; }
 
 DEPFLAGS=(-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu"
   -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include")
-if [ "$MODE" != ampere ]; then
+if [ "$MODE" != ampere ] && [ "$MODE" != final ]; then
 step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
   "${DEPFLAGS[@]}" >/tmp/fd-build.txt 2>&1 &&
@@ -272,6 +272,69 @@ if [ "$MODE" = ampere ]; then
       FD_READ_PROBE_LIBRARY="$PWD/build-sm80ptx/libfd_read_probe.so" timeout $(( left - 10 )) \
       python3 bench/bench_gpu.py --no-peers --tag sm80ptx --out-dir "$OUT" --traces bench/data \
       --commit "$COMMIT" --budget-s "$budget" ${FD_BENCH_ARGS:-} >/tmp/fd-bench.txt 2>&1
+    r=$?
+    sed -n '/^=====/,$p' /tmp/fd-bench.txt
+    [ $r -eq 0 ] || { status=1; echo "   bench_gpu.py exit $r"; tail -15 /tmp/fd-bench.txt; }
+  fi
+fi
+
+# ---- final: one call that checks a session's work on both code paths ----
+# build-sm80ptx (compute_80 PTX only, JIT-compiled) and build-90a (sm_90a SASS
+# only) side by side; then at once: the ampere checks of build-sm80ptx
+# (avariant: test_fatbin, test_gpu_select device, Python CUDA tests, ctest -L
+# gpu, memcheck of the GPU grid) and ctest -L gpu on build-90a; then the
+# deterministic-mode rows on build-90a and the benchmark of build-sm80ptx
+# without peers (its -sm80ptx-h200 CSV).
+if [ "$MODE" = final ]; then
+  export CUDA_CACHE_PATH=/tmp/fd-jit-cache CUDA_CACHE_MAXSIZE=4294967296
+  rm -rf "$CUDA_CACHE_PATH"
+  step "build: build-sm80ptx (80-virtual) and build-90a (90a-real), at once" 90 || exit 1
+  t=$(date +%s)
+  abuild sm80ptx -DFD_CUDA_ARCHS=80-virtual & p1=$!
+  abuild 90a -DFD_CUDA_ARCHS=90a-real -DFD_PTXAS_VERBOSE=ON & p2=$!
+  wait $p1; r1=$?; wait $p2; r2=$?
+  [ $r1 -eq 0 ] || { echo "BUILD FAILED (sm80ptx)"; tail -40 /tmp/fd-build-sm80ptx.txt; exit 1; }
+  [ $r2 -eq 0 ] || { echo "BUILD FAILED (90a)"; tail -40 /tmp/fd-build-90a.txt; exit 1; }
+  echo "   both built in $(( $(date +%s) - t ))s"
+  grep -E "Used [0-9]+ registers|spill" /tmp/fd-build-90a.txt | sort | uniq -c | sort -rn | head -14
+  if step "first use of the compute_80 PTX (JIT, empty cache), then cached" 40; then
+    for pass in JIT cached; do
+      t=$(date +%s%N)
+      line=$(./build-sm80ptx/flashdecode check --backend cuda --dtype bf16 --batch 2 \
+        --num-heads-q 8 --num-heads-kv 2 --head-dim 128 --kv-len 3000 2>&1 | tail -1)
+      echo "   $pass bf16: $(( ($(date +%s%N) - t) / 1000000 )) ms: $line"
+    done
+  fi
+  if step "at once: avariant sm80ptx; ctest -L gpu on build-90a" 150; then
+    left=$(( DEADLINE - ($(date +%s) - START) - 150 ))
+    [ "$left" -lt 150 ] && left=150
+    timeout "$left" bash -c "$(declare -f avariant); avariant sm80ptx" >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
+    (cd build-90a && timeout "$left" ctest --output-on-failure -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1 & p2=$!
+    wait $p1; r1=$?; wait $p2; r2=$?
+    [ $r1 -eq 0 ] || { status=1; echo "   [sm80ptx] exit $r1 (124: stopped at the deadline)"; }
+    [ $r2 -eq 0 ] || { status=1; echo "   [90a ctest] exit $r2"; }
+    echo "-- [sm80ptx]"
+    grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit| passed| failed| skipped|error" \
+      /tmp/fd-amp-sm80ptx.txt | grep -v "^---- \[.*\] \(test_fatbin\|ctest\)$" | head -70
+    { echo "---- final: avariant sm80ptx"; cat /tmp/fd-amp-sm80ptx.txt; } >>"$OUT/full-logs.txt"
+    echo "-- [90a] ctest -L gpu"
+    cp /tmp/fd-ctest.txt "$OUT/ctest-90a.txt"
+    grep -E "Test +#|tests passed|tests failed|ERROR:" /tmp/fd-ctest.txt | tail -30
+  fi
+  if step "deterministic-mode rows, build-90a (bench_gpu.py --variants-only --shapes var-det)" 70; then
+    FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" \
+      FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 120 \
+      python3 bench/bench_gpu.py --no-peers --variants-only --shapes var-det --tag det \
+      --out-dir "$OUT" --commit "$COMMIT" --budget-s 60 --ceiling-reps 3 >/tmp/fd-bench-det.txt 2>&1 || status=1
+    sed -n '/^=====/,$p' /tmp/fd-bench-det.txt | grep -v "^$" | head -30
+  fi
+  if step "benchmark without peers, build-sm80ptx (--tag sm80ptx --no-variants --no-sweep)" 80; then
+    left=$(( DEADLINE - ($(date +%s) - START) ))
+    budget=$(( left - 40 )); [ "$budget" -gt 200 ] && budget=200
+    FLASHDECODE_LIBRARY="$PWD/build-sm80ptx/libflashdecode.so" \
+      FD_READ_PROBE_LIBRARY="$PWD/build-sm80ptx/libfd_read_probe.so" timeout $(( left - 10 )) \
+      python3 bench/bench_gpu.py --no-peers --no-variants --no-sweep --tag sm80ptx --out-dir "$OUT" \
+      --traces bench/data --commit "$COMMIT" --budget-s "$budget" --ceiling-reps 3 >/tmp/fd-bench.txt 2>&1
     r=$?
     sed -n '/^=====/,$p' /tmp/fd-bench.txt
     [ $r -eq 0 ] || { status=1; echo "   bench_gpu.py exit $r"; tail -15 /tmp/fd-bench.txt; }

@@ -81,7 +81,7 @@ def measured_by_fi(shape):
 
 def fi_reason(shape, impl):
     """'' when impl runs shape, else why not (an n/a record)."""
-    if shape.deterministic:
+    if shape.deterministic or shape.ours_only:
         return ("n/a: a flashdecode mode, costed against its own automatic plan (the peers are "
                 "on the grid rows)")
     if shape.dtype == "fp32":

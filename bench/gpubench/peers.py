@@ -230,7 +230,7 @@ DET_NA = ("n/a: a flashdecode mode, costed against its own automatic plan (the p
 
 def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
-    if shape.deterministic:
+    if shape.deterministic or shape.ours_only:
         return DET_NA
     if shape.prefix_len:
         return ("n/a: SDPA takes no paged cache; a shared prefix copied out per sequence is "
@@ -246,7 +246,7 @@ def sdpa_reason(shape):
 
 
 def flex_reason(shape):
-    if shape.deterministic:
+    if shape.deterministic or shape.ours_only:
         return DET_NA
     if shape.prefix_len:
         return "n/a: FlexAttention takes no paged / shared-prefix cache here"

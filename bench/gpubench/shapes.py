@@ -41,6 +41,7 @@ class Shape:
     family: str = ""  # variant family ("mistral", "gemma2", ...)
     q_scale: float = 1.0  # q is drawn as randn * q_scale (soft-cap rows: scores large enough to be capped)
     deterministic: bool = False  # flashdecode's deterministic (batch-invariant) plan; ours only
+    ours_only: bool = False  # no peers on this row (they run on the grid row of the same shape)
 
     @property
     def esize(self):
@@ -83,7 +84,7 @@ class Shape:
     def plain(self):
         """No window, no soft-cap, no sinks, no shared prefix: every peer computes it."""
         return (self.window_left < 0 and not self.softcap and not self.sinks
-                and not self.prefix_len and not self.deterministic)
+                and not self.prefix_len and not self.deterministic and not self.ours_only)
 
     def features(self):
         f = []
@@ -259,8 +260,9 @@ def build_variant_shapes(quick=False):
     # The deterministic mode (fixed 2048-key splits, the 4-warp kernel whatever the grid)
     # against the automatic plan of the same call: its cost at B = 1, 8 and 64.
     for b, n in ((1, 16384), (8, 8192), (64, 8192)):
-        plain = add("det", b, 32, 8, 128, n)
-        add("det", b, 32, 8, 128, n, "deterministic", plain, deterministic=True,
+        plain = add("det", b, 32, 8, 128, n, ours_only=True,
+                    note="the automatic plan (peers: the grid row of this shape)")
+        add("det", b, 32, 8, 128, n, "deterministic", plain, deterministic=True, ours_only=True,
             note="deterministic=True (batch-invariant plan); base: the automatic plan")
     # Phi-3-mini: 32/32 d96 (MHA, head_dim 96).
     for n in (4096, 16384):
