@@ -544,7 +544,8 @@ typedef struct fd_tensors {
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
  * backend sums each 32-key block in float32 and the blocks in double; the
- * CUDA float32 kernel keeps compensated (Kahan) sums; the fp16/bf16 kernel
+ * CUDA float32 kernel keeps compensated sums (each tile's p v folded into
+ * the running sum by Fast2Sum, the dropped part carried); the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one
  * block sums, so its plans cut sequences into splits of at most 131072 keys
  * (plan.num_splits may exceed a given num_splits; with kv_len_hint, a

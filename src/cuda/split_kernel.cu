@@ -332,9 +332,16 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       for (int e = 0; e < ELEMS; e++) qf[r][e] = 0.0f;
     }
   }
-  /* O and l are compensated (Kahan) sums: oc / lc hold the low-order parts
-   * the running sums lost, so their error does not grow with the number of
-   * keys (4M identical keys: within 2e-6 of max|V|). */
+  /* O and l are two-level compensated sums, so their error does not grow
+   * with the number of keys (4M identical keys: within 2e-6 of max|V|).
+   * O: oc collects the tile's p v (KPG fused multiply-adds a key, as a plain
+   * sum) on top of what the running sum o lost before; at the end of each
+   * tile it is folded into o by Fast2Sum (o is the larger term once a few
+   * tiles are in), leaving in oc the part of the fold that rounding dropped.
+   * Per key and element one FMA, per tile five operations (the Kahan update
+   * per key cost four a key: the fp32 rows ran ~2x slower, bench/NOTES.md).
+   * l: the tile's p summed over the warp, added once a tile with Kahan's
+   * compensation lc. */
   float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
   for (int r = 0; r < NR; r++)
@@ -466,19 +473,23 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
       for (int e = 0; e < ELEMS; e++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) { /* o += p v, compensated */
-          const float y = fmaf(pr[r], vf[e], -oc[r][e]);
-          const float sum = o[r][e] + y;
-          oc[r][e] = (sum - o[r][e]) - y;
-          o[r][e] = sum;
-        }
+        for (int r = 0; r < NR; r++) oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
     }
+    /* fold the tile into the running sum (Fast2Sum: oc keeps what rounding dropped) */
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+      for (int e = 0; e < ELEMS; e++) {
+        const float sum = o[r][e] + oc[r][e];
+        oc[r][e] -= sum - o[r][e];
+        o[r][e] = sum;
+      }
   }
   /* the compensated sums' values */
 #pragma unroll
   for (int r = 0; r < NR; r++)
 #pragma unroll
-    for (int e = 0; e < ELEMS; e++) o[r][e] -= oc[r][e];
+    for (int e = 0; e < ELEMS; e++) o[r][e] += oc[r][e];
 #pragma unroll
   for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
