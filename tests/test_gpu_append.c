@@ -170,7 +170,7 @@ static void test_graph(void **state) {
 
 int main(void) {
   if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no sm_90 GPU)\n");
+    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
   const struct CMUnitTest tests[] = {

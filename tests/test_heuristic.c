@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "flashdecode.h"
+#include "internal.h" /* FD_MMA_MAX_SPLIT_KEYS */
 
 /* With chunks >= 128^2 every s <= 128 cuts exactly (active(s) == s). */
 #define MANY_CHUNKS 16384
@@ -273,6 +274,9 @@ static void test_plan_explicit_and_hint(void **state) {
   assert_int_equal(ref.workspace_size, 0);
 }
 
+/* The least split count of a CUDA 16-bit plan of 2^20 keys (plan.c). */
+#define MMA_LEAST_SPLITS ((1 << 20) / FD_MMA_MAX_SPLIT_KEYS)
+
 /* CUDA plans for simulated GPUs (needs the CUDA backend to be available). */
 static void test_plan_cuda_simulated(void **state) {
   (void)state;
@@ -287,10 +291,15 @@ static void test_plan_cuda_simulated(void **state) {
     fd_plan plan = plan_ok(&p);
     assert_int_equal(plan.sm_count, SMS[si]);
     assert_int_equal(plan.backend, FD_BACKEND_CUDA);
-    /* The plan uses the public heuristic with some resident-blocks count. */
+    /* The plan uses the public heuristic with some resident-blocks count,
+     * raised to the 16-bit tensor-core bound: no split over
+     * FD_MMA_MAX_SPLIT_KEYS keys (internal.h). */
     int found = 0;
-    for (int32_t bps = 1; bps <= 8 && !found; bps++)
-      found = plan.num_splits == fd_num_splits_heuristic(1, (1 << 20) / plan.chunk_len, SMS[si], bps);
+    for (int32_t bps = 1; bps <= 8 && !found; bps++) {
+      int32_t want = fd_num_splits_heuristic(1, (1 << 20) / plan.chunk_len, SMS[si], bps);
+      if (want < MMA_LEAST_SPLITS) want = MMA_LEAST_SPLITS;
+      found = plan.num_splits == want;
+    }
     if (!found) fail_msg("sm=%d: %d splits is no blocks_per_sm's heuristic value", SMS[si], plan.num_splits);
     if (plan.num_splits < prev) fail_msg("sm=%d: %d splits, fewer than on a smaller GPU (%d)", SMS[si], plan.num_splits, prev);
     prev = plan.num_splits;
@@ -309,9 +318,13 @@ static void test_plan_cuda_simulated(void **state) {
       fail_msg("sm=%d: ragged pair %d splits, more than the long sequence alone (%d)", SMS[si],
                plan_ok(&pair).num_splits, plan_ok(&alone).num_splits);
 
-    /* A full machine: 8 kv heads x batch 4 x ... >= every plausible slot count. */
+    /* A full machine: 8 kv heads x batch 64 >= every plausible slot count.
+     * The heuristic says 1; 1M keys of bf16 still take the tensor-core
+     * bound's splits, and FD_MMA_MAX_SPLIT_KEYS keys take 1. */
     fd_problem full = problem(FD_BACKEND_CUDA, 64, 8, 1 << 20);
     full.sm_count = SMS[si];
+    assert_int_equal(plan_ok(&full).num_splits, MMA_LEAST_SPLITS);
+    full.kv_capacity = FD_MMA_MAX_SPLIT_KEYS;
     assert_int_equal(plan_ok(&full).num_splits, 1);
   }
 }

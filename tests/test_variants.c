@@ -692,7 +692,7 @@ int main(int argc, char **argv) {
   static rel_env env;
   env.backend = strcmp(argv[1], "cuda") == 0 ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
   if (env.backend == FD_BACKEND_CUDA && !fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no sm_90 GPU)\n");
+    printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
   env.seed = fd_test_seed();

@@ -3,7 +3,14 @@
  * directories of inputs (the committed corpus, or a crash libFuzzer saved),
  * without libFuzzer: `fuzz_replay tests/fuzz/corpus [more files or dirs]`.
  * Exits 0 when every input ran (a failed check aborts).
+ *
+ * The target's contract is the libFuzzer build's: no GPU (the CUDA backend
+ * there is src/cuda_stub.c). Inputs that pick the CUDA or automatic backend
+ * hand it host buffers and expect a refusal, which only holds without a
+ * device: main hides every GPU (CUDA_VISIBLE_DEVICES=-1) before the first
+ * CUDA call, so a CUDA build on a GPU machine replays what CI replays.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +94,10 @@ static int run_path(const char *path, int *count) {
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <input file or directory>...\n", argv[0]);
+    return 2;
+  }
+  if (setenv("CUDA_VISIBLE_DEVICES", "-1", 1) != 0) {
+    perror("setenv CUDA_VISIBLE_DEVICES");
     return 2;
   }
   int count = 0, rc = 0;

@@ -235,9 +235,9 @@ def test_cuda_graph_decode_replay():
 
 
 def test_cuda_errors_carry_the_library_message():
-    case = Case("err", 1, 1, 4, 2, 96, [10], capacity=16)
+    case = Case("err", 1, 1, 4, 2, 72, [10], capacity=16)
     q, k, v, kv_len, _ = cuda_inputs(case, torch.float16)
-    with pytest.raises(ValueError, match=r"head_dim: 96 is not supported by the CUDA backend") \
+    with pytest.raises(ValueError, match=r"head_dim: 72 is not supported by the CUDA backend") \
             as info:
         flashdecode.decode(q, k, v, kv_len)
     assert isinstance(info.value, flashdecode.UnsupportedError)
