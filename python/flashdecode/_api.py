@@ -133,17 +133,18 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         Batch-invariant results (default False: fastest). With True the out
         and lse of a sequence are bitwise identical whatever the batch
         around it (the other sequences and their lengths), the cache's
-        kv_capacity, the CPU thread count and, on CUDA, the GPU's
-        multiprocessor count and CUDA-graph replay versus eager calls (e.g.
-        RL rollouts that must match a training forward). The keys are cut
+        kv_capacity, the CPU thread count and, on CUDA, the multiprocessor
+        count a plan is sized for and CUDA-graph replay versus eager calls
+        (e.g. RL rollouts that must match a training forward). The keys are cut
         into fixed splits of :data:`DETERMINISTIC_SPLIT_LEN` (2048) keys, so
         ``num_splits`` must be 0. Cost: short batches get fewer splits
         (batch 1 at 16k keys: 8 splits instead of ~32, so less of a GPU
         busy); batches that fill the GPU run as fast. Limit: a sequence may
         read at most :data:`DETERMINISTIC_MAX_KEYS` (2048 * 1024) keys
-        (kv_capacity, or ``window_left + q_len + 63`` with a window). Results
-        still differ between backends and from ``deterministic=False`` (other
-        summation orders, within the same accuracy).
+        (kv_capacity; with a window the smaller of that and ``window_left +
+        q_len + 63``). Results still differ between backends and from
+        ``deterministic=False`` (other summation orders, within the same
+        accuracy).
 
     Returns
     -------

@@ -221,16 +221,16 @@ class DecodePlan:
         Batch-invariant results (default False: fastest): a sequence's out
         and lse are bitwise identical whatever the batch around it (the other
         sequences and their lengths), the plan's kv_capacity, kv_len_hint,
-        num_threads and, on CUDA, the multiprocessor count and CUDA-graph
-        replay versus eager runs; e.g. a plan for batch 1 and one for a
-        batch of 64 give the same bits for the same sequence. The keys are
-        cut into fixed splits of DETERMINISTIC_SPLIT_LEN (2048) keys, so
+        num_threads and, on CUDA, the multiprocessor count it is sized for
+        and CUDA-graph replay versus eager runs; e.g. a plan for batch 1 and
+        one for a batch of 64 give the same bits for the same sequence. The
+        keys are cut into fixed splits of DETERMINISTIC_SPLIT_LEN (2048), so
         num_splits must be 0 and the plan's :attr:`num_splits` is
-        ``ceil(kv_capacity / 2048)`` (keys of the window, when one is set).
-        Cost: short batches get fewer splits than the automatic count (batch
-        1 at 16k keys: 8 instead of ~32); batches that fill the GPU run as
-        fast. Limit: kv_capacity (windowed: ``window_left + q_len + 63``) at
-        most DETERMINISTIC_MAX_KEYS (2048 * 1024) keys. Results differ
+        ``ceil(keys / 2048)``, keys = kv_capacity (with a window: the smaller
+        of kv_capacity and ``window_left + q_len + 63``). Cost: short batches
+        get fewer splits than the automatic count (batch 1 at 16k keys: 8
+        instead of ~32); batches that fill the GPU run as fast. Limit: those
+        keys at most DETERMINISTIC_MAX_KEYS (2048 * 1024). Results differ
         between backends and from a plan without it (other summation orders,
         the same accuracy).
 
