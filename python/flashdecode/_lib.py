@@ -4,7 +4,8 @@ Mirrors ``include/flashdecode.h`` field for field: the structs fd_problem,
 fd_plan, fd_tensors, fd_error, fd_merge_problem and fd_append_tensors, the enums, and the
 prototypes of the exported functions. At import it checks that the mirror agrees with the
 loaded library (struct sizes against the LP64 layout computed from the
-header, and a plan made by the library read back through the mirror), so a
+header, a plan made by the library read back through the mirror, and the
+deterministic mode planned at FD_DETERMINISTIC_MAX_KEYS and one key more), so a
 header/binding mismatch fails loudly instead of corrupting memory.
 
 Library lookup order:

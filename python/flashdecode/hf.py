@@ -54,8 +54,8 @@ can be captured in a CUDA graph and replayed as the cache grows.
 
 Deterministic mode
 ------------------
-Set ``flashdecode.hf.deterministic = True`` (before the forward; a compiled model
-recompiles when it changes) and every call that runs flashdecode passes
+Set ``flashdecode.hf.deterministic = True`` (read at every call; for a compiled model set
+it before compiling) and every call that runs flashdecode passes
 ``deterministic=True``: a decode step's attention output for a sequence is then bitwise
 the same whatever the batch around it and the cache's capacity (see
 ``flashdecode.decode``; the cache may hold at most ``flashdecode.DETERMINISTIC_MAX_KEYS``
