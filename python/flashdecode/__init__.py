@@ -17,6 +17,8 @@ Attention variants: sliding window (window_left), logit soft-cap
 (logits_soft_cap), attention sinks (sinks), non-causal rows (non_causal, for
 the shared prefix of cascade decoding) and fp32 out (out_dtype). fp8 KV
 caches (e4m3 / e5m2, with k_scale / v_scale per tensor, kv head or token).
+deterministic=True: batch-invariant results (a sequence's bits do not depend
+on the batch around it).
 
 Tensors: torch (CPU or CUDA; custom op ``torch.ops.flashdecode.decode`` for
 torch.compile, capturable in CUDA graphs through DecodePlan), numpy on the
@@ -44,12 +46,14 @@ library_path = _lib.library_path
 MAX_SPLITS = _lib.FD_MAX_SPLITS
 MAX_Q_LEN = _lib.FD_MAX_Q_LEN                          # query rows per sequence (causal)
 MAX_Q_LEN_NON_CAUSAL = _lib.FD_MAX_Q_LEN_NON_CAUSAL    # ... with non_causal=True
+DETERMINISTIC_SPLIT_LEN = _lib.FD_DETERMINISTIC_SPLIT_LEN  # keys per split, deterministic=True
+DETERMINISTIC_MAX_KEYS = _lib.FD_DETERMINISTIC_MAX_KEYS    # most keys a sequence reads then
 
 __all__ = [
     "decode", "DecodePlan", "merge_states", "append_kv", "version", "backend_available", "num_splits_heuristic",
     "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
     "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS", "MAX_Q_LEN",
-    "MAX_Q_LEN_NON_CAUSAL",
+    "MAX_Q_LEN_NON_CAUSAL", "DETERMINISTIC_SPLIT_LEN", "DETERMINISTIC_MAX_KEYS",
 ]
 
 _BACKENDS = {"auto": _lib.FD_BACKEND_AUTO, "cpu": _lib.FD_BACKEND_CPU,

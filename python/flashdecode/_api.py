@@ -28,7 +28,8 @@ def _ops_for(x):
 
 def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None, num_splits=0,
            return_lse=False, out=None, window_left=-1, logits_soft_cap=0.0, sinks=None,
-           non_causal=False, out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None):
+           non_causal=False, out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None,
+           deterministic=False):
     """Decode-phase attention over a KV cache, by flash decoding (split-KV).
 
     For every sequence ``b``, query row ``t`` and query head ``h``, with
@@ -128,6 +129,22 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         ``kv_dtype='e4m3'`` or ``'e5m2'``. q is then float16 or bfloat16; K
         and V are widened exactly and the sums are those of a 16-bit cache
         (see :func:`append_kv` for writing an fp8 cache).
+    deterministic : bool
+        Batch-invariant results (default False: fastest). With True the out
+        and lse of a sequence are bitwise identical whatever the batch
+        around it (the other sequences and their lengths), the cache's
+        kv_capacity, the CPU thread count and, on CUDA, the multiprocessor
+        count a plan is sized for and CUDA-graph replay versus eager calls
+        (e.g. RL rollouts that must match a training forward). The keys are cut
+        into fixed splits of :data:`DETERMINISTIC_SPLIT_LEN` (2048) keys, so
+        ``num_splits`` must be 0. Cost: short batches get fewer splits
+        (batch 1 at 16k keys: 8 splits instead of ~32, so less of a GPU
+        busy); batches that fill the GPU run as fast. Limit: a sequence may
+        read at most :data:`DETERMINISTIC_MAX_KEYS` (2048 * 1024) keys
+        (kv_capacity; with a window the smaller of that and ``window_left +
+        q_len + 63``). Results still differ between backends and from
+        ``deterministic=False`` (other summation orders, within the same
+        accuracy).
 
     Returns
     -------
@@ -141,7 +158,8 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     TypeError
         A dtype that is not float32/float16/bfloat16 (int32 for kv_len and
         block_table), dtypes that differ between q, k_cache, v_cache and out,
-        or an argument that is not an array.
+        an argument that is not an array, or non_causal / deterministic not
+        a bool (or 0 / 1).
     ValueError
         Shapes that disagree, tensors on different devices, a head_dim
         dimension that is not unit-stride, a negative or broadcast output
@@ -150,7 +168,9 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         library (e.g. q_len > 16, or > 128 with non_causal, num_heads_q not a
         multiple of num_heads_kv, a kv_len or page id out of range on the
         CPU, window_left < -1 or with non_causal, a negative or non-finite
-        logits_soft_cap, head_dim not 64/80/96/128/256 on CUDA), raised as
+        logits_soft_cap, head_dim not 64/80/96/128/256 on CUDA, num_splits
+        other than 0 with deterministic, a kv_capacity above
+        DETERMINISTIC_MAX_KEYS with deterministic), raised as
         :class:`flashdecode.errors.
         InvalidArgumentError` / :class:`~flashdecode.errors.UnsupportedError`
         with the library's message.
@@ -200,7 +220,7 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     >>> out = flashdecode.decode(q, k, v, kv_len, window_left=4095,
     ...                          logits_soft_cap=50.0)               # doctest: +SKIP
     """
-    variants = _core.Variants(window_left, logits_soft_cap, non_causal)
+    variants = _core.Variants(window_left, logits_soft_cap, non_causal, deterministic)
     fp8 = Fp8Args(kv_dtype, k_scale, v_scale)
     ops = _ops_for(q)
     if ops is not None:
@@ -220,7 +240,7 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
                     window_left=variants.window_left,
                     logits_soft_cap=variants.logits_soft_cap, sinks=conv[6],
                     non_causal=variants.non_causal, out_dtype=out_dtype, k_scale=conv[7],
-                    v_scale=conv[8], kv_dtype=kv_dtype)
+                    v_scale=conv[8], kv_dtype=kv_dtype, deterministic=variants.deterministic)
     if return_lse:
         res_out, lse = result
         res_out = out if out is not None else _arrays.to_framework_of(res_out, q)

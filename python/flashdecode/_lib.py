@@ -4,7 +4,8 @@ Mirrors ``include/flashdecode.h`` field for field: the structs fd_problem,
 fd_plan, fd_tensors, fd_error, fd_merge_problem and fd_append_tensors, the enums, and the
 prototypes of the exported functions. At import it checks that the mirror agrees with the
 loaded library (struct sizes against the LP64 layout computed from the
-header, and a plan made by the library read back through the mirror), so a
+header, a plan made by the library read back through the mirror, and the
+deterministic mode planned at FD_DETERMINISTIC_MAX_KEYS and one key more), so a
 header/binding mismatch fails loudly instead of corrupting memory.
 
 Library lookup order:
@@ -24,6 +25,7 @@ __all__ = [
     "FdAppendTensors",
     "FD_BACKEND_AUTO", "FD_BACKEND_CPU", "FD_BACKEND_CUDA", "FD_BACKEND_REFERENCE",
     "FD_MAX_SPLITS", "FD_MAX_Q_LEN", "FD_MAX_Q_LEN_NON_CAUSAL", "FD_MAX_MERGE_STATES",
+    "FD_DETERMINISTIC_SPLIT_LEN", "FD_DETERMINISTIC_MAX_KEYS",
     "FdProblem", "FdPlan", "FdTensors", "FdError", "FdMergeProblem", "lib", "library_path",
     "check",
 ]
@@ -64,6 +66,9 @@ FD_MAX_SPLITS = 1024
 FD_MAX_Q_LEN = 16              # query rows per sequence, causal
 FD_MAX_Q_LEN_NON_CAUSAL = 128  # ... in non-causal mode (fd_problem.non_causal)
 FD_MAX_MERGE_STATES = 65536
+# fd_problem.deterministic: the fixed split length, and the most keys a sequence may read
+FD_DETERMINISTIC_SPLIT_LEN = 2048
+FD_DETERMINISTIC_MAX_KEYS = FD_DETERMINISTIC_SPLIT_LEN * 1024
 # fd_plan.magic of a plan made by fd_plan_init (src/internal.h); read only by
 # the import-time layout check.
 _FD_PLAN_MAGIC = 0x66645031
@@ -378,6 +383,25 @@ def _check_library():
             "flashdecode: a plan made by %s does not read back through the ctypes mirror of "
             "fd_plan (status %d: %s); the library and this package disagree on the struct "
             "layout" % (library_path, status, err.message.decode(errors="replace")))
+    # the deterministic mode's constants: a plan of FD_DETERMINISTIC_MAX_KEYS keys takes
+    # FD_DETERMINISTIC_SPLIT_LEN-key splits, one more key is refused
+    problem = FdProblem()
+    problem.backend, problem.dtype = FD_BACKEND_CPU, FD_DTYPE_F32
+    problem.batch = problem.q_len = problem.num_heads_q = problem.num_heads_kv = 1
+    problem.head_dim, problem.num_threads, problem.deterministic = 8, 1, 1
+    problem.kv_capacity = FD_DETERMINISTIC_MAX_KEYS
+    status = lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(problem), ctypes.byref(err))
+    ok = (status == FD_STATUS_OK and plan.problem.deterministic == 1
+          and plan.num_splits == FD_DETERMINISTIC_MAX_KEYS // FD_DETERMINISTIC_SPLIT_LEN)
+    problem.kv_capacity = FD_DETERMINISTIC_MAX_KEYS + 1
+    status_over = lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(problem), None)
+    if not ok or status_over != FD_STATUS_INVALID_ARGUMENT:
+        raise ImportError(
+            "flashdecode: %s does not plan the deterministic mode as FD_DETERMINISTIC_SPLIT_LEN "
+            "= %d and FD_DETERMINISTIC_MAX_KEYS = %d of this binding say (status %d, %d splits; "
+            "one key more: status %d)" % (library_path, FD_DETERMINISTIC_SPLIT_LEN,
+                                         FD_DETERMINISTIC_MAX_KEYS, status, plan.num_splits,
+                                         status_over))
 
 
 _check_struct_layouts()

@@ -217,6 +217,22 @@ class DecodePlan:
     kv_scale : 'none', 'tensor', 'head' or 'token', optional
         The granularity of run()'s k_scale / v_scale (fp8 plans; default
         'none': no scales).
+    deterministic : bool
+        Batch-invariant results (default False: fastest): a sequence's out
+        and lse are bitwise identical whatever the batch around it (the other
+        sequences and their lengths), the plan's kv_capacity, kv_len_hint,
+        num_threads and, on CUDA, the multiprocessor count it is sized for
+        and CUDA-graph replay versus eager runs; e.g. a plan for batch 1 and
+        one for a batch of 64 give the same bits for the same sequence. The
+        keys are cut into fixed splits of DETERMINISTIC_SPLIT_LEN (2048), so
+        num_splits must be 0 and the plan's :attr:`num_splits` is
+        ``ceil(keys / 2048)``, keys = kv_capacity (with a window: the smaller
+        of kv_capacity and ``window_left + q_len + 63``). Cost: short batches
+        get fewer splits than the automatic count (batch 1 at 16k keys: 8
+        instead of ~32); batches that fill the GPU run as fast. Limit: those
+        keys at most DETERMINISTIC_MAX_KEYS (2048 * 1024). Results differ
+        between backends and from a plan without it (other summation orders,
+        the same accuracy).
 
     The variant settings belong to the plan; the sinks are a tensor given to
     :meth:`run`.
@@ -236,15 +252,19 @@ class DecodePlan:
     window_left, logits_soft_cap, non_causal, out_dtype
         The variant settings (window_left -1 = none; out_dtype a name,
         'float32' etc.).
+    deterministic : bool
+        Whether the plan runs the deterministic (batch-invariant) mode.
 
     Raises
     ------
     ValueError
         The C library's FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
         message (e.g. CUDA not built in or a GPU below sm_80, head_dim not
-        supported), or a device that is not 'cpu'/'cuda'.
+        supported, num_splits other than 0 with deterministic, kv_capacity
+        above DETERMINISTIC_MAX_KEYS with deterministic), or a device that is
+        not 'cpu'/'cuda'.
     TypeError
-        An unsupported dtype.
+        An unsupported dtype; non_causal or deterministic not a bool (or 0 / 1).
 
     Notes
     -----
@@ -266,7 +286,8 @@ class DecodePlan:
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
                  num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
                  num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
-                 non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None):
+                 non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None,
+                 deterministic=False):
         kind, index = _core.parse_device(device)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
@@ -278,7 +299,8 @@ class DecodePlan:
         if out_dtype is not None:
             self._out_dtype = _arrays.dtype_name(out_dtype, "out_dtype")
             check_out_dtype(self._out_dtype, self._dtype, "out_dtype")
-        self._variants = _core.Variants(window_left, logits_soft_cap, non_causal)
+        self._variants = _core.Variants(window_left, logits_soft_cap, non_causal,
+                                        deterministic)
         self._kv_dtype = resolve_kv_dtype(kv_dtype)
         self._kv_scale = kv_scale_code(kv_scale)
         if kv_capacity is None:
@@ -296,7 +318,8 @@ class DecodePlan:
             logits_soft_cap=self._variants.logits_soft_cap,
             non_causal=self._variants.non_causal,
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
-            kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale)
+            kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
+            deterministic=self._variants.deterministic)
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
@@ -389,6 +412,11 @@ class DecodePlan:
         return bool(self._problem.non_causal)
 
     @property
+    def deterministic(self):
+        """True: the deterministic (batch-invariant) mode, DETERMINISTIC_SPLIT_LEN-key splits."""
+        return bool(self._problem.deterministic)
+
+    @property
     def kv_dtype(self):
         """The fp8 cache type ('float8_e4m3fn', 'float8_e5m2'), or None (the cache has dtype)."""
         return self._kv_dtype
@@ -417,6 +445,8 @@ class DecodePlan:
             extra += ", logits_soft_cap=%r" % self.logits_soft_cap
         if self.non_causal:
             extra += ", non_causal=True"
+        if self.deterministic:
+            extra += ", deterministic=True"
         return ("DecodePlan(backend=%r, device=%r, dtype=%r, batch=%d, q_len=%d, num_heads_q=%d, "
                 "num_heads_kv=%d, head_dim=%d, kv_capacity=%d, page_size=%d, num_splits=%d, "
                 "workspace_size=%d%s)" % (self.backend, self._device, self._dtype, p.batch,

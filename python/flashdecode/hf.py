@@ -52,6 +52,17 @@ outside the compiled forward, so it is not affected). For a static cache
 the position is a device tensor, so kv_len is computed on the device: the decode step
 can be captured in a CUDA graph and replayed as the cache grows.
 
+Deterministic mode
+------------------
+Set ``flashdecode.hf.deterministic = True`` (read at every call; for a compiled model set
+it before compiling) and every call that runs flashdecode passes
+``deterministic=True``: a decode step's attention output for a sequence is then bitwise
+the same whatever the batch around it and the cache's capacity (see
+``flashdecode.decode``; the cache may hold at most ``flashdecode.DETERMINISTIC_MAX_KEYS``
+keys, else the call raises). It covers flashdecode's attention only: the steps that fall
+back to SDPA or eager attention (prefill of more than 16 tokens, padded batches, ...) and
+the model's other layers (matmuls, norms) are as batch-invariant as PyTorch makes them.
+
 Paged / continuous batching: transformers' continuous-batching manager accepts only
 "sdpa", "paged|eager" and FlashAttention implementations (it refuses other registered
 names), so it cannot run through this function.
@@ -72,6 +83,10 @@ MAX_Q_LEN = 16
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 stats = collections.Counter()
+
+# True: decode steps run flashdecode.decode(..., deterministic=True) (see "Deterministic
+# mode" above); read at every call.
+deterministic = False
 
 _state = {}  # filled by register(): the transformers functions and the decode features
 
@@ -399,6 +414,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         extra["logits_soft_cap"] = float(softcap)
     if s_aux is not None:
         extra["sinks"] = s_aux.to(device=query.device, dtype=torch.float32).contiguous()
+    if deterministic:
+        extra["deterministic"] = True
     stats["flashdecode"] += 1
     out = flashdecode.decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                              marker_kv_len(attention_mask), softmax_scale=scaling, **extra)

@@ -3,8 +3,9 @@ random models on the CPU: greedy generation gives the tokens of "sdpa" ("eager" 
 models SDPA cannot run), decode steps really go through flashdecode, padded batches and
 prefill fall back, the kv_len marker stands for exactly the mask transformers' sdpa mask
 function builds (dynamic, static and sliding-window caches, before and after the window
-fills), a decode step compiles with fullgraph=True, and the window / soft-cap / sinks
-reach flashdecode.decode as window_left = W - 1, logits_soft_cap and float32 sinks.
+fills), a decode step compiles with fullgraph=True, the window / soft-cap / sinks
+reach flashdecode.decode as window_left = W - 1, logits_soft_cap and float32 sinks, and
+flashdecode.hf.deterministic = True reaches it as deterministic=True.
 
 Skipped when torch or transformers is missing (the message names which)."""
 import importlib.util
@@ -262,6 +263,24 @@ def test_variants_reach_flashdecode(kind, ref_impl, monkeypatch):
     if kind == "gpt_oss":
         assert all(c["sinks"].dtype == torch.float32 and c["sinks"].shape == (4,)
                    for c in rec.calls)
+
+
+def test_deterministic_option_reaches_flashdecode(monkeypatch):
+    """flashdecode.hf.deterministic = True: every flashdecode call passes deterministic=True
+    (and the default passes nothing); generation still matches SDPA."""
+    model = tiny("llama")
+    rec = Recorder(flashdecode.decode)
+    monkeypatch.setattr(flashdecode, "decode", rec)
+    assert fh.deterministic is False
+    generate(model, NAME, PROMPTS)
+    assert rec.calls and all("deterministic" not in c for c in rec.calls)
+    monkeypatch.setattr(fh, "deterministic", True)
+    rec.calls.clear()
+    ref = generate(model, "sdpa", PROMPTS)
+    got = generate(model, NAME, PROMPTS)
+    assert_same_generation(ref, got)
+    assert got[2] == {"flashdecode": 36}, got[2]
+    assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
 
 
 def test_decode_step_compiles_fullgraph():
