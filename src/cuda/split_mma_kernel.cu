@@ -138,7 +138,7 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D, int NW, int DV, int LEAN>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
 static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
@@ -161,6 +161,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
   unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
   float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
+  /* fp8 TOKEN scales of the current tile's keys, k then v: [2][KT] floats in
+   * the (m, l) and (M, L) area, which only the merge after the last tile uses */
+  float *sTok = reinterpret_cast<float *>(sML);
+  static_assert(2 * KT * sizeof(float) <= (KW + 1) * ROWS * sizeof(float2), "sTok fits");
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -170,8 +174,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   const int g = lane >> 2; /* accumulator rows g and g + 8 */
   const int qd = lane & 3; /* accumulator columns 2 qd, 2 qd + 1 */
   const int q_len = p.q_len;
-  const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
-  const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+  /* the cache's element: T, or the fp8 byte (KV8; strides in bytes) */
+  using KV = typename std::conditional<KV8 != 0, unsigned char, T>::type;
+  const KV *k_head = static_cast<const KV *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const KV *v_head = static_cast<const KV *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
 
   /* [pass_lo, pass_end): the keys some row of the pass sees (no other key is
    * read); tiles start at kbeg, the 64-key boundary at or below pass_lo. */
@@ -196,7 +202,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
   const int span = pass_end - kbeg;
   const int num_tiles = (span + KT - 1) / KT;
-  const float scale = p.scale_log2;
+  float scale = p.scale_log2;
+  /* fp8 scales (KV8): TENSOR / HEAD fold k_scale into the score scale and
+   * v_scale into O at the merge (l sums the unscaled p); TOKEN reads one per
+   * key and tile (sTok below). */
+  float v_mul = 1.0f;
+  bool tok = false;
+  if constexpr (KV8 != 0) {
+    if (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD) {
+      const int i = p.kv_scale == FD_KV_SCALE_HEAD ? hk : 0;
+      scale *= __ldg(p.k_scale + i);
+      v_mul = __ldg(p.v_scale + i);
+    }
+    tok = p.kv_scale == FD_KV_SCALE_TOKEN;
+  }
 
   float o[NTV][4];
 #pragma unroll
@@ -240,8 +259,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
     const int k0 = tid / C::CH * M::LOADS;
     const int cc = tid % C::CH;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + cc * 8;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + cc * 8;
+    /* the thread's column: 16-bit chunk cc (8 elements), or fp8 chunk
+     * cc % (CH / 2) (16 bytes; fd_mma_copy8_contig) */
+    const int col = KV8 != 0 ? cc % (C::CH / 2) * 16 : cc * 8;
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + col;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + col;
     const int64_t k_tile = (int64_t)KT * p.k_strides[1];
     const int64_t v_tile = (int64_t)KT * p.v_strides[1];
     int pg[M::LOADS];
@@ -272,15 +294,26 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         const int nk = min(KT, pass_end - key0);
         const int klo = pass_lo - key0; /* keys before it: zero-filled, not read */
         if (paged) {
-          const bool bad = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
-                                                           key0, klo, nk, pgp[s], sK + s * KT * D,
-                                                           sV + s * KT * D, sValid + s * KT);
+          bool bad;
+          if constexpr (KV8 != 0)
+            bad = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
+                                                   nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
+                                                   sValid + s * KT);
+          else
+            bad = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
+                                                  nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
+                                                  sValid + s * KT);
           if (s < STAGES - 2) bad_early = bad_early || bad;
           else bad_last = bad;
         } else {
-          fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                           p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
-                                           klo, nk);
+          if constexpr (KV8 != 0)
+            fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                              p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
+                                              klo, nk);
+          else
+            fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                             p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
+                                             klo, nk);
           k_off += k_tile;
           v_off += v_tile;
         }
@@ -341,23 +374,85 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
            * this tile's keys below it are zero-filled, not read) */
           const int klo = C::PRE_LO ? pass_lo - nkey0 : 0;
           if (paged) {
-            bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, nkey0,
-                                                       klo, nk, pg, sK + load_stage * KT * D,
-                                                       sV + load_stage * KT * D,
-                                                       sValid + load_stage * KT);
+            if constexpr (KV8 != 0)
+              bad_pend = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
+                                                          nkey0, klo, nk, pg,
+                                                          sK + load_stage * KT * D,
+                                                          sV + load_stage * KT * D,
+                                                          sValid + load_stage * KT);
+            else
+              bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
+                                                         nkey0, klo, nk, pg,
+                                                         sK + load_stage * KT * D,
+                                                         sV + load_stage * KT * D,
+                                                         sValid + load_stage * KT);
             if (nt + 1 < num_tiles)
               fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
                                      min(KT, pass_end - (nkey0 + KT)), pg);
           } else {
-            fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                             p.v_strides[1], sK + load_stage * KT * D,
-                                             sV + load_stage * KT * D, klo, nk);
+            if constexpr (KV8 != 0)
+              fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                                p.v_strides[1], sK + load_stage * KT * D,
+                                                sV + load_stage * KT * D, klo, nk);
+            else
+              fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                               p.v_strides[1], sK + load_stage * KT * D,
+                                               sV + load_stage * KT * D, klo, nk);
             k_off += k_tile;
             v_off += v_tile;
           }
         }
         fd_cp_async_commit();
         load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+      }
+
+      /* fp8: widen this tile's staged K and V to T in place (mma_loaders.cuh;
+       * its copies landed at the barrier above), then a barrier before the
+       * tile math reads them. TOKEN: thread tid < KT reads the scales of the
+       * tile's key tid into sTok (issued before the widening, stored after
+       * it): only for keys in [pass_lo, pass_end) on a good page (all below
+       * kv_len), else 0 (such a key is masked and its p is 0). */
+      if constexpr (KV8 != 0) {
+        float tk = 0.0f, tv = 0.0f;
+        if (tok && tid < KT) {
+          const int j = key0 + tid;
+          if (j >= pass_lo && j < pass_end) {
+            int64_t at;
+            bool ok = true;
+            if (paged) {
+              const int page = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+              const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+              ok = !check_pages || (page >= 0 && page < p.num_pages);
+              at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
+            } else {
+              at = (int64_t)b * p.scale_strides[0] + (int64_t)j * p.scale_strides[1];
+            }
+            at += (int64_t)hk * p.scale_strides[2];
+            if (ok) {
+              tk = __ldg(p.k_scale + at);
+              tv = __ldg(p.v_scale + at);
+            }
+          }
+        }
+        /* rows below KT / 2 of K and V; the upper rows of K, barrier, of V,
+         * barrier (mma_loaders.cuh: the upper rows overwrite the staging) */
+        const bool e5m2 = p.kv_dtype == FD_DTYPE_E5M2;
+        T *const tK = sK + stage * KT * D;
+        T *const tV = sV + stage * KT * D;
+        uint4 x[fd_mma_widen<D, NW>::NH];
+        fd_mma_widen_lo<T, D, NW>(tK, e5m2);
+        fd_mma_widen_lo<T, D, NW>(tV, e5m2);
+        fd_mma_widen_hi_read<T, D, NW>(tK, x);
+        __syncthreads();
+        fd_mma_widen_hi_write<T, D, NW>(tK, x, e5m2);
+        fd_mma_widen_hi_read<T, D, NW>(tV, x);
+        __syncthreads();
+        fd_mma_widen_hi_write<T, D, NW>(tV, x, e5m2);
+        if (tok && tid < KT) {
+          sTok[tid] = tk;
+          sTok[KT + tid] = tv;
+        }
+        __syncthreads();
       }
 
       /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
@@ -391,6 +486,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
           if (bad_pages) vis = vis && tValid[kl] != 0;
           float x = s[n][e] * scale;
+          if constexpr (KV8 != 0)
+            if (tok) x = s[n][e] * (scale * sTok[kl]); /* uniform */
           if (p.cap_out != 0.0f) x = fd_soft_cap(x, p.cap_in, p.cap_out); /* uniform */
           s[n][e] = vis ? x : -INFINITY;
         }
@@ -424,6 +521,21 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         o[n][1] *= a0;
         o[n][2] *= a1;
         o[n][3] *= a1;
+      }
+
+      /* fp8 TOKEN: p times its key's v_scale in fp32 (l summed the unscaled p) */
+      if constexpr (KV8 != 0) {
+        if (tok) {
+          const int kl0 = kw * 16 + 2 * qd;
+#pragma unroll
+          for (int n = 0; n < 2; n++) {
+            const float2 vs = *reinterpret_cast<const float2 *>(sTok + KT + kl0 + n * 8);
+            s[n][0] *= vs.x;
+            s[n][1] *= vs.y;
+            s[n][2] *= vs.x;
+            s[n][3] *= vs.y;
+          }
+        }
       }
 
       /* O += P V: P from the accumulators as the A operand, split into a
@@ -466,8 +578,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     bm0 = fmaxf(bm0, sML[k * ROWS + g].x);
     bm1 = fmaxf(bm1, sML[k * ROWS + g + 8].x);
   }
-  const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)); /* 0 when m0 = -inf */
-  const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1));
+  /* 0 when m0 = -inf; fp8 TENSOR / HEAD: times v_scale (1 otherwise) */
+  const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
+  const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
   {
     float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
     float *dst1 = dst0 + 8 * OSTRIDE;
@@ -516,7 +629,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #define FD_MMA_LEAN_BUILT 1
 #endif
 
-template <typename T, int D, int NW, int DV, int LEAN>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
 __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
@@ -543,29 +656,29 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
 
     const int rows_total = p.group * p.q_len;
     for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
-      fd_split_mma_pass<T, D, NW, DV, LEAN>(p, b, hk, split, kv, begin, end, row0,
+      fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
                                             min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
   }
 }
 
-template <typename T, int D, int NW, int DV, int LEAN>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
 static cudaError_t fd_split_mma_prepare(void) {
   constexpr size_t smem = fd_mma_cfg<D, NW, LEAN>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN>,
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory (two 4-warp blocks
    * or one 8-warp block per SM). */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN>,
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D, int NW, int DV, int LEAN>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN, KV8>();
   if (e != cudaSuccess) return e;
-  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN>, *p,
+  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>, *p,
                    dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch),
                    dim3(fd_mma_cfg<D, NW, LEAN>::THREADS), fd_mma_cfg<D, NW, LEAN>::SMEM, stream,
                    p->pdl);
@@ -573,46 +686,60 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
 
 template <typename T, int D, int DV, int LEAN>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN, 0>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
-                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN>,
+                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN, 0>,
                                                        fd_mma_cfg<D, 4, LEAN>::THREADS,
                                                        fd_mma_cfg<D, 4, LEAN>::SMEM);
 }
 
 /* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of
- * 128). head_dim 64 has no lean instance (its 4-warp block fits every GPU). */
-template <typename T, int D, int DV>
+ * 128). head_dim 64 has no lean instance (its 4-warp block fits every GPU).
+ * KV8 (an fp8 cache, either format: the kernel reads p->kv_dtype): FD_MMA_4W
+ * and FD_MMA_LEAN only (cuda_backend.cu never picks the 8-warp config for
+ * it), the shared memory of the 16-bit instance. */
+template <typename T, int D, int DV, int KV8>
 static cudaError_t fd_split_mma_launch_cfg(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (cfg) {
-    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0>(p, stream);
-    case FD_MMA_WIDE: return fd_split_mma_launch_instance<T, D, 8, DV, 0>(p, stream);
+    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0, KV8>(p, stream);
+    case FD_MMA_WIDE:
+      if constexpr (KV8 == 0) return fd_split_mma_launch_instance<T, D, 8, DV, 0, 0>(p, stream);
+      break;
     case FD_MMA_LEAN:
-      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1>(p, stream);
+      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1, KV8>(p, stream);
       break;
   }
   return cudaErrorInvalidValue;
 }
 
-template <typename T>
+template <typename T, int KV8>
 static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_cfg<T, 64, 64>(p, cfg, stream);
-    case 80: return fd_split_mma_launch_cfg<T, 128, 80>(p, cfg, stream);
-    case 96: return fd_split_mma_launch_cfg<T, 128, 96>(p, cfg, stream);
-    case 128: return fd_split_mma_launch_cfg<T, 128, 128>(p, cfg, stream);
-    case 256: return fd_split_mma_launch_cfg<T, 256, 256>(p, cfg, stream);
+    case 64: return fd_split_mma_launch_cfg<T, 64, 64, KV8>(p, cfg, stream);
+    case 80: return fd_split_mma_launch_cfg<T, 128, 80, KV8>(p, cfg, stream);
+    case 96: return fd_split_mma_launch_cfg<T, 128, 96, KV8>(p, cfg, stream);
+    case 128: return fd_split_mma_launch_cfg<T, 128, 128, KV8>(p, cfg, stream);
+    case 256: return fd_split_mma_launch_cfg<T, 256, 256, KV8>(p, cfg, stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+static cudaError_t fd_split_mma_launch_kv(const fd_kernel_params *p, int cfg,
+                                          cudaStream_t stream) {
+  if (p->kv_dtype == p->dtype) return fd_split_mma_launch_dim<T, 0>(p, cfg, stream);
+  if (p->kv_dtype == FD_DTYPE_E4M3 || p->kv_dtype == FD_DTYPE_E5M2)
+    return fd_split_mma_launch_dim<T, 1>(p, cfg, stream);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream) {
   switch (p->dtype) {
-    case FD_DTYPE_F16: return fd_split_mma_launch_dim<__half>(p, cfg, stream);
-    case FD_DTYPE_BF16: return fd_split_mma_launch_dim<__nv_bfloat16>(p, cfg, stream);
+    case FD_DTYPE_F16: return fd_split_mma_launch_kv<__half>(p, cfg, stream);
+    case FD_DTYPE_BF16: return fd_split_mma_launch_kv<__nv_bfloat16>(p, cfg, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -655,7 +782,7 @@ cudaError_t fd_split_mma_code_arch(int *arch) {
   *arch = 0;
   cudaFuncAttributes a;
   memset(&a, 0, sizeof a);
-  const cudaError_t e = cudaFuncGetAttributes(&a, fd_split_mma_kernel<__half, 64, 4, 64, 0>);
+  const cudaError_t e = cudaFuncGetAttributes(&a, fd_split_mma_kernel<__half, 64, 4, 64, 0, 0>);
   if (e == cudaSuccess) *arch = a.ptxVersion;
   return e;
 }
