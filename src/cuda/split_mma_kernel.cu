@@ -1,8 +1,9 @@
 /*
  * split_mma_kernel.cu — the flash-decoding split kernel on tensor cores
  * (mma.sync.m16n8k16, ldmatrix, cp.async: sm_80 instructions; fp16 and bf16
- * K/V; built for sm_80 and sm_90a, see CMakeLists.txt FD_CUDA_ARCHS). fp32 keeps the CUDA-core
- * kernel (split_kernel.cu); both write the same partials for the combine.
+ * K/V, or fp8 K/V with fp16/bf16 q (FP8 below); built for sm_80 and sm_90a,
+ * see CMakeLists.txt FD_CUDA_ARCHS). fp32 keeps the CUDA-core kernel
+ * (split_kernel.cu); both write the same partials for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
  *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
@@ -89,6 +90,24 @@
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
+ * FP8  (template KV8 = 1: kv_dtype E4M3 or E5M2, read from p.kv_dtype at run
+ *   time; FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
+ *   cuda_backend.cu) The same grid, tiles, warps and pipeline, and the same
+ *   shared memory (fd_mma_cfg::SMEM): a tile's fp8 bytes (KT * D, unswizzled)
+ *   are copied by cp.async (16 values a copy: fd_mma_copy8_*, same keys per
+ *   thread, same zero-fills) into the upper half of that tile's own 16-bit
+ *   stage buffer. Per tile, after the loop's barrier: widen K and V in place
+ *   to the swizzled T tile (mma_loaders.cuh; exact; two extra barriers),
+ *   TOKEN scales into sTok, a barrier, then the tile math unchanged but for
+ *   the scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
+ *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1); TOKEN:
+ *   thread tid < KT reads key tid's k and v scale (paged: through the
+ *   block_table; keys outside [pass_lo, pass_end) or on a bad page: 0, never
+ *   read) into sTok [2][KT] (in the (m, l) / (M, L) area, free during the
+ *   loop); each score is multiplied by its key's k_scale before the soft-cap
+ *   and mask, and p by its v_scale before the 16-bit split (l sums the
+ *   unscaled p). Masked keys stay -inf / p = 0 (their scale is 0, not NaN).
+ *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
@@ -97,7 +116,7 @@
  *
  * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
- *   contiguous, paged), pass_output.cuh (the epilogue); this file: the tile
+ *   contiguous, paged; fp8 staging and widening), pass_output.cuh (the epilogue); this file: the tile
  *   math (Q K^T, mask, online softmax, P V), the kernel and its launchers.
  *
  * PDL  Code built for sm_90+ is launched with programmatic stream
