@@ -87,6 +87,10 @@ cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
  * combination without an instance. */
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
+/* Its fp8-cache instances (split_mma_fp8.cu), called by fd_split_mma_launch
+ * when p->kv_dtype is an fp8 type: FD_MMA_4W or FD_MMA_LEAN. */
+cudaError_t fd_split_mma_launch_fp8(const fd_kernel_params *p, int cfg, cudaStream_t stream);
+
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */
 cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm);
