@@ -4,8 +4,8 @@
  * rows) from a contiguous cache or through a block_table, which thread
  * copies which keys, and which keys are zero-filled instead of read (past
  * the pass's keys, before its first visible key, head_dim padding, a page id
- * outside the pool). A new cache format (fp8) is a new loader here; the tile
- * math in split_mma_kernel.cu reads the same shared-memory tiles. Internal
+ * outside the pool). fp8 caches have their own loaders (end of file); the tile
+ * math in split_mma_kernel.cuh reads the same shared-memory tiles. Internal
  * to src/cuda.
  */
 #ifndef FD_CUDA_MMA_LOADERS_CUH
