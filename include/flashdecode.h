@@ -81,11 +81,12 @@
  *   graph sees the values they hold when it replays. The sums are those of a
  *   16-bit cache: the CPU backend widens each key block to float32 with its
  *   scale (k_cache * k_scale rounded once to float32); the CUDA backend widens
- *   K and V to the q dtype in registers (exact), multiplies on 16-bit tensor
- *   cores with fp32 accumulation (never fp8 MMA) and applies the scales in
- *   fp32. The float64 reference computes on the exact dequantized values, so
- *   a 16-bit cache's accuracy applies. fd_append_kv writes new tokens into a
- *   cache, quantizing them for fp8.
+ *   K and V to the q dtype in shared memory (exact), multiplies on 16-bit
+ *   tensor cores with fp32 accumulation (never fp8 MMA) and applies the
+ *   scales in fp32 (k_scale to the scores, v_scale to the softmax weights
+ *   or, per tensor or head, to the output). The float64 reference computes
+ *   on the exact dequantized values, so a 16-bit cache's accuracy applies.
+ *   fd_append_kv writes new tokens into a cache, quantizing them for fp8.
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -521,10 +522,9 @@ typedef struct fd_tensors {
  *       workspace NULL while plan->workspace_size > 0.
  *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache, out or the workspace
  *       not aligned to 16 bytes, or a stride of q, k, v or out that is not a
- *       multiple of 16 bytes (lse needs only float alignment); batch or
- *       num_heads_kv above 65535; an fp8 cache (this version's CUDA kernels
- *       read 16-bit and fp32 caches only; the CPU and reference backends
- *       read fp8). The CPU and reference backends take any pointer aligned
+ *       multiple of 16 bytes (lse needs only float alignment; for an fp8
+ *       cache, elements are bytes: 16 fp8 values); batch or num_heads_kv
+ *       above 65535. The CPU and reference backends take any pointer aligned
  *       to its element type and any non-negative strides.
  *   FD_STATUS_OUT_OF_MEMORY  reference backend only: its float64 scratch
  *       (head_dim and the longest kv_len doubles) could not be allocated.

@@ -5,8 +5,8 @@
  * pointers, negative scale strides, and (CPU, reference) scale values that
  * are zero, negative, NaN or infinite where a key is read, naming the index,
  * with nothing written; out over the scales is refused (overlap check); scales past kv_len (never read) may be anything;
- * CUDA returns FD_STATUS_UNSUPPORTED for an fp8 cache until its kernel reads
- * one (checked when a GPU is present).
+ * CUDA: an fp8 plan is accepted, an fp8 cache not 16-byte aligned (base or
+ * strides) is UNSUPPORTED naming it (checked when a GPU is present).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -195,33 +195,54 @@ static void test_run_scales(void **state) {
   }
 }
 
-/* CUDA: an fp8 plan is accepted, its runs are UNSUPPORTED (naming kv_dtype)
- * until the split kernel reads fp8; the message says so. */
-static void test_cuda_unsupported(void **state) {
+/* CUDA reads fp8 caches (the tensor-core kernel widens them; results:
+ * test_gpu_fp8_grid). Here, without a launch: an fp8 plan is accepted, and
+ * an fp8 cache whose base or strides are not 16-byte multiples (bytes = elements)
+ * is UNSUPPORTED naming the tensor (the kernel copies 16 fp8 values at a
+ * time). An fp32 q with an fp8 cache is refused by the plan (test_plan_fields). */
+static void test_cuda_fp8_alignment(void **state) {
   (void)state;
   if (!fd_backend_available(FD_BACKEND_CUDA)) skip();
+  enum { DC = 64 };
   fd_problem p = fp8_problem(FD_BACKEND_CUDA, FD_KV_SCALE_NONE);
-  p.head_dim = 64;
+  p.head_dim = DC;
   fd_plan plan;
   fd_error err;
   assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
+  /* host buffers standing in for device pointers: every call below stops at
+   * the alignment checks, before a launch (nothing is read) */
+  static _Alignas(16) unsigned char q[B * HQ * DC * 2], out[B * HQ * DC * 2];
+  static _Alignas(16) unsigned char k[B * CAP * HKV * (DC + 16) + 16],
+      v[B * CAP * HKV * (DC + 16) + 16];
+  static _Alignas(16) int32_t kv_len[B];
+  static _Alignas(16) unsigned char ws[1 << 20];
+  void *wsp = plan.workspace_size ? ws : NULL;
+  if (plan.workspace_size > sizeof ws) skip();
   fd_tensors t;
   memset(&t, 0, sizeof t);
-  /* any 16-byte aligned non-NULL pointers: the call stops before a launch */
-  static _Alignas(16) unsigned char dummy[64];
-  t.q = t.k_cache = t.v_cache = t.out = dummy;
-  t.kv_len = (const int32_t *)dummy;
-  static _Alignas(16) unsigned char ws[1 << 20];
-  /* (host pointers: when the kernel reads fp8, this test changes with it) */
-  expect(fd_run(&plan, &t, plan.workspace_size ? ws : NULL, plan.workspace_size, NULL, &err),
-         FD_STATUS_UNSUPPORTED, &err, "kv_dtype", "CUDA fp8 run");
+  t.q = q;
+  t.out = out;
+  t.k_cache = k;
+  t.v_cache = v;
+  t.kv_len = kv_len;
+  /* head rows of DC + 8 bytes: not a multiple of 16 */
+  t.k_strides[2] = DC + 8;
+  t.k_strides[1] = HKV * (DC + 8);
+  t.k_strides[0] = CAP * HKV * (DC + 8);
+  expect(fd_run(&plan, &t, wsp, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err,
+         "k_cache", "CUDA fp8 k_cache stride of 72 bytes");
+  memset(t.k_strides, 0, sizeof t.k_strides);
+  /* v_cache 8 bytes past a 16-byte boundary */
+  t.v_cache = v + 8;
+  expect(fd_run(&plan, &t, wsp, plan.workspace_size, NULL, &err), FD_STATUS_UNSUPPORTED, &err,
+         "v_cache", "CUDA fp8 v_cache base misaligned by 8 bytes");
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_fields),
       cmocka_unit_test(test_run_scales),
-      cmocka_unit_test(test_cuda_unsupported),
+      cmocka_unit_test(test_cuda_fp8_alignment),
   };
   return cmocka_run_group_tests_name("fp8_args", tests, NULL, NULL);
 }

@@ -15,7 +15,7 @@ B=/tmp/fd_build
 mkdir -p "$OUT" "$B"
 NV="nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Iinclude -Isrc"
 t0=$(date +%s)
-for f in split_kernel split_mma_kernel combine_kernel cuda_backend; do
+for f in split_kernel split_mma_kernel split_mma_fp8 combine_kernel cuda_backend; do
   $NV -Xptxas -v -c src/cuda/$f.cu -o $B/$f.o >$B/$f.log 2>&1 &
 done
 $NV -c dev/cuda/check_kernels.cu -o $B/ck.o >$B/ck.log 2>&1 &
@@ -25,7 +25,7 @@ gcc -O2 -std=c11 -Iinclude -Isrc -c src/errors.c -o $B/errors.o &
 wait
 cat $B/*.log >"$OUT/build.log"
 NL="nvcc -gencode=arch=compute_90a,code=sm_90a"
-COMMON="$B/split_kernel.o $B/combine_kernel.o"
+COMMON="$B/split_kernel.o $B/split_mma_fp8.o $B/combine_kernel.o"
 HOST="$B/cuda_backend.o $B/plan.o $B/errors.o"
 $NL $B/ck.o $B/split_mma_kernel.o $COMMON -o $B/fd_check ||
   { grep -iE "error" "$OUT/build.log" | head -20; exit 1; }

@@ -312,7 +312,8 @@ static int mma_config(const fd_plan *plan, const fd_kernel_params *kp, const fd_
    * follow the grid (the 8-warp key-warp partition sums in another order;
    * FD_MMA_4W and FD_MMA_LEAN sum alike). */
   const int64_t blocks = (int64_t)kp->num_splits * kp->num_heads_kv * kp->batch;
-  if (!pr->deterministic && fd_mma_wide_ok(g, pr->head_dim) &&
+  /* an fp8 cache has no 8-warp instance (split_mma_kernel.cu) */
+  if (!pr->deterministic && pr->kv_dtype == pr->dtype && fd_mma_wide_ok(g, pr->head_dim) &&
       fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys))
     return FD_MMA_WIDE;
   return fd_mma_config_4w(g, pr->head_dim);
@@ -332,10 +333,16 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   if (pr->num_heads_kv > 65535)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "num_heads_kv: %d exceeds the CUDA backend's 65535", pr->num_heads_kv);
-  /* fill_params passes the fp8 fields; the split kernels do not read them yet. */
-  if (pr->kv_dtype != pr->dtype)
+  /* An fp8 cache: the tensor-core kernel widens it (fp16/bf16 q only; the
+   * plan refuses other pairs, this guards the launch). Alignment: api.c (16
+   * bytes: base and strides of k_cache / v_cache in bytes). */
+  if (pr->kv_dtype != pr->dtype &&
+      ((pr->kv_dtype != FD_DTYPE_E4M3 && pr->kv_dtype != FD_DTYPE_E5M2) ||
+       (pr->dtype != FD_DTYPE_F16 && pr->dtype != FD_DTYPE_BF16)))
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                   "kv_dtype: fp8 caches are not yet supported by the CUDA backend");
+                   "kv_dtype: the CUDA backend reads an fp8 cache (e4m3, e5m2) with fp16 or "
+                   "bf16 q only (kv_dtype %d, dtype %d)",
+                   (int)pr->kv_dtype, (int)pr->dtype);
 
   fd_device_facts tmp;
   const fd_device_facts *f = device_facts(pr->device, &tmp);

@@ -53,8 +53,8 @@ typedef struct fd_kernel_params {
   /* fp8 KV cache (flashdecode.h, FP8 KV CACHE). kv_dtype == dtype: a 16-bit
    * or fp32 cache, the fields below unused. Otherwise k_cache / v_cache hold
    * FD_DTYPE_E4M3 or FD_DTYPE_E5M2 bytes (strides in bytes = elements) and
-   * dtype is F16 or BF16: widen to dtype in registers (exact), 16-bit MMA with
-   * fp32 accumulation; key j of kv head hk is k_fp8 * k_scale[i] and value j
+   * dtype is F16 or BF16: widen to dtype in shared memory (exact,
+   * split_mma_kernel.cu FP8), 16-bit MMA with fp32 accumulation; key j of kv head hk is k_fp8 * k_scale[i] and value j
    * v_fp8 * v_scale[i], i by kv_scale: TENSOR 0, HEAD hk, TOKEN (contiguous)
    * b * scale_strides[0] + j * scale_strides[1] + hk * scale_strides[2], or
    * (paged) page * scale_strides[0] + (j % page_size) * scale_strides[1] +
@@ -77,7 +77,8 @@ typedef struct fd_kernel_params {
 cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
 
 /* Launch the tensor-core split kernel (split_mma_kernel.cu) for p->dtype
- * (FD_DTYPE_F16 or FD_DTYPE_BF16 only) and p->head_dim on `stream` in
+ * (FD_DTYPE_F16 or FD_DTYPE_BF16 only; p->kv_dtype the same or an fp8 type,
+ * which has no FD_MMA_WIDE instance) and p->head_dim on `stream` in
  * configuration `cfg` (gpu_select.h's fd_mma_config; the caller checked that
  * the device runs it): FD_MMA_4W (0) 4-warp blocks, two per SM where they
  * fit; FD_MMA_WIDE (1) 8-warp blocks with deeper stages, one per SM (for
@@ -85,6 +86,10 @@ cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
  * (head_dim 80..256, GPUs with 99 KB a block). cudaErrorInvalidValue for a
  * combination without an instance. */
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream);
+
+/* Its fp8-cache instances (split_mma_fp8.cu), called by fd_split_mma_launch
+ * when p->kv_dtype is an fp8 type: FD_MMA_4W or FD_MMA_LEAN. */
+cudaError_t fd_split_mma_launch_fp8(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */

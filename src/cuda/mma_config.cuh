@@ -1,6 +1,6 @@
 /*
  * mma_config.cuh — the compile-time shape of the tensor-core split kernel
- * (split_mma_kernel.cu) for one head_dim and warp count: warps along keys
+ * (split_mma_kernel.cuh) for one head_dim and warp count: warps along keys
  * and head_dim, key tile, pipeline depth, shared-memory carve-up sizes.
  * Internal to src/cuda.
  */
@@ -48,7 +48,7 @@ struct fd_mma_cfg {
   static_assert(64 % KT == 0 || KT % 64 == 0, "tiles start at multiples of 64 keys");
   /* Keys below a pass's first visible key lie in the prologue's tiles, except
    * with 2 stages of 32 keys (lean, head_dim 256), where the loop zero-fills
-   * them too (PRE_LO, split_mma_kernel.cu). */
+   * them too (PRE_LO, split_mma_kernel.cuh). */
   static constexpr bool PRE_LO = (STAGES - 1) * KT < 64;
   static_assert((size_t)KW * FD_MMA_ROWS * (D + FD_MMA_OPAD) * sizeof(float) <= KV_BYTES,
                 "O merge buffer must fit in the K/V stages");

@@ -2,8 +2,8 @@
 append_kv writes the bytes the CPU writes (every format and granularity,
 contiguous and paged) and replays from a captured CUDA graph at new kv_len
 values; decode on an fp8 cache matches the float64 oracle on the dequantized
-cache (while the CUDA attention kernel does not read fp8 yet, the call must
-raise UnsupportedError naming kv_dtype instead). Skipped without torch.cuda.
+cache (the tensor-core kernel widens fp8 to the q dtype). Skipped without
+torch.cuda.
 """
 import pytest
 
@@ -91,12 +91,8 @@ def test_cuda_decode_fp8(fmt, gran):
     k8, v8 = (kf / div_k).to(F8[fmt]), (vf / div_v).to(F8[fmt])
     q = torch.randn(2, 2, 8, 128, generator=g).bfloat16()
     kv_len = torch.tensor([300, 77], dtype=torch.int32)
-    try:
-        out = flashdecode.decode(q.to(DEV), k8.to(DEV), v8.to(DEV), kv_len.to(DEV),
-                                 k_scale=ks.to(DEV), v_scale=vs.to(DEV))
-    except flashdecode.UnsupportedError as exc:
-        assert "kv_dtype" in str(exc)  # the attention kernel does not read fp8 yet
-        return
+    out = flashdecode.decode(q.to(DEV), k8.to(DEV), v8.to(DEV), kv_len.to(DEV),
+                             k_scale=ks.to(DEV), v_scale=vs.to(DEV))
     ref, _ = attention_f64(q.float().numpy(), (k8.double() * div_k.double()).numpy(),
                            (v8.double() * div_v.double()).numpy(), kv_len.numpy())
     assert_out_close(out.float().cpu().numpy(), ref, "bfloat16")

@@ -1,0 +1,755 @@
+/*
+ * split_mma_kernel.cuh — the flash-decoding split kernel on tensor cores
+ * (mma.sync.m16n8k16, ldmatrix, cp.async: sm_80 instructions; fp16 and bf16
+ * K/V, or fp8 K/V with fp16/bf16 q (FP8 below); built for sm_80 and sm_90a,
+ * see CMakeLists.txt FD_CUDA_ARCHS). fp32 keeps the CUDA-core kernel
+ * (split_kernel.cu); both write the same partials for the combine.
+ *
+ * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
+ *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
+ *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
+ *   fd_window_start (0 without a sliding window), for EVERY query row
+ *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
+ *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
+ *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
+ *   phantom rows see no key); group * q_len > 16 takes more passes over the
+ *   split's K/V (the re-reads mostly hit L2).
+ *   Three configs (fd_mma_cfg, mma_config.cuh; which one a GPU runs:
+ *   gpu_select.h): NW = 4, two blocks an SM where they fit (FD_MMA_4W); NW =
+ *   8, one block an SM with twice the keys a tile and twice the bytes in
+ *   flight, launched when the grid has no more blocks than the GPU has SMs
+ *   (cuda_backend.cu), where four warps an SM left the schedulers idle
+ *   (bench/NOTES.md), on GPUs with ~200 KB a block (FD_MMA_WIDE); NW = 4
+ *   with 2 stages for GPUs with 99 KB a block (sm_86, sm_89, sm_120;
+ *   FD_MMA_LEAN, head_dim >= 80).
+ *
+ * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
+ *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
+ *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
+ *   rows lane / 4 and lane / 4 + 8). head_dim 64, 128: KW = NW, DW = 1 (64-
+ *   or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2 (32- or 64-key
+ *   tiles); the two warps of a key slice both compute its scores (identical,
+ *   so identical m and l) and each accumulates half of O's columns (keeps O
+ *   at 64 fp32 registers a lane).
+ *
+ * PER TILE (one barrier)  S = Q K^T by mma (Q in A fragments, loaded once per
+ *   pass by ldmatrix; K by ldmatrix as the "col" B operand), fp32
+ *   accumulators; S is scaled by softmax_scale * log2(e) in fp32 (q enters the
+ *   mma unrounded, exactly as given), soft-capped when asked (cap tanh(s /
+ *   cap), tanhf) and masked to -inf for keys a row does not see: keys
+ *   [lo_t, hi_t) of fd_row_keys (device_util.cuh: causal up to the row's
+ *   position, from position - window_left with a window, every key when
+ *   non-causal), within the split, and a bad page. The lower bounds are
+ *   recomputed only in the tiles before the pass's highest one (a window's
+ *   first tiles), which keeps the registers of the causal loop. Online
+ *   softmax in base 2 over the warp's 16 keys: the row max over the lane's 4
+ *   scores and a quad shuffle; alpha = 2^(m_old - m_new); a row whose max is
+ *   still -inf uses 0 in its place (never (-inf) - (-inf)). P = 2^(S - m) is
+ *   rounded to the 16-bit type straight from the accumulators into A fragments
+ *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
+ *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
+ *
+ * HEAD_DIM  64, 128, 256 as themselves; 80 and 96 in the 128 instance's
+ *   shared-memory rows (template D = 128, DV = 80 or 96): the columns past DV
+ *   are zero-filled without a read, Q K^T runs DV / 16 k-steps and P V
+ *   DV / 8 n-tiles.
+ *
+ * PIPELINE  K and V tiles go global -> shared by cp.async.cg (16 bytes a
+ *   copy; src-size 0 = zero-fill and no read for keys out of range or on a bad
+ *   page; 64-bit offsets), STAGES stages (head_dim 64: 4, or 6 at NW = 8;
+ *   else 3); q is commit group 0, tile i group i + 1. Thread tid copies
+ *   chunk tid % CH of the LOADS consecutive keys (tid / CH) * LOADS + n
+ *   (fd_mma_copy). Contiguous caches: a running element offset per thread,
+ *   one add per key. Paged caches: each thread reads the block_table entries
+ *   of its keys one tile ahead of the copies that use them (the latency
+ *   hides behind a tile of math): one id a tile when page_size is a power of
+ *   two >= LOADS (its keys share a page), else one a key; the ids of the first
+ *   STAGES tiles are read together before the first copy. A key on a page id
+ *   outside [0, num_pages) is flagged in shared memory and the tile's
+ *   "bad page" bit travels with the loop's barrier (__syncthreads_or), so
+ *   only such tiles test flags per score. The 16-byte
+ *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
+ *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
+ *   (64), so tiles start at multiples of 64 keys (a pass starts at the 64-key
+ *   boundary at or below the first key any of its rows sees; keys below that
+ *   key are zero-filled, not read: they lie in the prologue's tiles, or, with
+ *   2 stages of 32 keys, in the first two tiles, both zero-filling them); a
+ *   128-key tile may run
+ *   past its split's end, and every key is bounds-checked (not loaded, score
+ *   -inf). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
+ *   a block, 128 KB an SM at 2 blocks; NW = 8: 2 tiles of 64 KB (5 of 32 KB
+ *   for head_dim 64) an SM. (Asking L2 for 3 tiles further ahead,
+ *   cp.async.bulk.prefetch.L2, was measured slower: B=64 8k 602 against
+ *   482 us on the H200, so it is not done.)
+ *
+ * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
+ *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
+ *   (64), ~101 KB (128), ~105 KB (256), so two blocks fit per SM on sm_90
+ *   (one on sm_80 from head_dim 80 on); NW = 8: ~196-201 KiB (200,576 to
+ *   205,632 bytes), one block; lean: 70,400 B (128), 74,176 B (256). After the last
+ *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
+ *   to the block max and summed in kw order (deterministic).
+ *
+ * FP8  (template KV8 = 1: kv_dtype E4M3 or E5M2, read from p.kv_dtype at run
+ *   time; FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
+ *   cuda_backend.cu) The same grid, tiles, warps and pipeline, and the same
+ *   shared memory (fd_mma_cfg::SMEM): a tile's fp8 bytes (KT * D, unswizzled)
+ *   are copied by cp.async (16 values a copy: fd_mma_copy8_*, same keys per
+ *   thread, same zero-fills) into the upper half of that tile's own 16-bit
+ *   stage buffer. Per tile, after the loop's barrier: widen K and V in place
+ *   to the swizzled T tile (mma_loaders.cuh; exact; two extra barriers),
+ *   TOKEN scales into sTok, a barrier, then the tile math unchanged but for
+ *   the scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
+ *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1); TOKEN:
+ *   thread tid < KT reads key tid's k and v scale (paged: through the
+ *   block_table; keys outside [pass_lo, pass_end) or on a bad page: 0, never
+ *   read) into sTok [2][KT] (in the (m, l) / (M, L) area, free during the
+ *   loop); each score is multiplied by its key's k_scale before the soft-cap
+ *   and mask, and p by its v_scale before the 16-bit split (l sums the
+ *   unscaled p). Masked keys stay -inf / p = 0 (their scale is 0, not NaN).
+ *
+ * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
+ *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
+ *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
+ *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
+ *   keys).
+ *
+ * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
+ *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
+ *   contiguous, paged; fp8 staging and widening), pass_output.cuh (the
+ *   epilogue); this file: the tile math (Q K^T, mask, online softmax, P V),
+ *   the kernel and its per-instance launchers, compiled by two translation
+ *   units that build in parallel: split_mma_kernel.cu (16-bit caches, the
+ *   public launch, occupancy) and split_mma_fp8.cu (the fp8 instances).
+ *
+ * PDL  Code built for sm_90+ is launched with programmatic stream
+ *   serialisation (older targets lack griddepcontrol: compiled out, launched
+ *   without the attribute, gpu_select.h fd_gpu_pdl_ok):
+ *   every block first waits in griddepcontrol.wait until the
+ *   previous kernel in the stream has completed (a no-op without PDL), so
+ *   only its launch overlaps that kernel. Then it executes
+ *   griddepcontrol.launch_dependents, so the combine (also launched with PDL)
+ *   is scheduled as soon as all split blocks are resident; it waits for this
+ *   grid to complete before it reads the partials.
+ */
+#ifndef FD_CUDA_SPLIT_MMA_KERNEL_CUH
+#define FD_CUDA_SPLIT_MMA_KERNEL_CUH
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "flashdecode.h"
+#include "kernel_params.cuh"
+#include "device_util.cuh"
+#include "mma_config.cuh"
+#include "mma_loaders.cuh"
+#include "mma_primitives.cuh"
+#include "pass_output.cuh"
+#include "split.h"
+#include "gpu_select.h"
+
+/* Keys [*lo, *hi) row r (0..15) of the pass sees within the split (phantom
+ * rows see nothing). */
+static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &p, int r, int row0,
+                                                        int pass_rows, int kv, int begin, int end,
+                                                        int *lo, int *hi) {
+  *lo = *hi = begin;
+  if (r < pass_rows)
+    fd_row_keys((row0 + r) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, lo, hi);
+}
+
+/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
+ * split's keys, then the pass's outputs. Ends with a block barrier. */
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
+                                                         int split, int kv, int begin, int end,
+                                                         int row0, int pass_rows,
+                                                         unsigned char *smem) {
+  using C = fd_mma_cfg<D, NW, LEAN>;
+  constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT;
+  /* DV < D (head_dim 80, 96 in 128-wide storage): the columns past DV are
+   * zeros in shared memory and skipped by the mma loops */
+  constexpr int KS = DV / 16;          /* k-steps of Q K^T */
+  constexpr int NTV = DV == D ? NT : DV / 8; /* O n-tiles computed per warp */
+  static_assert(DV == D || (C::DW == 1 && DV % 16 == 0 && DV < D), "padded head_dim");
+  constexpr int ROWS = FD_MMA_ROWS;
+  constexpr int OSTRIDE = D + FD_MMA_OPAD;
+
+  /* Carve-up; fd_mma_cfg<D, NW, LEAN>::SMEM sizes it. */
+  T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
+  T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
+  T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
+  float2 *sML = reinterpret_cast<float2 *>(sQ + ROWS * D);               /* [KW][16] (m, l) */
+  float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
+  unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
+  float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
+  /* fp8 TOKEN scales of the current tile's keys, k then v: [2][KT] floats in
+   * the (m, l) and (M, L) area, which only the merge after the last tile uses */
+  float *sTok = reinterpret_cast<float *>(sML);
+  static_assert(2 * KT * sizeof(float) <= (KW + 1) * ROWS * sizeof(float2), "sTok fits");
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int kw = warp % KW;
+  const int dw = warp / KW;
+  const int g = lane >> 2; /* accumulator rows g and g + 8 */
+  const int qd = lane & 3; /* accumulator columns 2 qd, 2 qd + 1 */
+  const int q_len = p.q_len;
+  /* the cache's element: T, or the fp8 byte (KV8; strides in bytes) */
+  using KV = typename std::conditional<KV8 != 0, unsigned char, T>::type;
+  const KV *k_head = static_cast<const KV *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const KV *v_head = static_cast<const KV *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+
+  /* [pass_lo, pass_end): the keys some row of the pass sees (no other key is
+   * read); tiles start at kbeg, the 64-key boundary at or below pass_lo. */
+  int pass_lo = end, pass_end = begin, lo_max = begin;
+  for (int r = 0; r < pass_rows; r++) {
+    int lo, hi;
+    fd_pass_row_keys(p, r, row0, pass_rows, kv, begin, end, &lo, &hi);
+    if (hi > lo) {
+      pass_lo = min(pass_lo, lo);
+      lo_max = max(lo_max, lo);
+      pass_end = max(pass_end, hi);
+    }
+  }
+  if (pass_lo > pass_end) pass_lo = pass_end;
+  const int kbeg = begin + (pass_lo - begin) / 64 * 64;
+  /* rows g and g + 8 see [lo, lim); the lower bounds matter only in tiles
+   * before lo_max (a window's first tiles) and are recomputed there, which
+   * keeps the loop's registers those of the causal kernel (head_dim 256 is
+   * at 255) */
+  int lo_unused, lim0, lim1;
+  fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
+  fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
+  const int span = pass_end - kbeg;
+  const int num_tiles = (span + KT - 1) / KT;
+  float scale = p.scale_log2;
+  /* fp8 scales (KV8): TENSOR / HEAD fold k_scale into the score scale and
+   * v_scale into O at the merge (l sums the unscaled p); TOKEN reads one per
+   * key and tile (sTok below). */
+  float v_mul = 1.0f;
+  bool tok = false;
+  if constexpr (KV8 != 0) {
+    if (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD) {
+      const int i = p.kv_scale == FD_KV_SCALE_HEAD ? hk : 0;
+      scale *= __ldg(p.k_scale + i);
+      v_mul = __ldg(p.v_scale + i);
+    }
+    tok = p.kv_scale == FD_KV_SCALE_TOKEN;
+  }
+
+  float o[NTV][4];
+#pragma unroll
+  for (int n = 0; n < NTV; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY; /* running max of rows g, g + 8 (base 2, quad-uniform) */
+  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
+
+  if (num_tiles > 0) { /* block-uniform */
+    using M = fd_mma_copy<D, NW>;
+    const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
+    const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
+    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
+
+    /* q rows of the pass (zeros for phantom rows): commit group 0. */
+#pragma unroll
+    for (int idx = tid; idx < ROWS * C::CH; idx += C::THREADS) {
+      const int r = idx / C::CH;
+      const int c = idx % C::CH;
+      const T *src = static_cast<const T *>(p.q);
+      const bool ok = r < pass_rows && (DV == D || c < DV / 8);
+      if (ok) {
+        const int gi = (row0 + r) / q_len;
+        const int t = (row0 + r) - gi * q_len;
+        const int64_t h = (int64_t)hk * p.group + gi;
+        src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
+               c * 8;
+      }
+      fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
+    }
+    fd_cp_async_commit();
+
+    /* Copy state. Contiguous: element offsets of this thread's first key of
+     * the next tile to issue, advanced a tile at a time. Paged: the page ids
+     * of the next tile to issue, fetched one iteration ahead. */
+    const bool paged = p.page_size > 0;
+    const bool check_pages = paged && p.num_pages > 0;
+    const int pshift =
+        paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+    const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
+    /* a thread's LOADS keys of a tile on one page: one id a tile */
+    const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
+    const int k0 = tid / C::CH * M::LOADS;
+    const int cc = tid % C::CH;
+    /* the thread's column: 16-bit chunk cc (8 elements), or fp8 chunk
+     * cc % (CH / 2) (16 bytes; fd_mma_copy8_contig) */
+    const int col = KV8 != 0 ? cc % (C::CH / 2) * 16 : cc * 8;
+    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + col;
+    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + col;
+    const int64_t k_tile = (int64_t)KT * p.k_strides[1];
+    const int64_t v_tile = (int64_t)KT * p.v_strides[1];
+    int pg[M::LOADS];
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
+    /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
+     * any copy (one block_table round trip, not one per prologue tile). */
+    int pgp[STAGES][M::LOADS];
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+#pragma unroll
+      for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
+      if (paged && s < num_tiles) {
+        const int key0 = kbeg + s * KT;
+        fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, key0,
+                               min(KT, pass_end - key0), pgp[s]);
+      }
+    }
+
+    /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not).
+     * bad_early / bad_last: this thread's keys on bad pages in tiles
+     * 0 .. STAGES-3 / STAGES-2. */
+    bool bad_early = false, bad_last = false;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+      if (s < num_tiles) {
+        const int key0 = kbeg + s * KT;
+        const int nk = min(KT, pass_end - key0);
+        const int klo = pass_lo - key0; /* keys before it: zero-filled, not read */
+        if (paged) {
+          bool bad;
+          if constexpr (KV8 != 0)
+            bad = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
+                                                   nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
+                                                   sValid + s * KT);
+          else
+            bad = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
+                                                  nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
+                                                  sValid + s * KT);
+          if (s < STAGES - 2) bad_early = bad_early || bad;
+          else bad_last = bad;
+        } else {
+          if constexpr (KV8 != 0)
+            fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                              p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
+                                              klo, nk);
+          else
+            fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                             p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
+                                             klo, nk);
+          k_off += k_tile;
+          v_off += v_tile;
+        }
+      }
+      fd_cp_async_commit();
+    }
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[STAGES - 1][n];
+
+    /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
+    fd_cp_async_wait<STAGES - 1>();
+    /* Bad-page bits (check_pages), block-uniform: bit i is set when tile
+     * it + i (it: the loop's tile) may have a key on a page id outside
+     * [0, num_pages); the loop's barrier ORs in the tile copied one iteration
+     * earlier. Tiles 0 .. STAGES-3 share one bit value here. */
+    unsigned bad_tiles = 0;
+    bool bad_pend = bad_last; /* this thread's keys of the last tile it copied */
+    if (check_pages) {
+      if (__syncthreads_or(bad_early)) bad_tiles = (1u << (STAGES - 2)) - 1;
+    } else {
+      __syncthreads();
+    }
+    uint32_t qa[KS][4];
+    {
+      const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
+      const int sub = lane >> 4;
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) fd_ldmatrix_x4(qa[ks], sQ_u + fd_swz<D>(r, 2 * ks + sub));
+    }
+
+    /* ldmatrix rows of this lane: K (non-transposed, two n-tiles x two k-halves)
+     * and V (transposed, two key halves x two n-tiles). */
+    const int k_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
+    const int k_sub = (lane >> 3) & 1;
+    const int v_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int v_sub = lane >> 4;
+
+    int stage = 0;
+    int load_stage = STAGES - 1;
+    for (int it = 0; it < num_tiles; it++) {
+      const int key0 = kbeg + it * KT;
+      fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
+      /* everyone's did; tile it-1 fully consumed (and the bad-page bit of
+       * tile it + STAGES - 2, copied last iteration) */
+      if (check_pages) {
+        if (__syncthreads_or(bad_pend)) bad_tiles |= 1u << (STAGES - 2);
+      } else {
+        __syncthreads();
+      }
+      bad_pend = false;
+      {
+        const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
+        if (nt < num_tiles) {
+          const int nkey0 = kbeg + nt * KT;
+          const int nk = min(KT, pass_end - nkey0);
+          /* pass_lo - kbeg < 64 <= (STAGES - 1) * KT: only prologue tiles
+           * hold keys below pass_lo (not so with 2 stages of 32 keys: then
+           * this tile's keys below it are zero-filled, not read) */
+          const int klo = C::PRE_LO ? pass_lo - nkey0 : 0;
+          if (paged) {
+            if constexpr (KV8 != 0)
+              bad_pend = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
+                                                          nkey0, klo, nk, pg,
+                                                          sK + load_stage * KT * D,
+                                                          sV + load_stage * KT * D,
+                                                          sValid + load_stage * KT);
+            else
+              bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
+                                                         nkey0, klo, nk, pg,
+                                                         sK + load_stage * KT * D,
+                                                         sV + load_stage * KT * D,
+                                                         sValid + load_stage * KT);
+            if (nt + 1 < num_tiles)
+              fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
+                                     min(KT, pass_end - (nkey0 + KT)), pg);
+          } else {
+            if constexpr (KV8 != 0)
+              fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                                p.v_strides[1], sK + load_stage * KT * D,
+                                                sV + load_stage * KT * D, klo, nk);
+            else
+              fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
+                                               p.v_strides[1], sK + load_stage * KT * D,
+                                               sV + load_stage * KT * D, klo, nk);
+            k_off += k_tile;
+            v_off += v_tile;
+          }
+        }
+        fd_cp_async_commit();
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+      }
+
+      /* fp8: widen this tile's staged K and V to T in place (mma_loaders.cuh;
+       * its copies landed at the barrier above), then a barrier before the
+       * tile math reads them. TOKEN: thread tid < KT reads the scales of the
+       * tile's key tid into sTok (issued before the widening, stored after
+       * it): only for keys in [pass_lo, pass_end) on a good page (all below
+       * kv_len), else 0 (such a key is masked and its p is 0). */
+      if constexpr (KV8 != 0) {
+        float tk = 0.0f, tv = 0.0f;
+        if (tok && tid < KT) {
+          const int j = key0 + tid;
+          if (j >= pass_lo && j < pass_end) {
+            int64_t at;
+            bool ok = true;
+            if (paged) {
+              const int page = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+              const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+              ok = !check_pages || (page >= 0 && page < p.num_pages);
+              at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
+            } else {
+              at = (int64_t)b * p.scale_strides[0] + (int64_t)j * p.scale_strides[1];
+            }
+            at += (int64_t)hk * p.scale_strides[2];
+            if (ok) {
+              tk = __ldg(p.k_scale + at);
+              tv = __ldg(p.v_scale + at);
+            }
+          }
+        }
+        /* rows below KT / 2 of K and V; the upper rows of K, barrier, of V,
+         * barrier (mma_loaders.cuh: the upper rows overwrite the staging) */
+        const bool e5m2 = p.kv_dtype == FD_DTYPE_E5M2;
+        T *const tK = sK + stage * KT * D;
+        T *const tV = sV + stage * KT * D;
+        uint4 x[fd_mma_widen<D, NW>::NH];
+        fd_mma_widen_lo<T, D, NW>(tK, e5m2);
+        fd_mma_widen_lo<T, D, NW>(tV, e5m2);
+        fd_mma_widen_hi_read<T, D, NW>(tK, x);
+        __syncthreads();
+        fd_mma_widen_hi_write<T, D, NW>(tK, x, e5m2);
+        fd_mma_widen_hi_read<T, D, NW>(tV, x);
+        __syncthreads();
+        fd_mma_widen_hi_write<T, D, NW>(tV, x, e5m2);
+        if (tok && tid < KT) {
+          sTok[tid] = tk;
+          sTok[KT + tid] = tv;
+        }
+        __syncthreads();
+      }
+
+      /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
+      const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
+      float s[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) {
+        uint32_t kb[4];
+        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
+        fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
+        fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+      }
+
+      /* Scale to base-2 units and mask. */
+      const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
+      const unsigned char *tValid = sValid + stage * KT;
+      const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
+      int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+      if (key0 < lo_max) { /* block-uniform */
+        fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
+        fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
+      }
+#pragma unroll
+      for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int kl = kl0 + n * 8 + (e & 1);
+          const int j = key0 + kl;
+          bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
+          if (bad_pages) vis = vis && tValid[kl] != 0;
+          float x = s[n][e] * scale;
+          if constexpr (KV8 != 0)
+            if (tok) x = s[n][e] * (scale * sTok[kl]); /* uniform */
+          if (p.cap_out != 0.0f) x = fd_soft_cap(x, p.cap_in, p.cap_out); /* uniform */
+          s[n][e] = vis ? x : -INFINITY;
+        }
+      }
+
+      /* Online softmax over the warp's 16 keys, rows g and g + 8. */
+      float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+      float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
+      const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+      const float a0 = exp2f(m0 - mu0), a1 = exp2f(m1 - mu1);
+      m0 = mn0;
+      m1 = mn1;
+#pragma unroll
+      for (int n = 0; n < 2; n++) {
+        s[n][0] = exp2f(s[n][0] - mu0);
+        s[n][1] = exp2f(s[n][1] - mu0);
+        s[n][2] = exp2f(s[n][2] - mu1);
+        s[n][3] = exp2f(s[n][3] - mu1);
+      }
+      l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+      l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+#pragma unroll
+      for (int n = 0; n < NTV; n++) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+
+      /* fp8 TOKEN: p times its key's v_scale in fp32 (l summed the unscaled p) */
+      if constexpr (KV8 != 0) {
+        if (tok) {
+          const int kl0 = kw * 16 + 2 * qd;
+#pragma unroll
+          for (int n = 0; n < 2; n++) {
+            const float2 vs = *reinterpret_cast<const float2 *>(sTok + KT + kl0 + n * 8);
+            s[n][0] *= vs.x;
+            s[n][1] *= vs.y;
+            s[n][2] *= vs.x;
+            s[n][3] *= vs.y;
+          }
+        }
+      }
+
+      /* O += P V: P from the accumulators as the A operand, split into a
+       * 16-bit hi and lo part (fd_pack2_split), two mma each. */
+      uint32_t pa[4], pl[4];
+      fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
+      fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
+      fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
+      fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
+      const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
+#pragma unroll
+      for (int np = 0; np < NTV / 2; np++) {
+        uint32_t vb[4];
+        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
+        fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+        fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+      }
+      stage = stage + 1 == STAGES ? 0 : stage + 1;
+      bad_tiles >>= 1;
+    }
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  __syncthreads(); /* K/V area free for the merge */
+
+  /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
+  if (dw == 0 && qd == 0) {
+    sML[kw * ROWS + g] = make_float2(m0, l0);
+    sML[kw * ROWS + g + 8] = make_float2(m1, l1);
+  }
+  __syncthreads();
+  float bm0 = -INFINITY, bm1 = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < KW; k++) {
+    bm0 = fmaxf(bm0, sML[k * ROWS + g].x);
+    bm1 = fmaxf(bm1, sML[k * ROWS + g + 8].x);
+  }
+  /* 0 when m0 = -inf; fp8 TENSOR / HEAD: times v_scale (1 otherwise) */
+  const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
+  const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
+  {
+    float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
+    float *dst1 = dst0 + 8 * OSTRIDE;
+#pragma unroll
+    for (int n = 0; n < NTV; n++) {
+      *reinterpret_cast<float2 *>(dst0 + n * 8) = make_float2(o[n][0] * f0, o[n][1] * f0);
+      *reinterpret_cast<float2 *>(dst1 + n * 8) = make_float2(o[n][2] * f1, o[n][3] * f1);
+    }
+  }
+  if (tid < ROWS) {
+    float bm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < KW; k++) bm = fmaxf(bm, sML[k * ROWS + tid].x);
+    const float mu = bm == -INFINITY ? 0.0f : bm;
+    float bl = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KW; k++) {
+      const float2 ml = sML[k * ROWS + tid];
+      bl += ml.y * exp2f(ml.x - mu);
+    }
+    sFin[tid] = make_float2(bm, bl);
+  }
+  __syncthreads();
+
+  fd_store_pass<T, DV, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
+                                                            &sFin[0].x, &sFin[0].y);
+  __syncthreads(); /* smem is reused by the next pass */
+}
+
+/* Which configs the code for this target holds (gpu_select.h decides which
+ * one a GPU runs). The 8-warp config needs ~200 KB of shared memory a block,
+ * which no compute capability 8.x GPU has (163 KB at most): code for targets
+ * below sm_90 omits its body (the host launches it only where
+ * cudaFuncAttributes.ptxVersion >= 90, fd_mma_wide_ok). The lean config is
+ * for GPUs with 99 KB a block; sm_90a code runs only on compute capability
+ * 9.0 (227 KB), so it omits the lean body unless the build caps the budget
+ * (FD_CUDA_SMEM_LIMIT_KB) and so may choose it. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FD_MMA_WIDE_BUILT 0
+#else
+#define FD_MMA_WIDE_BUILT 1
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !(FD_CUDA_SMEM_LIMIT_KB > 0)
+#define FD_MMA_LEAN_BUILT 0
+#else
+#define FD_MMA_LEAN_BUILT 1
+#endif
+
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+__global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
+    fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
+  extern __shared__ __align__(128) unsigned char fd_mma_smem[];
+  if constexpr ((NW == 8 && !FD_MMA_WIDE_BUILT) || (LEAN && !FD_MMA_LEAN_BUILT)) {
+    __trap(); /* not in this target's code; the host never launches it here */
+  } else {
+    /* Launched with PDL (sm_90 code): wait until the previous kernel in the
+     * stream has completed and its writes are visible (returns at once
+     * otherwise). */
+    fd_pdl_wait();
+    /* Let the combine grid be scheduled once every block of this grid runs; it
+     * waits for this grid's completion (griddepcontrol.wait) before reading. */
+    fd_pdl_launch_dependents();
+
+    const int split = blockIdx.x;
+    const int hk = blockIdx.y;
+    const int b = blockIdx.z;
+    int kv = __ldg(p.kv_len + b);
+    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+    int begin, end; /* split.h: a window skips the keys before it */
+    fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+                 &begin, &end);
+    if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+
+    const int rows_total = p.group * p.q_len;
+    for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+      fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
+                                            min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+  }
+}
+
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+static cudaError_t fd_split_mma_prepare(void) {
+  constexpr size_t smem = fd_mma_cfg<D, NW, LEAN>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  /* All of the unified L1/shared array as shared memory (two 4-warp blocks
+   * or one 8-warp block per SM). */
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              (int)cudaSharedmemCarveoutMaxShared);
+}
+
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN, KV8>();
+  if (e != cudaSuccess) return e;
+  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>, *p,
+                   dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch),
+                   dim3(fd_mma_cfg<D, NW, LEAN>::THREADS), fd_mma_cfg<D, NW, LEAN>::SMEM, stream,
+                   p->pdl);
+}
+
+template <typename T, int D, int DV, int LEAN>
+static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN, 0>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
+                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN, 0>,
+                                                       fd_mma_cfg<D, 4, LEAN>::THREADS,
+                                                       fd_mma_cfg<D, 4, LEAN>::SMEM);
+}
+
+/* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of
+ * 128). head_dim 64 has no lean instance (its 4-warp block fits every GPU).
+ * KV8 (an fp8 cache, either format: the kernel reads p->kv_dtype): FD_MMA_4W
+ * and FD_MMA_LEAN only (cuda_backend.cu never picks the 8-warp config for
+ * it), the shared memory of the 16-bit instance. */
+template <typename T, int D, int DV, int KV8>
+static cudaError_t fd_split_mma_launch_cfg(const fd_kernel_params *p, int cfg,
+                                           cudaStream_t stream) {
+  switch (cfg) {
+    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0, KV8>(p, stream);
+    case FD_MMA_WIDE:
+      if constexpr (KV8 == 0) return fd_split_mma_launch_instance<T, D, 8, DV, 0, 0>(p, stream);
+      break;
+    case FD_MMA_LEAN:
+      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1, KV8>(p, stream);
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T, int KV8>
+static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int cfg,
+                                           cudaStream_t stream) {
+  switch (p->head_dim) {
+    case 64: return fd_split_mma_launch_cfg<T, 64, 64, KV8>(p, cfg, stream);
+    case 80: return fd_split_mma_launch_cfg<T, 128, 80, KV8>(p, cfg, stream);
+    case 96: return fd_split_mma_launch_cfg<T, 128, 96, KV8>(p, cfg, stream);
+    case 128: return fd_split_mma_launch_cfg<T, 128, 128, KV8>(p, cfg, stream);
+    case 256: return fd_split_mma_launch_cfg<T, 256, 256, KV8>(p, cfg, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+#endif /* FD_CUDA_SPLIT_MMA_KERNEL_CUH */
