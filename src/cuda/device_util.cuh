@@ -142,6 +142,19 @@ static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float
   return (cap_out * tanhf(s * cap_in)) * 1.4426950408889634f;
 }
 
+/* The same for the 16-bit kernel: tanh(u) = sign(u) (1 - 2 / (e^(2|u|) + 1))
+ * with one exp2 and one approximate division, no branch (tanhf is a longer
+ * sequence with a branch; measured +6.4 % at head_dim 256 group 2,
+ * bench/NOTES.md). Absolute error of the tanh ~3e-7 (cap * 3e-7 on the
+ * score: far inside fp16 / bf16 rounding); |u| large: e^(2|u|) = inf, the
+ * division gives 0, tanh = +-1; NaN stays NaN. */
+static __device__ __forceinline__ float fd_soft_cap_fast(float s, float cap_in, float cap_out) {
+  const float u = s * cap_in;
+  const float e = exp2f(fabsf(u) * 2.8853900817779268f); /* e^(2|u|) */
+  const float t = 1.0f - __fdividef(2.0f, e + 1.0f);
+  return (cap_out * copysignf(t, u)) * 1.4426950408889634f;
+}
+
 /* A row's last step from its running max m (natural log units, -inf for no
  * key) and sum l: *scale multiplies the unnormalised O, *lse is the row's
  * log-sum-exp; a NaN m or l (a blow-up) gives NaN for both. With a sink (has_sink) it joins the sum: M = max(m, sink),

@@ -513,7 +513,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           float x = s[n][e] * scale;
           if constexpr (KV8 != 0)
             if (tok) x = s[n][e] * (scale * sTok[kl]); /* uniform */
-          if (p.cap_out != 0.0f) x = fd_soft_cap(x, p.cap_in, p.cap_out); /* uniform */
+          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
           s[n][e] = vis ? x : -INFINITY;
         }
       }
