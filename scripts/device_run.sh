@@ -204,9 +204,9 @@ avariant() {
   "$b/tests/test_gpu_select" device; r=$?; [ $r -eq 0 ] || [ $r -eq 77 ] || rc=1
   # the variants against float64 at every CUDA head_dim (windows at head_dim
   # 256: the lean config's 32-key tiles below a window's first key)
-  echo "---- [$1] pytest tests/python/test_cuda_variants.py tests/python/test_cuda.py"
+  echo "---- [$1] pytest tests/python/test_cuda*.py"
   FLASHDECODE_LIBRARY="$PWD/$b/libflashdecode.so" python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_cuda_variants.py tests/python/test_cuda.py 2>&1 | tail -4
+    tests/python/test_cuda*.py 2>&1 | tail -6
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   echo "---- [$1] ctest -L gpu"
   (cd "$b" && ctest --output-on-failure -L gpu --timeout 400) || rc=1
@@ -309,7 +309,13 @@ if [ "$MODE" = final ]; then
     left=$(( DEADLINE - ($(date +%s) - START) - 150 ))
     [ "$left" -lt 150 ] && left=150
     timeout "$left" bash -c "$(declare -f avariant); avariant sm80ptx" >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
-    (cd build-90a && timeout "$left" ctest --output-on-failure -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1 & p2=$!
+    { (cd build-90a && timeout "$left" ctest --output-on-failure -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1
+      r=$?
+      # the fp8 widening in place (two barriers a tile): racecheck, d128 cases
+      FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' timeout 100 compute-sanitizer --tool racecheck \
+        --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid >/tmp/fd-race-fp8.txt 2>&1
+      echo "racecheck test_gpu_fp8_grid d128: exit $?" >>/tmp/fd-race-fp8.txt
+      exit $r; } & p2=$!
     wait $p1; r1=$?; wait $p2; r2=$?
     [ $r1 -eq 0 ] || { status=1; echo "   [sm80ptx] exit $r1 (124: stopped at the deadline)"; }
     [ $r2 -eq 0 ] || { status=1; echo "   [90a ctest] exit $r2"; }
@@ -320,12 +326,15 @@ if [ "$MODE" = final ]; then
     echo "-- [90a] ctest -L gpu"
     cp /tmp/fd-ctest.txt "$OUT/ctest-90a.txt"
     grep -E "Test +#|tests passed|tests failed|ERROR:" /tmp/fd-ctest.txt | tail -30
+    grep -E "RACECHECK SUMMARY|PASSED|FAILED|exit" /tmp/fd-race-fp8.txt | tail -4
+    { echo "---- final: racecheck fp8 grid d128"; cat /tmp/fd-race-fp8.txt; } >>"$OUT/full-logs.txt"
   fi
-  if step "deterministic-mode rows, build-90a (bench_gpu.py --variants-only --shapes var-det)" 70; then
+  if step "build-90a rows: deterministic mode, soft-cap, fp32 (bench_gpu.py --no-peers)" 70; then
     FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" \
-      FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 120 \
-      python3 bench/bench_gpu.py --no-peers --variants-only --shapes var-det --tag det \
-      --out-dir "$OUT" --commit "$COMMIT" --budget-s 60 --ceiling-reps 3 >/tmp/fd-bench-det.txt 2>&1 || status=1
+      FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 130 \
+      python3 bench/bench_gpu.py --no-peers --no-sweep --shapes var-det,var-gemma2,-fp32- --tag det \
+      --traces bench/data --out-dir "$OUT" --commit "$COMMIT" --budget-s 80 --ceiling-reps 3 \
+      >/tmp/fd-bench-det.txt 2>&1 || status=1
     sed -n '/^=====/,$p' /tmp/fd-bench-det.txt | grep -v "^$" | head -30
   fi
   if step "benchmark without peers, build-sm80ptx (--tag sm80ptx --no-variants --no-sweep)" 80; then
