@@ -348,6 +348,10 @@ if [ "$MODE" = final ]; then
     sed -n '/^=====/,$p' /tmp/fd-bench.txt
     [ $r -eq 0 ] || { status=1; echo "   bench_gpu.py exit $r"; tail -15 /tmp/fd-bench.txt; }
   fi
+  # only ~8 files come back from the device: the benchmarks' CSV/PNG files in one archive
+  ( cd "$OUT" && ls *.csv *.png >/dev/null 2>&1 && tar czf bench-final.tgz *.csv *.png &&
+    rm -f *.csv *.png && echo "   bench files -> bench-final.tgz" )
+  cat /tmp/fd-bench-det.txt >>"$OUT/full-logs.txt" 2>/dev/null
 fi
 
 echo; echo "== full logs"
