@@ -306,13 +306,13 @@ if [ "$MODE" = final ]; then
     done
   fi
   if step "at once: avariant sm80ptx; ctest -L gpu on build-90a" 150; then
-    left=$(( DEADLINE - ($(date +%s) - START) - 150 ))
+    left=$(( DEADLINE - ($(date +%s) - START) - 210 ))
     [ "$left" -lt 150 ] && left=150
     timeout "$left" bash -c "$(declare -f avariant); avariant sm80ptx" >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
     { (cd build-90a && timeout "$left" ctest --output-on-failure -L gpu --timeout 300) >/tmp/fd-ctest.txt 2>&1
       r=$?
       # the fp8 widening in place (two barriers a tile): racecheck, d128 cases
-      FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' timeout 100 compute-sanitizer --tool racecheck \
+      FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' timeout 80 compute-sanitizer --tool racecheck \
         --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid >/tmp/fd-race-fp8.txt 2>&1
       echo "racecheck test_gpu_fp8_grid d128: exit $?" >>/tmp/fd-race-fp8.txt
       exit $r; } & p2=$!
@@ -329,24 +329,24 @@ if [ "$MODE" = final ]; then
     grep -E "RACECHECK SUMMARY|PASSED|FAILED|exit" /tmp/fd-race-fp8.txt | tail -4
     { echo "---- final: racecheck fp8 grid d128"; cat /tmp/fd-race-fp8.txt; } >>"$OUT/full-logs.txt"
   fi
-  if step "build-90a rows: deterministic mode, soft-cap, fp32 (bench_gpu.py --no-peers)" 70; then
-    FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" \
-      FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 130 \
-      python3 bench/bench_gpu.py --no-peers --no-sweep --shapes var-det,var-gemma2,-fp32- --tag det \
-      --traces bench/data --out-dir "$OUT" --commit "$COMMIT" --budget-s 80 --ceiling-reps 3 \
-      >/tmp/fd-bench-det.txt 2>&1 || status=1
-    sed -n '/^=====/,$p' /tmp/fd-bench-det.txt | grep -v "^$" | head -30
-  fi
   if step "benchmark without peers, build-sm80ptx (--tag sm80ptx --no-variants --no-sweep)" 80; then
     left=$(( DEADLINE - ($(date +%s) - START) ))
-    budget=$(( left - 40 )); [ "$budget" -gt 200 ] && budget=200
+    budget=$(( left - 150 )); [ "$budget" -gt 120 ] && budget=120; [ "$budget" -lt 60 ] && budget=60
     FLASHDECODE_LIBRARY="$PWD/build-sm80ptx/libflashdecode.so" \
-      FD_READ_PROBE_LIBRARY="$PWD/build-sm80ptx/libfd_read_probe.so" timeout $(( left - 10 )) \
+      FD_READ_PROBE_LIBRARY="$PWD/build-sm80ptx/libfd_read_probe.so" timeout $(( budget + 40 )) \
       python3 bench/bench_gpu.py --no-peers --no-variants --no-sweep --tag sm80ptx --out-dir "$OUT" \
       --traces bench/data --commit "$COMMIT" --budget-s "$budget" --ceiling-reps 3 >/tmp/fd-bench.txt 2>&1
     r=$?
     sed -n '/^=====/,$p' /tmp/fd-bench.txt
     [ $r -eq 0 ] || { status=1; echo "   bench_gpu.py exit $r"; tail -15 /tmp/fd-bench.txt; }
+  fi
+  if step "build-90a rows: deterministic mode, soft-cap, fp32 (bench_gpu.py --no-peers)" 70; then
+    FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" \
+      FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 110 \
+      python3 bench/bench_gpu.py --no-peers --no-sweep --shapes var-det,var-gemma2,-fp32- --tag det \
+      --traces bench/data --out-dir "$OUT" --commit "$COMMIT" --budget-s 60 --ceiling-reps 3 \
+      >/tmp/fd-bench-det.txt 2>&1 || status=1
+    sed -n '/^=====/,$p' /tmp/fd-bench-det.txt | grep -v "^$" | head -30
   fi
   # only ~8 files come back from the device: the benchmarks' CSV/PNG files in one archive
   ( cd "$OUT" && ls *.csv *.png >/dev/null 2>&1 && tar czf bench-final.tgz *.csv *.png &&
