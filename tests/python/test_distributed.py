@@ -77,6 +77,30 @@ def case_contiguous_f32(rank, world):
     return res
 
 
+def case_deterministic_f32(rank, world):
+    # deterministic=True on every rank: sequence 0 decoded alone through the
+    # group is bitwise its row of the batched call (the batch's other
+    # sequences are longer, so the automatic plans would differ).
+    kv_len = [6000, 300, 5000]
+    q, k, v = _cache(7, 3, 6000, torch.float32)
+    cuts = [[0, 3000, 6000], [0, 100, 300], [0, 2500, 5000]]
+    ks, vs, n = _contiguous_shard(k, v, kv_len, cuts, rank)
+    out, lse = flashdecode.distributed.decode(q, ks, vs, n, return_lse=True, deterministic=True)
+    plain, _ = flashdecode.distributed.decode(q, ks, vs, n, return_lse=True)
+    # sequence 0 alone, its shard cut to its own keys (another capacity)
+    cap0 = int(n[0]) if int(n[0]) > 0 else 1
+    one, one_lse = flashdecode.distributed.decode(
+        q[:1].contiguous(), ks[:1, :cap0].contiguous(), vs[:1, :cap0].contiguous(), n[:1].clone(),
+        return_lse=True, deterministic=True)
+    res = {"out": out, "lse": lse,
+           "alone_equal": bool(torch.equal(one[0], out[0]) and torch.equal(one_lse[0], lse[0])),
+           # the flag reached the kernels: 2048-key splits sum in another order
+           "flag_changes_bits": not bool(torch.equal(plain[0], out[0]))}
+    if rank == 0:
+        res["ref_out"], res["ref_lse"] = _reference(q, k, v, torch.tensor(kv_len, dtype=torch.int32))
+    return res
+
+
 def case_paged_bf16_empty_rank(rank, world):
     # A paged pool; every sequence's pages dealt round-robin to ranks 0 and 1;
     # rank 2 holds nothing at all (kv_len_shard 0 everywhere: lse -inf).
@@ -160,7 +184,8 @@ def case_errors(rank, world):
 
 
 CASES = {f.__name__: f for f in (case_contiguous_f32, case_paged_bf16_empty_rank,
-                                 case_verify_f16_tail, case_out_given_gloo_f32, case_errors)}
+                                 case_verify_f16_tail, case_out_given_gloo_f32, case_errors,
+                                 case_deterministic_f32)}
 
 
 def _worker(rank, world, case, tmp):
@@ -209,6 +234,7 @@ def _tol(dtype):
     ("case_paged_bf16_empty_rank", 3),
     ("case_verify_f16_tail", 4),
     ("case_out_given_gloo_f32", 2),
+    ("case_deterministic_f32", 2),
 ])
 def test_distributed_decode_matches_whole_cache(case, world, tmp_path):
     results = run_group(case, world, tmp_path)
@@ -224,6 +250,9 @@ def test_distributed_decode_matches_whole_cache(case, world, tmp_path):
         assert torch.allclose(lse[~empty], ref_lse[~empty], rtol=1e-5, atol=1e-5), "rank %d lse" % r
         # every rank merges the same gathered states: bitwise the same result
         assert torch.equal(out, results[0]["out"]) and torch.equal(lse, results[0]["lse"])
+    if case == "case_deterministic_f32":  # alone = its row of the batch, bit for bit
+        assert all(res["alone_equal"] for res in results)
+        assert any(res["flag_changes_bits"] for res in results)
     if case == "case_contiguous_f32":  # sequence 2 has no key: out 0, lse -inf
         assert bool((results[0]["out"][2] == 0).all()) and bool(torch.isinf(results[0]["lse"][2]).all())
 
