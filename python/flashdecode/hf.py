@@ -54,8 +54,10 @@ can be captured in a CUDA graph and replayed as the cache grows.
 
 Deterministic mode
 ------------------
-Set ``flashdecode.hf.deterministic = True`` (read at every call; for a compiled model set
-it before compiling) and every call that runs flashdecode passes
+Set ``model.config.fdecode_deterministic = True`` for one model, or
+``flashdecode.hf.deterministic = True`` for every model of the process (both read at
+every call; for a compiled model set them before compiling), and every call that runs
+flashdecode passes
 ``deterministic=True``: a decode step's attention output for a sequence is then bitwise
 the same whatever the batch around it and the cache's capacity (see
 ``flashdecode.decode``; the cache may hold at most ``flashdecode.DETERMINISTIC_MAX_KEYS``
@@ -414,7 +416,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         extra["logits_soft_cap"] = float(softcap)
     if s_aux is not None:
         extra["sinks"] = s_aux.to(device=query.device, dtype=torch.float32).contiguous()
-    if deterministic:
+    if deterministic or getattr(getattr(module, "config", None), "fdecode_deterministic", False):
         extra["deterministic"] = True
     stats["flashdecode"] += 1
     out = flashdecode.decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),

@@ -283,6 +283,19 @@ def test_deterministic_option_reaches_flashdecode(monkeypatch):
     assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
 
 
+def test_deterministic_config_reaches_flashdecode(monkeypatch):
+    """model.config.fdecode_deterministic = True: that model's flashdecode calls pass
+    deterministic=True (the module option left False)."""
+    model = tiny("llama")
+    rec = Recorder(flashdecode.decode)
+    monkeypatch.setattr(flashdecode, "decode", rec)
+    assert fh.deterministic is False
+    model.config.fdecode_deterministic = True
+    got = generate(model, NAME, PROMPTS)
+    assert got[2] == {"flashdecode": 36}, got[2]
+    assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
+
+
 def test_decode_step_compiles_fullgraph():
     """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
     function and the attention function have no graph break, and the compiled step gives
