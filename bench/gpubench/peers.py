@@ -245,14 +245,14 @@ def ours_only_reason(shape):
     return FP8_BASE_NA if shape.family == "fp8" else DET_NA
 
 
-FP8_NA = ("n/a: no fp8 KV cache (it would read a bf16 copy: not the fp8 call; the bf16 "
-          "call is the base row)")
+FP8_NA = ("takes no fp8 KV cache (it would read a bf16 copy: not the fp8 call; the bf16 call "
+          "is the base row)")
 
 
 def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
     if shape.kv_dtype:
-        return "n/a: SDPA " + FP8_NA[5:]
+        return "n/a: SDPA " + FP8_NA
     if shape.deterministic or shape.ours_only:
         return ours_only_reason(shape)
     if shape.prefix_len:
@@ -270,7 +270,7 @@ def sdpa_reason(shape):
 
 def flex_reason(shape):
     if shape.kv_dtype:
-        return "n/a: FlexAttention " + FP8_NA[5:]
+        return "n/a: FlexAttention " + FP8_NA
     if shape.deterministic or shape.ours_only:
         return ours_only_reason(shape)
     if shape.prefix_len:

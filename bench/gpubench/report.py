@@ -460,7 +460,7 @@ def fp8_checks(shapes, recs, ceiling):
             continue
         twin = next((t for t in rows if t.kv_scale == "tensor" and t.batch == s.batch
                      and t.lens == s.lens and t.hq == s.hq and t.hkv == s.hkv and t.d == s.d
-                     and t.kv_dtype == s.kv_dtype), None)
+                     and t.kv_dtype == s.kv_dtype and t.page_size == s.page_size), None)
         r, t = ours(s), (ours(twin) if twin else None)
         if r is None or t is None:
             continue
@@ -488,8 +488,8 @@ def fp8_checks(shapes, recs, ceiling):
                       f"{v[4]:.2f} us)",
             "no fp8 row with a FlashInfer fp8 path measured")
     if no_fi:
-        out[-1] = (out[-1][0], out[-1][1], out[-1][2] + f"; no FlashInfer path (per-token "
-                   f"scales: none in FlashInfer): {', '.join(no_fi)}")
+        out[-1] = (out[-1][0], out[-1][1], out[-1][2] + f"; no FlashInfer fp8 path measured "
+                   f"(FlashInfer has no per-token scales; or not run): {', '.join(no_fi)}")
 
     # (5) accuracy against the original bf16 K/V, ours vs FlashInfer's fp8 paths (same data)
     vals = []
