@@ -254,8 +254,8 @@ def fp8_self_test(torch, device, ok):
     in our contiguous layout and FlashInfer's scattered 16-key pages (scales included), the
     two references, the bytes, the data's peakedness, the peers' n/a reasons, the scales
     passed to run(), the prebuild list."""
-    from .data import (FP8_MAX, attention_f64, compare, dequantize_fp8, fp8_scales, logical_kv,
-                       make_set, quantize_fp8, realistic_qkv, reference)
+    from .data import (attention_f64, compare, dequantize_fp8, fp8_scales, logical_kv, make_set,
+                       quantize_fp8, realistic_qkv)
     from .flashinfer_peers import fi_reason, fi_spec_list
     from .peers import flex_reason, ours_call, sdpa_reason, variant_plan_kwargs
     from .shapes import fp8_shapes
@@ -308,7 +308,6 @@ def fp8_self_test(torch, device, ok):
         other = make_set(torch, sh, device, index=2)
         same = torch.equal(a.q, p.q) and not torch.equal(a.k.view(torch.uint8),
                                                           other.k.view(torch.uint8))
-        deq_ok = True
         deq = torch.zeros(2, 8, 64, dtype=torch.float64)
         for b in range(2):
             ka, va = logical_kv(sh, a, b, page_size=0)
