@@ -470,18 +470,21 @@ def fp8_checks(shapes, recs, ceiling):
             lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:+.1f}% ({v[2]:.2f} vs {v[3]:.2f} us)",
             "no per-token row with its per-tensor twin measured")
 
-    # (4) ahead of every FlashInfer fp8 path
+    # (4) ahead of every FlashInfer fp8 path (one that failed its check counts too: XQA's fp8
+    # kernel takes q to fp8 by design; its accuracy is target 5's business)
     vals, no_fi = [], []
     for s in rows:
         r = ours(s)
-        fis = [x for x in fi_fp8_recs(by, s) if x.status == "ok"]
+        fis = fi_fp8_recs(by, s)
         if r is None:
             continue
         if not fis:
             no_fi.append(s.name.replace("var-fp8-", ""))
             continue
         best = min(fis, key=lambda x: x.us_graph)
-        vals.append((s.name, best.us_graph / r.us_graph, best.impl, best.us_graph, r.us_graph))
+        vals.append((s.name, best.us_graph / r.us_graph,
+                     best.impl + (" (FAIL its check)" if best.status == "FAIL" else ""),
+                     best.us_graph, r.us_graph))
     verdict("ahead of every FlashInfer fp8 path on every fp8 row (best FI us / ours)", vals,
             lambda v: v[1] > 1.0,
             lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:.3f} ({v[2]} {v[3]:.2f} vs "
