@@ -241,6 +241,7 @@ def self_test(device):
        and not any("fp32" in sp for sp in specs), f"FlashInfer prebuild list ({len(specs)} modules)")
 
     fp8_self_test(torch, device, ok)
+    fp8_verdict_test(ok)
 
     # FlashInfer (where it imports): every call the adapters make binds to its signatures, and
     # the prebuild's module specs have the names the wrappers load
@@ -354,6 +355,42 @@ def fp8_self_test(torch, device, ok):
     iid = torch.softmax(sc / math.sqrt(128), -1).topk(164, dim=-1).values.sum(-1).mean().item()
     ok(top > 0.5 > iid, f"realistic fp8 data: the top 1 % of keys hold {100 * top:.0f} % of the "
                         f"softmax mass (iid normal q, K: {100 * iid:.0f} %)")
+
+
+def fp8_verdict_test(ok):
+    """fp8_checks on made-up records: each target's PASS and MISS."""
+    from .report import fp8_checks
+    from .shapes import fp8_shapes
+
+    rows = fp8_shapes()
+    ceiling = 4.55
+
+    def recs(fp8_x=0.5, token_x=1.03, fi_x=1.2, ours_rel=0.120, fi_rel=0.121):
+        out = []
+        for s in rows:
+            floor = s.kv_bytes / (ceiling * 1e12) * 1e6
+            if not s.kv_dtype:
+                out.append(Rec(s.name, "flashdecode", floor / 0.95, rel=2e-3))
+                continue
+            base = next(r for r in rows if r.name == s.base)
+            us = base.kv_bytes / (ceiling * 1e12) * 1e6 / 0.95 * fp8_x
+            us *= token_x if s.kv_scale == "token" else 1.0
+            out.append(Rec(s.name, "flashdecode", us, rel=ours_rel, rel_deq=2e-3))
+            if s.kv_scale == "tensor":
+                out.append(Rec(s.name, "fi-xqa", us * fi_x, rel=fi_rel, rel_deq=3e-2,
+                               status="FAIL"))
+                out.append(Rec(s.name, "fi-cudacore", us * 1.5, rel=fi_rel + 0.01, rel_deq=3e-3))
+        return out
+
+    def states(rs):
+        return [v for _, v, _ in fp8_checks(rows, rs, ceiling)]
+
+    ok(states(recs()) == ["PASS", "PASS", "PASS", "PASS", "PASS", "info", "PASS"],
+       f"fp8 verdicts on a passing made-up run: {states(recs())}")
+    bad = [states(recs(fp8_x=0.6))[0], states(recs(fp8_x=1.1))[1],
+           states(recs(token_x=1.06))[2], states(recs(fi_x=0.95))[3],
+           states(recs(ours_rel=0.125))[4]]
+    ok(bad == ["MISS"] * 5, f"fp8 verdicts MISS when each target is missed: {bad}")
 
 
 def fi_check(torch, ok):
