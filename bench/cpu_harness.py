@@ -7,7 +7,8 @@ torch.cuda's timing API (events, streams, CUDA graphs) is replaced by host-clock
 and our library runs through the flashdecode package's CPU backend. So every code path of the
 GPU run is exercised — plans, buffer sets, paged and ragged layouts, the variant rows (window,
 soft-cap, sinks, head_dim 96, the shared-prefix cascade with fp32 states, the prefix lse
-written through a strided view and merge_states; recorded as unavailable with a library whose
+written through a strided view and merge_states; fp8 caches with per-tensor and per-token
+scales, contiguous and paged; recorded as unavailable with a library whose
 Python API lacks them), the float64 check, the sweep, SDPA and compiled
 FlexAttention peers (CPU kernels), copied peers, the CSV / PNG / verdicts — but the timings
 mean nothing. FlashInfer (CUDA only) is left out; --self-test checks its call signatures.
@@ -121,6 +122,22 @@ def small_variants():
           family="prefix", **v),
         S("var-prefix-cascade", 4, 8, 2, 64, "bf16", [64 + 32] * 4, page_size=16, prefix_len=64,
           base="var-prefix-plain", cascade=True, family="prefix", **v),
+    ] + small_fp8()
+
+
+def small_fp8():
+    """The fp8 rows' kinds, tiny: a bf16 base, e4m3 per-tensor, per-token, per-token paged."""
+    S = sh.Shape
+    v = dict(kind="variant", family="fp8")
+    base = "var-fp8-b2-bf16"
+    return [
+        S(base, 2, 8, 2, 64, "bf16", [300] * 2, ours_only=True, **v),
+        S("var-fp8-b2-e4m3-tensor", 2, 8, 2, 64, "bf16", [300] * 2, base=base, kv_dtype="e4m3",
+          kv_scale="tensor", **v),
+        S("var-fp8-b2-e4m3-token", 2, 8, 2, 64, "bf16", [300] * 2, base=base, kv_dtype="e4m3",
+          kv_scale="token", **v),
+        S("var-fp8-b2-e4m3-token-paged16", 2, 8, 2, 64, "bf16", [300] * 2, page_size=16,
+          base=base, kv_dtype="e4m3", kv_scale="token", **v),
     ]
 
 
@@ -129,6 +146,7 @@ def main():
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--variants-only", action="store_true")
+    ap.add_argument("--fp8-only", action="store_true", help="only the fp8 rows (and their base)")
     ap.add_argument("--fake-flashdecode", action="store_true",
                     help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
                          "instead of the library: checks the variant / cascade code of the bench")
@@ -143,6 +161,8 @@ def main():
                           + (["--no-peers"] if a.no_peers else []))
     shapes, notes = ([] if a.variants_only else small_shapes()), []
     variants = [] if a.no_variants else small_variants()
+    if a.fp8_only:
+        shapes, variants = [], small_fp8()
     bench = GpuBench(args, torch, shapes, variants, notes)
     if bench.fd is None:
         print(bench.fd_error)

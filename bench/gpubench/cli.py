@@ -25,7 +25,9 @@ In one process it
   3. times the attention-variant rows (Mistral-7B window 4096, Gemma-2-9B soft-cap 50,
      gpt-oss-120b sinks with full and 128-key windows, Phi-3-mini head_dim 96, and 64
      sequences sharing a 16k prefix: cascade against plain decode), each against the plain
-     row it is costed with;
+     row it is costed with, and the fp8 KV-cache rows (32/8 d128 bf16 q, e4m3 cache with
+     per-tensor or per-token scales; realistic data quantized with amax scales; each after
+     its bf16-cache base row; FlashInfer's fp8 paths on the same data);
   4. times the peers on the same rows: PyTorch SDPA (flash, cuDNN backends), FlashInfer's
      decode paths (CUDA-core and tensor-core wrappers, XQA, cuDNN, the cascade wrapper; on
      16-key scattered pages; their JIT modules compile in a background process meanwhile)
@@ -176,7 +178,8 @@ def main(argv=None):
         f"d2d_copy_tbps {fmt(copy_tbps, 3)} (read + write bytes)",
         "bytes = 2 * keys * num_heads_kv * head_dim * sizeof(dtype) (K+V; q and out not counted); "
         "keys = sum of kv_len, or of the keys each row must see: a window's keys, a shared "
-        "prefix once; tbps = bytes / us_graph; pct_ceiling = tbps / read_ceiling_tbps (a row "
+        "prefix once; fp8 rows: 1 byte an element + the scales' bytes (float32 per key and kv "
+        "head for per-token scales); tbps = bytes / us_graph; pct_ceiling = tbps / read_ceiling_tbps (a row "
         "above 100 means the probe is wrong)",
         f"us_graph: CUDA events around a CUDA graph of R back-to-back calls over R distinct buffer "
         f"sets (R >= 2, K+V read per replay >= {ROTATE_BYTES // MIB} MiB, L2 60 MiB), / R, median "

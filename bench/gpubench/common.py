@@ -47,6 +47,7 @@ class Rec:
     rel: float = None  # err / max |ref|
     reason: str = ""
     replicas: int = 0  # R
+    rel_deq: float = None  # fp8 rows: rel err against float64 over the dequantized cache
 
 
 @dataclass

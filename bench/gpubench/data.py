@@ -1,6 +1,7 @@
 """Buffer sets in every layout a row needs, the float64 reference (with the variants:
 sliding window, soft-cap, sinks) and the output check."""
 import math
+import zlib
 
 from .common import SETTINGS
 
@@ -8,7 +9,8 @@ from .common import SETTINGS
 class KVSet:
     """One set of call buffers in our layout."""
 
-    def __init__(self, q, k, v, out, block_table, sinks=None, perm=None):
+    def __init__(self, q, k, v, out, block_table, sinks=None, perm=None, k_scale=None,
+                 v_scale=None):
         self.q = q  # [batch, 1, num_heads_q, head_dim]
         self.k = k  # [batch, kv_capacity, num_heads_kv, head_dim] or [num_pages, page_size, num_heads_kv, head_dim]
         self.v = v  # same as k
@@ -16,6 +18,12 @@ class KVSet:
         self.block_table = block_table  # [batch, max_pages_per_seq] int32, or None
         self.sinks = sinks  # [num_heads_q] float32, or None
         self.perm = perm  # the page order (CPU tensor) the table was made from
+        # fp8 caches: float32 scales on the device (per-tensor (1,), per-head [Hkv], per-token
+        # the cache's shape without head_dim); k_scale_f / v_scale_f: per-tensor as floats
+        self.k_scale = k_scale
+        self.v_scale = v_scale
+        self.k_scale_f = self.v_scale_f = None
+        self.ref = None  # an fp8 set's Fp8Ref (set 0 only)
 
 
 def torch_dtype(torch, dt):
@@ -66,9 +74,13 @@ def make_sinks(torch, shape, device):
     return (torch.randn(shape.hq, dtype=torch.float32) + math.log(n)).to(device)
 
 
-def make_set(torch, shape, device, page_size=None, perm=None):
+def make_set(torch, shape, device, page_size=None, perm=None, index=0, want_ref=False):
     """Random q/K/V (never zeros) for shape; page_size None = the shape's own layout.
-    perm: the pool's page order (random when None; pool order for -inorder rows)."""
+    perm: the pool's page order (random when None; pool order for -inorder rows).
+    fp8 rows: make_fp8_set (seeded by the row's name and index: the same data in every
+    layout, so FlashInfer's paged copy of set i holds our set i's keys)."""
+    if shape.kv_dtype:
+        return make_fp8_set(torch, shape, device, page_size, perm, index, want_ref)
     dt = torch_dtype(torch, shape.dtype)
     b, hq, hkv, d = shape.batch, shape.hq, shape.hkv, shape.d
     ps = shape.page_size if page_size is None else page_size
@@ -188,3 +200,162 @@ def softcap_sensitivity(torch, shape, device=None):
     finally:
         shape.softcap = cap
     return compare(torch, plain.float(), ref)[1]
+
+
+# ---------------------------------------------------------------------------
+# fp8 rows: realistic bf16 data, quantized
+# ---------------------------------------------------------------------------
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+SINK_BOOST = 12.0  # score of key 0 above the mean score (an attention sink)
+HIT_BOOST = 9.0  # score of the "relevant" keys above the mean
+HIT_FRACTION = 1e-3  # share of keys that are relevant to the query
+
+
+def fp8_torch_dtype(torch, kv_dtype):
+    return {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[kv_dtype]
+
+
+class Fp8Ref:
+    """float64 references of an fp8 set: over the ORIGINAL bf16 K/V (what the cache stands
+    for: quantization error included) and over the dequantized cache (the kernel's own
+    error)."""
+
+    def __init__(self, orig, deq):
+        self.orig, self.deq = orig, deq
+
+
+def fp8_seed(shape, index):
+    return (zlib.crc32(shape.name.encode()) * 1009 + index) % (2 ** 62)
+
+
+def realistic_qkv(torch, shape, device, gen):
+    """q [B, 1, Hq, D] and logical K, V [B, N, Hkv, D] in the row's dtype, shaped like a
+    trained model's rather than iid normal (so that attention is peaked, not uniform):
+      K: per-(kv head, channel) gains lognormal(0, 0.5) with 4 outlier channels a head x8,
+         a per-head mean vector, per-token magnitudes lognormal(0, 0.3);
+      key 0 of every sequence an attention sink (score ~ SINK_BOOST above the mean, small
+         value), a random HIT_FRACTION of the keys relevant to the query (score ~ HIT_BOOST
+         above the mean): most of the softmax mass sits on a few keys, at 128k too;
+      V: gains lognormal(0, 0.3), a per-head mean, per-token magnitudes lognormal(0, 0.3).
+    Drawn in float32 from gen, rounded once to the row's dtype."""
+    f32 = torch.float32
+    b, hq, hkv, d, n = shape.batch, shape.hq, shape.hkv, shape.d, shape.capacity
+    g = hq // hkv
+
+    def rn(*size):
+        return torch.randn(*size, dtype=f32, device=device, generator=gen)
+
+    q = rn(b, 1, hq, d)
+    gain_k = torch.exp(0.5 * rn(hkv, d))
+    out_ch = torch.rand(hkv, d, device=device, generator=gen).argsort(dim=1)[:, :4]
+    gain_k.scatter_(1, out_ch, 8.0)
+    mean_k = 0.5 * rn(hkv, d) * gain_k
+    k = rn(b, n, hkv, d) * gain_k
+    k.mul_(torch.exp(0.3 * rn(b, n, hkv, 1))).add_(mean_k)
+    # the query direction of each (sequence, kv head): the mean of its q heads
+    qdir = q[:, 0].reshape(b, hkv, g, d).mean(dim=2)  # [B, Hkv, D]
+    qdir = qdir / qdir.norm(dim=-1, keepdim=True)
+    # a key k + t * qdir scores t * (q . qdir) / sqrt(d) ~ t * |q| / sqrt(g) / sqrt(d) higher
+    unit = math.sqrt(g)  # t per unit of score (|q| ~ sqrt(d))
+    hits = torch.rand(b, n, hkv, 1, device=device, generator=gen) < HIT_FRACTION
+    k.add_(hits * (HIT_BOOST * unit) * qdir[:, None])
+    k[:, 0].add_((SINK_BOOST * unit) * qdir)
+    gain_v = torch.exp(0.3 * rn(hkv, d))
+    mean_v = 0.5 * rn(hkv, d)
+    v = rn(b, n, hkv, d) * gain_v
+    v.mul_(torch.exp(0.3 * rn(b, n, hkv, 1))).add_(mean_v)
+    v[:, 0].mul_(0.1)
+    dt = torch_dtype(torch, shape.dtype)
+    return q.to(dt), k.to(dt), v.to(dt)
+
+
+def fp8_scales(torch, x, gran, fmax):
+    """float32 scales of x [B, N, Hkv, D] at granularity gran, amax / fmax (at least 2^-126;
+    1 where the amax is 0): per-token [B, N, Hkv] (append_kv's rule), per-head [Hkv],
+    per-tensor (1,)."""
+    a = x.float().abs()
+    if gran == "token":
+        amax = a.amax(dim=-1)
+    elif gran == "head":
+        amax = a.amax(dim=(0, 1, 3))
+    else:
+        amax = a.amax().reshape(1)
+    sc = torch.clamp(amax / fmax, min=2.0 ** -126)
+    return torch.where(amax > 0, sc, torch.ones_like(sc))
+
+
+def _bcast(scale, gran):
+    if gran == "token":
+        return scale[..., None]
+    if gran == "head":
+        return scale[:, None]
+    return scale
+
+
+def quantize_fp8(torch, x, scale, gran, kv_dtype):
+    """fp8(x / scale), rounded to nearest even, saturated to the format's finite range (as
+    flashdecode.append_kv stores it)."""
+    fmax = FP8_MAX[kv_dtype]
+    y = (x.float() / _bcast(scale, gran)).clamp_(-fmax, fmax)
+    return y.to(fp8_torch_dtype(torch, kv_dtype))
+
+
+def dequantize_fp8(torch, x8, scale, gran):
+    return x8.float() * _bcast(scale, gran)
+
+
+def to_pages(torch, shape, x, table, num_pages, ps):
+    """Logical [B, N, ...] -> a pool [num_pages, ps, ...] through table (zero padding)."""
+    pool = torch.zeros((num_pages, ps) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+    flat = pool.view((num_pages * ps,) + tuple(x.shape[2:]))
+    for b in range(shape.batch):
+        n = shape.lens[b]
+        np_ = (n + ps - 1) // ps
+        pages = table[b, :np_].long().to(x.device)
+        idx = (pages[:, None] * ps + torch.arange(ps, device=x.device)[None]).reshape(-1)[:n]
+        flat[idx] = x[b, :n]
+    return pool
+
+
+def make_fp8_set(torch, shape, device, page_size=None, perm=None, index=0, want_ref=False):
+    """An fp8 row's set: realistic bf16 q/K/V (seeded by row and index), K and V quantized to
+    shape.kv_dtype with amax scales of shape.kv_scale, in the shape's layout or paged
+    (page_size). want_ref: also the Fp8Ref (float64 over the original and the dequantized
+    K/V)."""
+    if shape.prefix_len or shape.sinks:
+        raise ValueError("fp8 rows take no shared prefix / sinks here")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(fp8_seed(shape, index))
+    q, k, v = realistic_qkv(torch, shape, device, gen)
+    gran, fmt_ = shape.kv_scale or "tensor", shape.kv_dtype
+    fmax = FP8_MAX[fmt_]
+    ks, vs = fp8_scales(torch, k, gran, fmax), fp8_scales(torch, v, gran, fmax)
+    k8, v8 = quantize_fp8(torch, k, ks, gran, fmt_), quantize_fp8(torch, v, vs, gran, fmt_)
+    ref = None
+    if want_ref:
+        plain = KVSet(q, k, v, None, None)
+        r_orig = reference(torch, shape, plain, page_size=0)
+        deq = KVSet(q, dequantize_fp8(torch, k8, ks, gran), dequantize_fp8(torch, v8, vs, gran),
+                    None, None)
+        r_deq = reference(torch, shape, deq, page_size=0)
+        ref = Fp8Ref(r_orig, r_deq)
+        del plain, deq
+    del k, v
+    ps = shape.page_size if page_size is None else page_size
+    table = None
+    if ps:
+        num_pages, _ = page_layout(shape, ps)
+        if perm is None:
+            perm = torch.randperm(num_pages)
+        table = make_table(torch, shape, ps, perm).to(device)
+        k8 = to_pages(torch, shape, k8, table, num_pages, ps)
+        v8 = to_pages(torch, shape, v8, table, num_pages, ps)
+        if gran == "token":
+            ks = to_pages(torch, shape, ks, table, num_pages, ps)
+            vs = to_pages(torch, shape, vs, table, num_pages, ps)
+    out = torch.empty(q.shape, dtype=q.dtype, device=device)
+    s = KVSet(q, k8, v8, out, table, None, perm, ks.contiguous(), vs.contiguous())
+    if gran == "tensor":
+        s.k_scale_f, s.v_scale_f = float(ks[0]), float(vs[0])
+    s.ref = ref
+    return s

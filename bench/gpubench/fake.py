@@ -43,6 +43,11 @@ def dry_run(shapes, ceiling):
             else:
                 recs.append(Rec(s.name, impl, floor / (0.8 + 0.03 * j) + 8.0, floor / 0.8 + 30,
                                 err=1e-3, rel=4e-3))
+        if s.kv_dtype:  # fp8 rows: errors vs the original K/V (quantization) and dequantized
+            for r in recs:
+                if r.shape == s.name and r.status == "ok":
+                    fi = r.impl.startswith("fi-")
+                    r.rel, r.rel_deq = (0.11 + 0.01 * fi, 2e-3 + 2e-3 * fi)
         if i == 3:
             recs[-1].status, recs[-1].reason = "FAIL", "rel err 0.5 > tol 0.02 (fake)"
         if s.sweep:
@@ -235,11 +240,157 @@ def self_test(device):
        and ["xqa", "bf16", 16, 64, 8, True] in specs and ["decode", "bf16", 256, True, True] in specs
        and not any("fp32" in sp for sp in specs), f"FlashInfer prebuild list ({len(specs)} modules)")
 
+    fp8_self_test(torch, device, ok)
+    fp8_verdict_test(ok)
+
     # FlashInfer (where it imports): every call the adapters make binds to its signatures, and
     # the prebuild's module specs have the names the wrappers load
     fi_check(torch, ok)
     print(f"{total - bad} passed, {bad} failed")
     return 1 if bad else 0
+
+
+def fp8_self_test(torch, device, ok):
+    """The fp8 rows' plumbing: quantization (amax scales, saturation, rounding), the same data
+    in our contiguous layout and FlashInfer's scattered 16-key pages (scales included), the
+    two references, the bytes, the data's peakedness, the peers' n/a reasons, the scales
+    passed to run(), the prebuild list."""
+    from .data import (attention_f64, compare, dequantize_fp8, fp8_scales, logical_kv, make_set,
+                       quantize_fp8, realistic_qkv)
+    from .flashinfer_peers import fi_reason, fi_spec_list
+    from .peers import flex_reason, ours_call, sdpa_reason, variant_plan_kwargs
+    from .shapes import fp8_shapes
+
+    # quantization: |x - deq| <= half an e4m3 step (2^-4 relative; 2^-10 * scale absolute
+    # in the subnormals), nothing beyond 448, per-token scale = the row's amax / 448
+    x = torch.randn(2, 50, 3, 16) * torch.exp(2 * torch.randn(2, 50, 3, 1))
+    x[0, 0, 0] = 0.0
+    good = True
+    for gran in ("tensor", "head", "token"):
+        sc = fp8_scales(torch, x, gran, 448.0)
+        x8 = quantize_fp8(torch, x, sc, gran, "e4m3")
+        deq = dequantize_fp8(torch, x8, sc, gran)
+        bsc = {"tensor": sc, "head": sc[:, None], "token": sc[..., None]}[gran]
+        bound = torch.maximum(x.abs() * 2.0 ** -4, bsc * 2.0 ** -10) * (1 + 1e-6)
+        good &= bool(((deq - x).abs() <= bound).all()) and bool(x8.float().abs().max() <= 448)
+        if gran == "token":
+            amax = x.abs().amax(-1)
+            good &= bool(torch.allclose(sc[amax > 0], amax[amax > 0] / 448.0)) and sc[0, 0, 0] == 1
+    ok(good, "fp8 quantization: amax scales, |error| <= half an e4m3 step, saturated")
+
+    rows = fp8_shapes()
+    tok = next(r for r in rows if r.kv_scale == "token" and r.batch == 64)
+    ten = next(r for r in rows if r.kv_scale == "tensor" and r.batch == 64)
+    bf = next(r for r in rows if r.name == ten.base)
+    ok(ten.kv_bytes == bf.kv_bytes // 2 + 8 and tok.kv_bytes == bf.kv_bytes // 2 + 2 * 4 * 64 * 8192 * 8,
+       "fp8 bytes = fp8 K+V + scale bytes (per-tensor 8 B, per-token 8 B a key and kv head)")
+    ok(all(sdpa_reason(r) and flex_reason(r) for r in rows)
+       and all(fi_reason(r, i) for r in rows if r.kv_scale == "token" or not r.kv_dtype
+               for i in ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn"))
+       and not any(fi_reason(ten, i) for i in ("fi-cudacore", "fi-tensorcore", "fi-xqa"))
+       and fi_reason(ten, "fi-cudnn"), "fp8 rows' peers: FlashInfer cudacore / tensor-core / XQA "
+                                       "on per-tensor rows, the rest n/a with a reason")
+    kw = variant_plan_kwargs(tok)
+    ok(kw == {"kv_dtype": "e4m3", "kv_scale": "token"} and variant_plan_kwargs(bf) == {},
+       "fp8 plan keywords (kv_dtype, kv_scale)")
+    specs = fi_spec_list(rows)
+    ok(sorted(map(str, specs)) == sorted(map(str, [
+        ["decode", "bf16", 128, False, False, "e4m3"],
+        ["prefill", "fa2", "bf16", 128, False, False, "e4m3"],
+        ["xqa", "bf16", 16, 128, 4, False, "e4m3"]])), f"fp8 prebuild list: {specs}")
+
+    # the same data in both layouts: ours (contiguous) and FlashInfer's (16-key pages, scattered)
+    for gran in ("tensor", "token"):
+        sh = Shape(f"t-fp8-{gran}", 2, 8, 2, 64, "bf16", [100, 100], kind="variant",
+                   family="fp8", kv_dtype="e4m3", kv_scale=gran)
+        a = make_set(torch, sh, device, index=1, want_ref=True)
+        perm = torch.randperm(14)
+        p = make_set(torch, sh, device, page_size=16, perm=perm, index=1)
+        other = make_set(torch, sh, device, index=2)
+        same = torch.equal(a.q, p.q) and not torch.equal(a.k.view(torch.uint8),
+                                                          other.k.view(torch.uint8))
+        deq = torch.zeros(2, 8, 64, dtype=torch.float64)
+        for b in range(2):
+            ka, va = logical_kv(sh, a, b, page_size=0)
+            kp, vp = logical_kv(sh, p, b, page_size=16)
+            same &= torch.equal(ka.view(torch.uint8), kp.view(torch.uint8))
+            same &= torch.equal(va.view(torch.uint8), vp.view(torch.uint8))
+            if gran == "token":
+                np_ = 7
+                pages = p.block_table[b, :np_].long()
+                same &= torch.equal(a.k_scale[b, :100], p.k_scale[pages].reshape(-1, 2)[:100])
+                same &= torch.equal(a.v_scale[b, :100], p.v_scale[pages].reshape(-1, 2)[:100])
+                ks, vs = a.k_scale[b, :100, :, None], a.v_scale[b, :100, :, None]
+            else:
+                same &= a.k_scale_f == p.k_scale_f and a.v_scale_f == p.v_scale_f
+                ks, vs = a.k_scale_f, a.v_scale_f
+            qb = a.q[b, 0].reshape(2, 4, 64)
+            deq[b] = attention_f64(torch, qb, ka.double() * ks, va.double() * vs,
+                                   1 / math.sqrt(64)).reshape(8, 64)
+        ok(same, f"fp8 per-{gran}: the same seeded q / fp8 K, V / scales in our layout and in "
+                 f"FlashInfer's scattered pages (another index: other data)")
+        rel_d = compare(torch, deq.float(), a.ref.deq)[1]
+        rel_q = compare(torch, a.ref.deq.float(), a.ref.orig)[1]
+        ok(rel_d < 1e-6 and 0 < rel_q < 0.5, f"fp8 per-{gran} references: dequantized ref "
+           f"recomputed {rel_d:.1e}; quantization alone moves the output {rel_q:.3f} rel")
+        calls = []
+
+        class Rec_:
+            def run(self, *args, **kw):
+                calls.append(kw)
+        ours_call(Rec_(), [a], None)(0)
+        ok(calls and calls[0].get("k_scale") is a.k_scale and calls[0].get("v_scale") is a.v_scale,
+           f"fp8 per-{gran}: run() gets the set's k_scale / v_scale")
+
+    # the data is not uniform: a few keys hold most of each row's softmax
+    sh = Shape("t-fp8-peak", 1, 32, 8, 128, "bf16", [16384], kind="variant", kv_dtype="e4m3",
+               kv_scale="tensor")
+    g = torch.Generator(device=device).manual_seed(3)
+    q, k, v = realistic_qkv(torch, sh, device, g)
+    sc = torch.einsum("hgd,nhd->hgn", q[0, 0].double().reshape(8, 4, 128), k[0].double())
+    pr = torch.softmax(sc / math.sqrt(128), -1)
+    top = pr.topk(164, dim=-1).values.sum(-1).mean().item()  # the top 1 % of the keys
+    sc = torch.einsum("hgd,nhd->hgn", torch.randn(8, 4, 128, dtype=torch.float64),
+                      torch.randn(16384, 8, 128, dtype=torch.float64))
+    iid = torch.softmax(sc / math.sqrt(128), -1).topk(164, dim=-1).values.sum(-1).mean().item()
+    ok(top > 0.5 > iid, f"realistic fp8 data: the top 1 % of keys hold {100 * top:.0f} % of the "
+                        f"softmax mass (iid normal q, K: {100 * iid:.0f} %)")
+
+
+def fp8_verdict_test(ok):
+    """fp8_checks on made-up records: each target's PASS and MISS."""
+    from .report import fp8_checks
+    from .shapes import fp8_shapes
+
+    rows = fp8_shapes()
+    ceiling = 4.55
+
+    def recs(fp8_x=0.5, token_x=1.03, fi_x=1.2, ours_rel=0.120, fi_rel=0.121):
+        out = []
+        for s in rows:
+            floor = s.kv_bytes / (ceiling * 1e12) * 1e6
+            if not s.kv_dtype:
+                out.append(Rec(s.name, "flashdecode", floor / 0.95, rel=2e-3))
+                continue
+            base = next(r for r in rows if r.name == s.base)
+            us = base.kv_bytes / (ceiling * 1e12) * 1e6 / 0.95 * fp8_x
+            us *= token_x if s.kv_scale == "token" else 1.0
+            out.append(Rec(s.name, "flashdecode", us, rel=ours_rel, rel_deq=2e-3))
+            if s.kv_scale == "tensor":
+                out.append(Rec(s.name, "fi-xqa", us * fi_x, rel=fi_rel, rel_deq=3e-2,
+                               status="FAIL"))
+                out.append(Rec(s.name, "fi-cudacore", us * 1.5, rel=fi_rel + 0.01, rel_deq=3e-3))
+        return out
+
+    def states(rs):
+        return [v for _, v, _ in fp8_checks(rows, rs, ceiling)]
+
+    ok(states(recs()) == ["PASS", "PASS", "PASS", "PASS", "PASS", "info", "PASS"],
+       f"fp8 verdicts on a passing made-up run: {states(recs())}")
+    bad = [states(recs(fp8_x=0.6))[0], states(recs(fp8_x=1.1))[1],
+           states(recs(token_x=1.06))[2], states(recs(fi_x=0.95))[3],
+           states(recs(ours_rel=0.125))[4]]
+    ok(bad == ["MISS"] * 5, f"fp8 verdicts MISS when each target is missed: {bad}")
 
 
 def fi_check(torch, ok):
@@ -260,7 +411,7 @@ def fi_check(torch, ok):
     from flashinfer.jit.attention.modules import get_batch_decode_uri, get_batch_prefill_uri
     from flashinfer.jit.xqa import gen_xqa_module
 
-    bf = torch.bfloat16
+    bf, f8 = torch.bfloat16, torch.float8_e4m3fn
     pairs = [
         (["decode", "bf16", 128, True, False],
          get_batch_decode_uri(bf, bf, bf, torch.int32, 128, 128, 0, True, False)),
@@ -270,6 +421,12 @@ def fi_check(torch, ok):
          get_batch_prefill_uri("fa2", bf, bf, bf, torch.int32, 128, 128, 0, True, False, False)),
         (["xqa", "bf16", 16, 64, 8, True], gen_xqa_module(bf, bf, 16, 64, 8, True, bf, 1).name),
         (["cascade"], "cascade"),
+        (["decode", "bf16", 128, False, False, "e4m3"],
+         get_batch_decode_uri(bf, f8, bf, torch.int32, 128, 128, 0, False, False)),
+        (["prefill", "fa2", "bf16", 128, False, False, "e4m3"],
+         get_batch_prefill_uri("fa2", bf, f8, bf, torch.int32, 128, 128, 0, False, False, False)),
+        (["xqa", "bf16", 16, 128, 4, False, "e4m3"],
+         gen_xqa_module(bf, f8, 16, 128, 4, False, bf, 1).name),
     ]
     for sp, uri in pairs:
         try:

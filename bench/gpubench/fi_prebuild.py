@@ -9,6 +9,8 @@ rebuilds nothing). Each spec is one JSON list (flashinfer_peers.fi_spec_list):
   ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
   ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
   ["cascade"]
+An fp8 cache appends its kv dtype ("e4m3" / "e5m2") to a decode, prefill or xqa spec; q and
+out keep the spec's dtype.
 Needs FLASHINFER_CUDA_ARCH_LIST (the GPU is not visible) and the same FlashInfer
 environment as the benchmark. Prints one line per module and a DONE line.
 """
@@ -26,19 +28,26 @@ def make_spec(sp):
         from flashinfer.jit.cascade import gen_cascade_module
         return gen_cascade_module()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[sp[2] if sp[0] == "prefill" else sp[1]]
+    nargs = {"decode": 5, "prefill": 6, "xqa": 6}.get(sp[0])
+    if nargs is None or len(sp) not in (nargs, nargs + 1):
+        raise ValueError(f"unknown spec {sp}")
+    kv = dt  # the cache's dtype: the spec's, or the fp8 type appended
+    if len(sp) == nargs + 1:
+        kv = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[sp[-1]]
+        sp = sp[:-1]
     if sp[0] == "decode":
         from flashinfer.jit.attention.modules import gen_batch_decode_module
         _, _, hd, swa, cap = sp
-        return gen_batch_decode_module(dt, dt, dt, torch.int32, hd, hd, 0, bool(swa), bool(cap))
+        return gen_batch_decode_module(dt, kv, dt, torch.int32, hd, hd, 0, bool(swa), bool(cap))
     if sp[0] == "prefill":
         from flashinfer.jit.attention.modules import gen_batch_prefill_module
         _, backend, _, hd, swa, cap = sp
-        return gen_batch_prefill_module(backend, dt, dt, dt, torch.int32, hd, hd, 0, bool(swa),
+        return gen_batch_prefill_module(backend, dt, kv, dt, torch.int32, hd, hd, 0, bool(swa),
                                         bool(cap), False)
     if sp[0] == "xqa":
         from flashinfer.jit.xqa import gen_xqa_module
         _, _, page, hd, group, swa = sp
-        return gen_xqa_module(dt, dt, page, hd, group, bool(swa), dt, 1, False)
+        return gen_xqa_module(dt, kv, page, hd, group, bool(swa), dt, 1, False)
     raise ValueError(f"unknown spec {sp}")
 
 

@@ -27,7 +27,7 @@ import sys
 import time
 
 from .common import SETTINGS, exc_text, short
-from .data import make_set, page_layout, prefix_pages, reference, torch_dtype
+from .data import fp8_torch_dtype, make_set, page_layout, prefix_pages, reference, torch_dtype
 from .peers import Unavailable
 from .shapes import FI_PAGE_SIZE
 
@@ -82,8 +82,10 @@ def measured_by_fi(shape):
 def fi_reason(shape, impl):
     """'' when impl runs shape, else why not (an n/a record)."""
     if shape.deterministic or shape.ours_only:
-        return ("n/a: a flashdecode mode, costed against its own automatic plan (the peers are "
-                "on the grid rows)")
+        from .peers import ours_only_reason
+        return ours_only_reason(shape)
+    if shape.kv_dtype:
+        return fi_fp8_reason(shape, impl)
     if shape.dtype == "fp32":
         return "n/a: FlashInfer decode takes fp16/bf16 (and fp8) only"
     if shape.cascade:
@@ -114,6 +116,31 @@ def fi_reason(shape, impl):
     return "n/a: unknown FlashInfer path"
 
 
+def fi_fp8_reason(shape, impl):
+    """fp8 rows (read in 0.6.18.post1): the decode wrapper takes kv_data_type float8 with one
+    k_scale / v_scale float each in run() (k_scale folded into sm_scale; v_scale an
+    `out *= v_scale` after the kernel); its tensor-core path runs fa2 (fa3 wants an fp8 q
+    with an fp8 cache); XQA takes an e4m3 cache with one kv scale for K and V, so the K/V
+    ratio goes into bmm1_scale (mha_sm90.cu's fp8 kernel on sm_90); cuDNN's decode graph is
+    bf16 only. No path takes per-token (or per-head) scales."""
+    if (shape.kv_scale or "tensor") != "tensor":
+        return (f"n/a: FlashInfer has no per-{shape.kv_scale} fp8 scales (one k_scale / v_scale "
+                f"float per call: decode wrappers' run(), XQA's bmm1/bmm2 scales)")
+    if shape.kv_dtype != "e4m3" and impl == "fi-xqa":
+        return "n/a: XQA's fp8 cache is e4m3 only"
+    if impl == "fi-cudnn":
+        return "n/a: FlashInfer's cuDNN decode graph is bf16 only (no fp8 cache)"
+    if impl == "fi-cascade":
+        return "n/a: no shared prefix"
+    if impl == "fi-tensorcore" and shape.hq // shape.hkv < 4:
+        return "n/a: tensor-core path timed with >= 4 query heads per kv head only"
+    if impl in ("fi-cudacore", "fi-tensorcore", "fi-xqa"):
+        if shape.window_left >= 0 or shape.softcap or shape.sinks or shape.prefix_len:
+            return "n/a: fp8 rows are plain calls here"
+        return ""
+    return "n/a: unknown FlashInfer path"
+
+
 def fi_impls_for(shape):
     """The FlashInfer records a row gets (measured or n/a)."""
     if shape.cascade:
@@ -127,21 +154,25 @@ def fi_spec_list(shapes):
       ["decode", dtype, head_dim, use_sliding_window, use_logits_soft_cap]
       ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
       ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
-      ["cascade"]  (merge_state_in_place, the cascade wrapper's merge)"""
+      ["cascade"]  (merge_state_in_place, the cascade wrapper's merge)
+    An fp8 cache appends its kv dtype ("e4m3" / "e5m2") to the decode, prefill and xqa specs
+    (q and out stay `dtype`: the wrappers' get_batch_*_module(q, kv, o, ...) and
+    get_xqa_module(q, kv, ..., o) arguments)."""
     specs = []
     for s in shapes:
         if not measured_by_fi(s) or s.dtype == "fp32":
             continue
         swa, cap = s.window_left >= 0, bool(s.softcap)
+        kv = [s.kv_dtype] if s.kv_dtype else []
         for impl in fi_impls_for(s):
             if fi_reason(s, impl):
                 continue
             if impl == "fi-cudacore":
-                specs.append(["decode", s.dtype, s.d, swa, cap])
+                specs.append(["decode", s.dtype, s.d, swa, cap] + kv)
             elif impl == "fi-tensorcore":
-                specs.append(["prefill", "fa2", s.dtype, s.d, swa, cap])
+                specs.append(["prefill", "fa2", s.dtype, s.d, swa, cap] + kv)
             elif impl == "fi-xqa":
-                specs.append(["xqa", s.dtype, FI_PAGE_SIZE, s.d, s.hq // s.hkv, swa])
+                specs.append(["xqa", s.dtype, FI_PAGE_SIZE, s.d, s.hq // s.hkv, swa] + kv)
             elif impl == "fi-cascade":
                 # run with the fa2 prefill kernel (see FlashInferPeers._cascade)
                 specs.append(["prefill", "fa2", s.dtype, s.d, False, False])
@@ -251,8 +282,11 @@ class FiPrep:
         ps = FI_PAGE_SIZE
         num_pages, pps = page_layout(shape, ps)
         perm = torch.randperm(num_pages)
-        self.sets = [make_set(torch, shape, dev, page_size=ps, perm=perm) for _ in range(replicas)]
-        self.ref = reference(torch, shape, self.sets[0], page_size=ps)
+        # fp8 rows: set i holds the same keys as our set i (seeded by row and index), paged
+        self.sets = [make_set(torch, shape, dev, page_size=ps, perm=perm, index=i,
+                              want_ref=(i == 0)) for i in range(replicas)]
+        self.ref = (self.sets[0].ref if shape.kv_dtype
+                    else reference(torch, shape, self.sets[0], page_size=ps))
         self.table = self.sets[0].block_table  # [B, max pages] int32, on the device
         self.pps = pps
         indptr, indices, last = fi_page_indices(torch, shape, self.table.cpu(), ps)
@@ -305,8 +339,9 @@ class FlashInferPeers:
     def _wrapper(self, shape, prep, use_tc):
         torch, fi = self.torch, self.fi
         dt = torch_dtype(torch, shape.dtype)
+        kv_dt = fp8_torch_dtype(torch, shape.kv_dtype) if shape.kv_dtype else dt
         w = fi.BatchDecodeWithPagedKVCacheWrapper(self.ws_float, "NHD", use_tensor_cores=use_tc)
-        kw = dict(pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt,
+        kw = dict(pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=kv_dt,
                   sm_scale=1.0 / math.sqrt(shape.d))
         if shape.window_left >= 0:
             kw["window_left"] = shape.window_left
@@ -319,7 +354,10 @@ class FlashInferPeers:
         def call(i):
             s = sets[i]
             o = s.out[:, 0]
-            w.run(s.q[:, 0], (s.k, s.v), out=o)
+            if shape.kv_dtype:  # per-tensor scales as floats (its only form)
+                w.run(s.q[:, 0], (s.k, s.v), out=o, k_scale=s.k_scale_f, v_scale=s.v_scale_f)
+            else:
+                w.run(s.q[:, 0], (s.k, s.v), out=o)
             return o
         call.keep = w  # the wrapper lives as long as the call
         return call
@@ -335,8 +373,12 @@ class FlashInferPeers:
         def call(i):
             s = sets[i]
             o = s.out[:, 0]
+            # fp8: XQA has one kv scale (= bmm2_scale * o_scale) for K and V; bmm1_scale =
+            # softmax scale * k_scale and bmm2_scale = v_scale give scores q.k * k_scale and
+            # values v * v_scale (decode.py: q_scale = bmm1_scale / kv_scale * sqrt(d))
+            b1, b2 = (scale * s.k_scale_f, s.v_scale_f) if shape.kv_dtype else (scale, 1.0)
             xqa_batch_decode_with_kv_cache(s.q[:, 0], (s.k, s.v), ws, table, lens, cap,
-                                           bmm1_scale=scale, bmm2_scale=1.0,
+                                           bmm1_scale=b1, bmm2_scale=b2,
                                            window_left=shape.window_left, out=o,
                                            sinks=s.sinks if shape.sinks else None,
                                            kv_layout="NHD")
@@ -445,6 +487,11 @@ def api_check(fi, torch):
          pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=dt, sm_scale=0.1,
          window_left=5, logits_soft_cap=50.0)
     bind("decode wrapper run", W.run, None, t, (t, t), out=t)
+    bind("decode wrapper plan (fp8 cache)", W.plan, None, t, t, t, 32, 8, 128, FI_PAGE_SIZE,
+         pos_encoding_mode="NONE", q_data_type=dt, kv_data_type=torch.float8_e4m3fn,
+         sm_scale=0.1)
+    bind("decode wrapper run (fp8 scales)", W.run, None, t, (t, t), out=t, k_scale=0.5,
+         v_scale=0.25)
     from flashinfer.decode import cudnn_batch_decode_with_kv_cache, xqa_batch_decode_with_kv_cache
     bind("xqa", xqa_batch_decode_with_kv_cache, t, (t, t), t, t, t, 16, bmm1_scale=0.1,
          bmm2_scale=1.0, window_left=-1, out=t, sinks=None, kv_layout="NHD")

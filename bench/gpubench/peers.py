@@ -45,6 +45,9 @@ def variant_plan_kwargs(shape):
         kw["logits_soft_cap"] = float(shape.softcap)
     if shape.deterministic:
         kw["deterministic"] = True
+    if shape.kv_dtype:
+        kw["kv_dtype"] = shape.kv_dtype
+        kw["kv_scale"] = shape.kv_scale or "tensor"
     return kw
 
 
@@ -82,13 +85,16 @@ BASE_PLAN_KW = {"batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim", "dt
 
 
 def ours_call(plan, sets, kv_len, sinks=False):
-    """call(i): plan.run over set i (sinks passed only when the row has them)."""
+    """call(i): plan.run over set i (sinks passed only when the row has them; an fp8 set's
+    k_scale / v_scale, device float32 tensors, whenever it has them)."""
     def call(i):
         s = sets[i]
+        kw = {}
         if sinks:
-            plan.run(s.q, s.k, s.v, kv_len, block_table=s.block_table, out=s.out, sinks=s.sinks)
-        else:
-            plan.run(s.q, s.k, s.v, kv_len, block_table=s.block_table, out=s.out)
+            kw["sinks"] = s.sinks
+        if getattr(s, "k_scale", None) is not None:
+            kw["k_scale"], kw["v_scale"] = s.k_scale, s.v_scale
+        plan.run(s.q, s.k, s.v, kv_len, block_table=s.block_table, out=s.out, **kw)
         return s.out
     return call
 
@@ -228,10 +234,27 @@ DET_NA = ("n/a: a flashdecode mode, costed against its own automatic plan (the p
           "on the grid rows)")
 
 
+FP8_BASE_NA = ("n/a: the fp8 rows' bf16 base row, ours only (FlashInfer runs the fp8 rows; all "
+               "peers run the grid rows)")
+
+
+def ours_only_reason(shape):
+    """Why no peer runs an ours-only row ('' for others)."""
+    if not (shape.deterministic or shape.ours_only):
+        return ""
+    return FP8_BASE_NA if shape.family == "fp8" else DET_NA
+
+
+FP8_NA = ("takes no fp8 KV cache (it would read a bf16 copy: not the fp8 call; the bf16 call "
+          "is the base row)")
+
+
 def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
+    if shape.kv_dtype:
+        return "n/a: SDPA " + FP8_NA
     if shape.deterministic or shape.ours_only:
-        return DET_NA
+        return ours_only_reason(shape)
     if shape.prefix_len:
         return ("n/a: SDPA takes no paged cache; a shared prefix copied out per sequence is "
                 "not what it is compared for")
@@ -246,8 +269,10 @@ def sdpa_reason(shape):
 
 
 def flex_reason(shape):
+    if shape.kv_dtype:
+        return "n/a: FlexAttention " + FP8_NA
     if shape.deterministic or shape.ours_only:
-        return DET_NA
+        return ours_only_reason(shape)
     if shape.prefix_len:
         return "n/a: FlexAttention takes no paged / shared-prefix cache here"
     if shape.sinks:

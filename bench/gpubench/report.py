@@ -95,23 +95,31 @@ def write_sweep_csv(path, meta_lines, shapes, sweep, recs, ceiling):
 def write_check_csv(path, shapes, recs, sweep):
     tol_of = {s.name: TOL[s.dtype] for s in shapes}
     feat = {s.name: s.features() for s in shapes}
+    cache = {s.name: s.kv_dtype or s.dtype for s in shapes}
     with open(path, "w", newline="") as fh:
         fh.write("# every timed configuration (peers included) vs a float64 reference on the same "
                  "rounded inputs, computed with the row's variant (window, soft-cap, sinks); "
                  "rel_err = max|out - ref| / max|ref|; n/a rows say why the implementation did "
-                 "not run\n")
+                 "not run. fp8 rows (kv_cache e4m3): max_abs_err / rel_err are against float64 attention "
+                 "over the ORIGINAL bf16 K/V (quantization error included; ours and FlashInfer's "
+                 "fp8 paths on the same data), rel_err_dequant against float64 over the "
+                 "dequantized cache (the kernel's own error); tol applies to rel_err_dequant "
+                 "there\n")
         w = csv.writer(fh)
         w.writerow(["shape", "impl", "num_splits", "max_abs_err", "rel_err", "tol", "status",
-                    "reason", "variant"])
+                    "reason", "variant", "rel_err_dequant", "kv_cache"])
         for r in recs:
             w.writerow([r.shape, r.impl, "" if r.num_splits is None else r.num_splits,
                         fmt(r.err, 6) if r.err is not None else "",
                         fmt(r.rel, 6) if r.rel is not None else "",
-                        tol_of.get(r.shape, ""), r.status, r.reason, feat.get(r.shape, "")])
+                        tol_of.get(r.shape, ""), r.status, r.reason, feat.get(r.shape, ""),
+                        fmt(r.rel_deq, 6) if r.rel_deq is not None else "",
+                        cache.get(r.shape, "")])
         for r in sweep:
             w.writerow([r.shape, f"flashdecode-splits{r.requested}", r.num_splits, "",
                         fmt(r.rel, 6) if r.rel is not None else "", tol_of.get(r.shape, ""),
-                        r.status, r.reason, feat.get(r.shape, "")])
+                        r.status, r.reason, feat.get(r.shape, ""), "",
+                        cache.get(r.shape, "")])
 
 
 PLOT_STYLES = {"flashdecode": ("o-", "tab:red"), "flashdecode-nosplit": ("s--", "tab:orange"),
@@ -309,7 +317,7 @@ def variant_checks(shapes, recs):
     row against its best peer."""
     by = recs_by_shape(recs)
     shape_of = {s.name: s for s in shapes}
-    var = [s for s in shapes if s.is_variant]
+    var = [s for s in shapes if s.is_variant and s.family != "fp8"]  # fp8: fp8_checks
     out = []
     if not var:
         return out
@@ -372,10 +380,155 @@ def variant_checks(shapes, recs):
                     + "; ".join(f"{n.replace('var-', '')} {q:.2f}" for n, q, _ in have)
                     + (f"; no peer: {len(rows) - len(have)}" if len(rows) > len(have) else "")))
     missing = [r for r in recs if r.impl == "flashdecode" and r.status != "ok"
-               and shape_of.get(r.shape) is not None and shape_of[r.shape].is_variant]
+               and shape_of.get(r.shape) is not None and shape_of[r.shape].is_variant
+               and shape_of[r.shape].family != "fp8"]
     if missing:
         out.append(("variant rows flashdecode could not run or failed", "MISS",
                     "; ".join(f"{r.shape}: {r.status} {short(r.reason, 90)}" for r in missing[:6])))
+    return out
+
+
+MB = 1e6
+FP8_TIME_RATIO = 0.55  # fp8 time / our bf16 time, bf16 K+V >= 128 MB
+FP8_PCT = 90.0  # % of the read ceiling, fp8 K+V (+ scales) >= 256 MB
+FP8_TOKEN_COST = 5.0  # % per-token scales over per-tensor, same shape
+FP8_ACC_KEYS = 131072  # the accuracy target's rows: >= 128k keys
+FP8_ACC_SLACK = 2.0 ** -9  # "no worse" = within one bf16 output rounding of FlashInfer's best
+
+
+def fp8_rows(shapes):
+    return [s for s in shapes if s.kv_dtype]
+
+
+def fi_fp8_recs(by, s):
+    """FlashInfer records of fp8 row s that produced an output (ok, or FAIL on its check)."""
+    return [r for r in by.get(s.name, []) if r.impl in FI_PEERS and r.status in ("ok", "FAIL")
+            and r.us_graph]
+
+
+def fp8_checks(shapes, recs, ceiling):
+    """[(target, PASS | MISS | n/a | info, detail)] of the fp8 rows: (1) fp8 time <= 0.55x our
+    bf16 time of the same call when the bf16 K+V >= 128 MB; (2) >= 90 % of the read ceiling
+    counting fp8 + scale bytes at >= 256 MB; (3) per-token scales <= 5 % over per-tensor;
+    (4) faster than every FlashInfer fp8 path on every fp8 row; (5) at >= 128k keys, our
+    error against float64 over the original bf16 K/V no worse than FlashInfer's fp8 paths'
+    on the same data; and every fp8 configuration within tolerance of its dequantized cache."""
+    by = recs_by_shape(recs)
+    shape_of = {s.name: s for s in shapes}
+    rows = fp8_rows(shapes)
+    out = []
+    if not rows:
+        return out
+
+    def ours(s):
+        return ours_of(by, s.name)
+
+    def verdict(label, vals, ok, fmt_one, empty):
+        if not vals:
+            out.append((label, "n/a", empty))
+            return
+        miss = [v for v in vals if not ok(v)]
+        out.append((label, "PASS" if not miss else "MISS",
+                    "; ".join(fmt_one(v) for v in vals)
+                    + (f" (MISS: {len(miss)} of {len(vals)})" if miss else "")))
+
+    # (1) fp8 vs our bf16 time
+    vals = []
+    for s in rows:
+        bs = shape_of.get(s.base)
+        r, b = ours(s), (ours_of(by, s.base) if bs else None)
+        if r is None or b is None or bs.kv_bytes < 128 * MB:
+            continue
+        vals.append((s.name, r.us_graph / b.us_graph, r.us_graph, b.us_graph))
+    verdict(f"fp8 time <= {FP8_TIME_RATIO}x our bf16 time (bf16 K+V >= 128 MB)", vals,
+            lambda v: v[1] <= FP8_TIME_RATIO,
+            lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:.3f}x ({v[2]:.2f} vs {v[3]:.2f} us)",
+            "no fp8 row with its bf16 base measured")
+
+    # (2) share of the read ceiling, fp8 + scale bytes
+    vals = [(s.name, 100.0 * tbps_of(s, ours(s).us_graph) / ceiling, s.kv_bytes)
+            for s in rows if ours(s) and s.kv_bytes >= 256 * MB and ceiling]
+    verdict(f"fp8 >= {FP8_PCT:g}% of the read ceiling at >= 256 MB (fp8 + scale bytes)", vals,
+            lambda v: v[1] >= FP8_PCT,
+            lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:.1f}% ({v[2] / MIB:.0f} MiB)",
+            "no fp8 row of that size measured")
+
+    # (3) per-token against per-tensor scales, the same call
+    vals = []
+    for s in rows:
+        if s.kv_scale != "token":
+            continue
+        twin = next((t for t in rows if t.kv_scale == "tensor" and t.batch == s.batch
+                     and t.lens == s.lens and t.hq == s.hq and t.hkv == s.hkv and t.d == s.d
+                     and t.kv_dtype == s.kv_dtype and t.page_size == s.page_size), None)
+        r, t = ours(s), (ours(twin) if twin else None)
+        if r is None or t is None:
+            continue
+        vals.append((s.name, 100.0 * (r.us_graph / t.us_graph - 1.0), r.us_graph, t.us_graph))
+    verdict(f"per-token scales <= {FP8_TOKEN_COST:g}% over per-tensor (% slower)", vals,
+            lambda v: v[1] <= FP8_TOKEN_COST,
+            lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:+.1f}% ({v[2]:.2f} vs {v[3]:.2f} us)",
+            "no per-token row with its per-tensor twin measured")
+
+    # (4) ahead of every FlashInfer fp8 path (one that failed its check counts too: XQA's fp8
+    # kernel takes q to fp8 by design; its accuracy is target 5's business)
+    vals, no_fi = [], []
+    for s in rows:
+        r = ours(s)
+        fis = fi_fp8_recs(by, s)
+        if r is None:
+            continue
+        if not fis:
+            no_fi.append(s.name.replace("var-fp8-", ""))
+            continue
+        best = min(fis, key=lambda x: x.us_graph)
+        vals.append((s.name, best.us_graph / r.us_graph,
+                     best.impl + (" (FAIL its check)" if best.status == "FAIL" else ""),
+                     best.us_graph, r.us_graph))
+    verdict("ahead of every FlashInfer fp8 path on every fp8 row (best FI us / ours)", vals,
+            lambda v: v[1] > 1.0,
+            lambda v: f"{v[0].replace('var-fp8-', '')} {v[1]:.3f} ({v[2]} {v[3]:.2f} vs "
+                      f"{v[4]:.2f} us)",
+            "no fp8 row with a FlashInfer fp8 path measured")
+    if no_fi:
+        out[-1] = (out[-1][0], out[-1][1], out[-1][2] + f"; no FlashInfer fp8 path measured "
+                   f"(FlashInfer has no per-token scales; or not run): {', '.join(no_fi)}")
+
+    # (5) accuracy against the original bf16 K/V, ours vs FlashInfer's fp8 paths (same data)
+    vals = []
+    for s in rows:
+        r = next((x for x in by.get(s.name, []) if x.impl == "flashdecode"
+                  and x.rel is not None), None)
+        fis = [x for x in fi_fp8_recs(by, s) if x.rel is not None]
+        if s.capacity < FP8_ACC_KEYS or r is None or not fis:
+            continue
+        best = min(fis, key=lambda x: x.rel)
+        vals.append((s.name, r.rel, best.rel, best.impl,
+                     ", ".join(f"{x.impl} {x.rel:.4g}" for x in fis)))
+    verdict(f"accuracy at >= {FP8_ACC_KEYS // 1024}k keys: rel err vs float64 over the original "
+            f"bf16 K/V no worse than FlashInfer fp8 (+ 2^-9)", vals,
+            lambda v: v[1] <= v[2] + FP8_ACC_SLACK,
+            lambda v: f"{v[0].replace('var-fp8-', '')} ours {v[1]:.4g} vs {v[4]}",
+            "no >= 128k fp8 row with ours and a FlashInfer fp8 path")
+    info = []
+    for s in rows:
+        r = next((x for x in by.get(s.name, []) if x.impl == "flashdecode"), None)
+        if r is None or r.rel is None:
+            continue
+        fis = [x for x in fi_fp8_recs(by, s) if x.rel is not None]
+        info.append(f"{s.name.replace('var-fp8-', '')} ours {r.rel:.4g} (dequant "
+                    f"{fmt(r.rel_deq, 4)})" + ("; " + ", ".join(f"{x.impl} {x.rel:.4g}"
+                                                                for x in fis) if fis else ""))
+    if info:
+        out.append(("fp8 rel err vs the original bf16 K/V, every row (vs the dequantized cache)",
+                     "info", " | ".join(info)))
+
+    bad = [r for r in recs if r.impl == "flashdecode" and r.status != "ok"
+           and shape_of.get(r.shape) is not None and shape_of[r.shape].family == "fp8"]
+    out.append(("every fp8-family flashdecode row ran and matches its dequantized cache (bf16 tol)",
+                "PASS" if not bad else "MISS",
+                "; ".join(f"{r.shape}: {r.status} {short(r.reason, 90)}" for r in bad[:6])
+                or f"{len([s for s in shapes if s.family == 'fp8'])} rows"))
     return out
 
 
@@ -405,7 +558,8 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
     for line in meta_lines[:3]:
         print(short(line, 300))
     main = [s for s in shapes if not s.is_variant]
-    var = [s for s in shapes if s.is_variant]
+    var = [s for s in shapes if s.is_variant and s.family != "fp8"]
+    fp8 = [s for s in shapes if s.family == "fp8"]
     if main:
         print(f"{'shape':50s} {'MiB':>5s} {'floor':>7s} {'ours':>8s} {'%ceil':>5s} {'spl':>3s} "
               f"{'nosplit':>8s} {'best peer':>20s} {'ratio':>5s} {'FI best':>19s} {'sweep best':>10s}")
@@ -451,6 +605,33 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
                              ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn", "fi-cascade",
                               "sdpa-cudnn"))
                   + f" {fmt(ratio_of(o, bp), 2):>5s}")
+    if fp8:
+        print("-" * 132)
+        print("FP8 ROWS (us, CUDA-graph replay; MiB = fp8 K+V + scales, or bf16 K+V on a base row; "
+              "x bf16 = time / our bf16 base; rel = rel err vs float64 over the original bf16 K/V)")
+        print(f"{'shape':46s} {'MiB':>5s} {'ours':>8s} {'%ceil':>5s} {'spl':>3s} {'x bf16':>6s} "
+              f"{'cudacore':>8s} {'tensorc':>8s} {'xqa':>8s} {'ratio':>5s} {'rel ours':>8s} "
+              f"{'rel FI':>8s}")
+        for s in fp8:
+            rs = {r.impl: r for r in by.get(s.name, [])}
+            if not rs:
+                continue
+            o = rs.get("flashdecode")
+            b = ours_of(by, s.base) if s.base else None
+            fis = [r for r in rs.values() if r.impl in FI_PEERS and r.status == "ok"
+                   and r.us_graph]
+            bfi = min(fis, key=lambda r: r.us_graph) if fis else None
+            rfi = [r.rel for r in rs.values() if r.impl in FI_PEERS and r.rel is not None]
+            pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok"
+                                                              and ceiling) else None
+            xb = (o.us_graph / b.us_graph) if (o and o.status == "ok" and b) else None
+            name = s.name.replace("var-fp8-", "fp8-")
+            print(f"{name:46s} {s.kv_bytes / MIB:5.0f} {_us(o):>8s} {fmt(pct, 1):>5s} "
+                  f"{'' if not o or o.num_splits is None else o.num_splits:>3} {fmt(xb, 3):>6s} "
+                  + " ".join(f"{_us(rs.get(i)):>8s}" for i in
+                             ("fi-cudacore", "fi-tensorcore", "fi-xqa"))
+                  + f" {fmt(ratio_of(o, bfi), 2):>5s} "
+                  f"{fmt(o.rel if o else None, 4):>8s} {fmt(min(rfi) if rfi else None, 4):>8s}")
     print("-" * 132)
     if main:
         print("TARGETS:")
@@ -461,6 +642,11 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
         print("VARIANTS:")
         for label, v, detail in checks:
             print(f"  [{v:4s}] {label}: {short(detail, 400)}")
+    checks = fp8_checks(shapes, recs, ceiling)
+    if checks:
+        print("FP8:")
+        for label, v, detail in checks:
+            print(f"  [{v:4s}] {label}: {short(detail, 500)}")
     if notes:
         print("NOTES:")
         for n in notes[-14:]:
@@ -485,6 +671,8 @@ def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes
     lines += [f"note: {n}" for n in notes]
     for label, v, detail in variant_checks(shapes, recs):
         lines.append(f"variant check [{v}] {label}: {detail}")
+    for label, v, detail in fp8_checks(shapes, recs, ceiling):
+        lines.append(f"fp8 check [{v}] {label}: {detail}")
     files = []
     p = os.path.join(out_dir, stem + ".csv")
     write_main_csv(p, lines, shapes, recs, ceiling)

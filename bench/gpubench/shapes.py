@@ -42,10 +42,26 @@ class Shape:
     q_scale: float = 1.0  # q is drawn as randn * q_scale (soft-cap rows: scores large enough to be capped)
     deterministic: bool = False  # flashdecode's deterministic (batch-invariant) plan; ours only
     ours_only: bool = False  # no peers on this row (they run on the grid row of the same shape)
+    # ---- fp8 KV cache (fp8 rows): q / out stay `dtype`; K and V are stored as fp8 ----
+    kv_dtype: str = ""  # "" = the cache has `dtype`; "e4m3" | "e5m2"
+    kv_scale: str = ""  # fp8 scales' granularity: "tensor" | "head" | "token"
 
     @property
     def esize(self):
-        return ESIZE[self.dtype]
+        """Bytes of one cached K or V element (1 for an fp8 cache)."""
+        return 1 if self.kv_dtype else ESIZE[self.dtype]
+
+    @property
+    def is_fp8(self):
+        return bool(self.kv_dtype)
+
+    def scale_bytes(self, keys):
+        """Bytes of the K and V scales one call reads: float32 per (key, kv head) for per-token
+        scales, per kv head for per-head ones, one float each for per-tensor ones."""
+        if not self.kv_dtype:
+            return 0
+        per = {"token": keys * self.hkv, "head": self.hkv, "tensor": 1}[self.kv_scale or "tensor"]
+        return 2 * 4 * per
 
     def needed_keys(self, b):
         """Keys sequence b's query row must read (the window's, when there is one)."""
@@ -57,12 +73,13 @@ class Shape:
     @property
     def kv_bytes(self):
         """K + V bytes one call must read at least: 2 * keys * num_heads_kv * head_dim *
-        sizeof, keys = sum of each sequence's visible keys (a shared prefix once)."""
+        sizeof, keys = sum of each sequence's visible keys (a shared prefix once); an fp8
+        cache: 1 byte an element, plus its scales' bytes (scale_bytes)."""
         if self.prefix_len:
             keys = self.prefix_len + sum(n - self.prefix_len for n in self.lens)
         else:
             keys = sum(self.needed_keys(b) for b in range(self.batch))
-        return 2 * keys * self.hkv * self.d * self.esize
+        return 2 * keys * self.hkv * self.d * self.esize + self.scale_bytes(keys)
 
     @property
     def capacity(self):
@@ -84,7 +101,8 @@ class Shape:
     def plain(self):
         """No window, no soft-cap, no sinks, no shared prefix: every peer computes it."""
         return (self.window_left < 0 and not self.softcap and not self.sinks
-                and not self.prefix_len and not self.deterministic and not self.ours_only)
+                and not self.prefix_len and not self.deterministic and not self.ours_only
+                and not self.kv_dtype)
 
     def features(self):
         f = []
@@ -100,6 +118,8 @@ class Shape:
             f.append("cascade")
         if self.deterministic:
             f.append("deterministic")
+        if self.kv_dtype:
+            f.append(f"fp8 {self.kv_dtype} cache, per-{self.kv_scale or 'tensor'} scales")
         return ", ".join(f) or "plain"
 
 
@@ -243,6 +263,7 @@ def build_variant_shapes(quick=False):
                  "4097 keys")
     if quick:
         return out
+    out += fp8_shapes()
     # Gemma-2-9B: 16/8 d256, soft-cap 50, local layers with a 4096-key window.
     plain = add("gemma2", 1, 16, 8, 256, 16384)
     add("gemma2", 1, 16, 8, 256, 16384, "cap50", plain, softcap=50.0, q_scale=SOFTCAP_Q_SCALE,
@@ -281,6 +302,32 @@ def build_variant_shapes(quick=False):
                      note="cascade: one non-causal call over the prefix with the 64 sequences' "
                           "rows as q_len=64 rows of one sequence, one decode of the 64 suffixes, "
                           "merge_states; the three calls in one CUDA graph", **kw))
+    return out
+
+
+# ---- fp8 KV-cache rows -------------------------------------------------------------------
+# Llama-3-8B-like 32/8 d128, bf16 q and out, e4m3 cache: (batch, kv_len, scale granularities).
+FP8_ROWS = [(1, 32768, ("tensor",)), (1, 131072, ("tensor",)), (64, 8192, ("tensor", "token")),
+            (16, 32768, ("token",))]
+
+
+def fp8_shapes():
+    """fp8 rows, each after its bf16 base row (the same call on a bf16 cache, ours only: the
+    0.55x target). Data: realistic bf16 K/V (data.realistic_qkv), quantized to e4m3 with
+    amax scales (data.quantize_fp8); the check is against float64 attention over the
+    ORIGINAL bf16 K/V, and against the dequantized cache (the kernel's own error)."""
+    out = []
+    for b, n, grans in FP8_ROWS:
+        base = variant_name("fp8", b, 32, 8, 128, n, "bf16")
+        out.append(Shape(base, b, 32, 8, 128, "bf16", [n] * b, 0, "variant", "", False,
+                         family="fp8", ours_only=True,
+                         note="bf16 cache (the fp8 rows' base; peers: the grid rows)"))
+        for gran in grans:
+            out.append(Shape(variant_name("fp8", b, 32, 8, 128, n, f"e4m3-{gran}"), b, 32, 8, 128,
+                             "bf16", [n] * b, 0, "variant", base, False, family="fp8",
+                             kv_dtype="e4m3", kv_scale=gran,
+                             note=f"e4m3 cache, per-{gran} scales (amax / 448), realistic data; "
+                                  f"bytes = fp8 K+V + scales; base: the bf16 cache"))
     return out
 
 
