@@ -620,7 +620,8 @@ typedef struct fd_append_tensors {
  * to float32) as fp8(x / s), the quotient in float32 rounded to the nearest
  * fp8 value (ties to even), saturating: values beyond the largest finite
  * value, +-inf included, become +-448 (E4M3) or +-57344 (E5M2), never inf
- * or NaN; NaN stays NaN (S.1111.111 E4M3, S.11111.11 E5M2). The scale s:
+ * or NaN; NaN stays NaN with its sign (S.1111.111 E4M3, S.11111.11 E5M2, S
+ * the sign of x, the same on every backend). The scale s:
  *   NONE: 1; TENSOR: k_scale[0] / v_scale[0]; HEAD: the kv head's;
  *   TOKEN: computed per new (token, kv head), separately for k and v, as
  *     amax / max_finite in float32 (amax = largest finite |x| of its

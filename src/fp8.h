@@ -124,8 +124,15 @@ FD_FP8_HD float fd_fp8_finite_abs(float x) {
 }
 
 /* x quantized with scale s: the float32 quotient x / s rounded to e4m3
- * (e5m2 when `e5m2`), ties to even, saturating. */
+ * (e5m2 when `e5m2`), ties to even, saturating. A NaN x gives the NaN code
+ * with x's sign, decided here before the division: the quotient's NaN would
+ * not carry it the same way on both sides (x86 returns the NaN operand, sign
+ * included; the GPU's float arithmetic returns the canonical NaN 0x7fffffff
+ * for any NaN operand, so a negative NaN, e.g. torch's bf16 NaN 0xffff,
+ * became 0x7f on CUDA and 0xff on the CPU). */
 FD_FP8_HD uint8_t fd_fp8_quantize(float x, float s, int e5m2) {
+  const uint32_t u = fd_fp8_f32_to_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint8_t)(((u >> 24) & 0x80u) | 0x7fu);
   const float y = x / s;
   return e5m2 ? fd_f32_to_e5m2(y) : fd_f32_to_e4m3(y);
 }

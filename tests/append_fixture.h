@@ -41,8 +41,9 @@ static uint64_t fixture_rng(uint64_t *s) {
 
 /* Fills f for `backend`, q dtype, kv dtype and scales; paged or contiguous.
  * New values: normal-ish with a spread of magnitudes (2^-12 .. 2^6 times a
- * uniform), a few specials (NaN, +-inf, huge) when `specials`. Returns 0, or
- * -1 when fd_plan_init fails (err filled). */
+ * uniform), a few specials (NaN, a negative NaN with a full payload as
+ * torch's bf16 NaN 0xffff, +-inf, huge) when `specials`. Returns 0, or -1
+ * when fd_plan_init fails (err filled). */
 static int append_fixture_init(append_fixture *f, fd_backend backend, fd_dtype dtype, fd_dtype kv_dtype,
                                fd_kv_scale kv_scale, int paged, int specials, uint64_t seed,
                                fd_error *err) {
@@ -71,8 +72,9 @@ static int append_fixture_init(append_fixture *f, fd_backend backend, fd_dtype d
       const int e = (int)(fixture_rng(&s) % 19) - 12;
       float x = (float)ldexp(u, e);
       if (specials && fixture_rng(&s) % 50 == 0) {
-        const float sp[4] = {NAN, INFINITY, -INFINITY, dtype == FD_DTYPE_F16 ? 60000.0f : 1e30f};
-        x = sp[fixture_rng(&s) % 4];
+        const float sp[5] = {NAN, fd_bits_to_f32(0xffff0000u), INFINITY, -INFINITY,
+                             dtype == FD_DTYPE_F16 ? 60000.0f : 1e30f};
+        x = sp[fixture_rng(&s) % 5];
       }
       uint16_t *dst = w ? f->v_new : f->k_new;
       dst[i] = dtype == FD_DTYPE_F16 ? fd_f32_to_f16(x) : fd_f32_to_bf16(x);

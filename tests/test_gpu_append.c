@@ -1,11 +1,12 @@
 /*
  * test_gpu_append.c — fd_append_kv on CUDA writes the same bytes (cache and
  * per-token scales) as the host code, for both fp8 formats, every scale
- * granularity, contiguous and paged caches, NaN / inf / huge inputs and
- * 16-bit copies; rows outside the cache (past kv_capacity, or a page id
- * outside [0, num_pages)) are skipped on the device with nothing else
- * written; and a captured CUDA graph replays the append at new kv_len
- * values. Exits 77 (ctest: skipped) when no usable GPU is present.
+ * granularity, contiguous and paged caches, NaN (either sign: the code keeps
+ * it) / inf / huge inputs and 16-bit copies; rows outside the cache (past
+ * kv_capacity, or a page id outside [0, num_pages)) are skipped on the
+ * device with nothing else written; and a captured CUDA graph replays the
+ * append at new kv_len values. Exits 77 (ctest: skipped) when no usable GPU
+ * is present.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,6 +60,22 @@ static void from_device(append_fixture *f, device_copy *d) {
   for (int i = 0; i < 8; i++) fd_gpu_free(all[i]);
 }
 
+/* Appends host's tensors on the host (reference backend) and dev's (the same
+ * values) on CUDA: equal bytes. */
+static void append_both(append_fixture *host, append_fixture *dev) {
+  fd_error err;
+  if (fd_append_kv(&host->plan, &host->t, AMAXNEW, NULL, &err) != FD_STATUS_OK)
+    fail_msg("host append: %s", err.message);
+  device_copy d = {0};
+  to_device(dev, &d);
+  if (fd_append_kv(&dev->plan, &dev->t, AMAXNEW, NULL, &err) != FD_STATUS_OK) fail_msg("cuda append: %s", err.message);
+  from_device(dev, &d);
+  assert_memory_equal(host->k_cache, dev->k_cache, sizeof host->k_cache);
+  assert_memory_equal(host->v_cache, dev->v_cache, sizeof host->v_cache);
+  assert_memory_equal(host->k_scale, dev->k_scale, sizeof host->k_scale);
+  assert_memory_equal(host->v_scale, dev->v_scale, sizeof host->v_scale);
+}
+
 /* Host (reference backend) and CUDA append of the same fixture: equal bytes. */
 static void compare(fd_dtype dtype, fd_dtype kv_dtype, fd_kv_scale scale, int paged) {
   static append_fixture host, dev;
@@ -66,16 +83,7 @@ static void compare(fd_dtype dtype, fd_dtype kv_dtype, fd_kv_scale scale, int pa
   if (append_fixture_init(&host, FD_BACKEND_REFERENCE, dtype, kv_dtype, scale, paged, 1, 77, &err) ||
       append_fixture_init(&dev, FD_BACKEND_CUDA, dtype, kv_dtype, scale, paged, 1, 77, &err))
     fail_msg("fd_plan_init: %s", err.message);
-  if (fd_append_kv(&host.plan, &host.t, AMAXNEW, NULL, &err) != FD_STATUS_OK)
-    fail_msg("host append: %s", err.message);
-  device_copy d = {0};
-  to_device(&dev, &d);
-  if (fd_append_kv(&dev.plan, &dev.t, AMAXNEW, NULL, &err) != FD_STATUS_OK) fail_msg("cuda append: %s", err.message);
-  from_device(&dev, &d);
-  assert_memory_equal(host.k_cache, dev.k_cache, sizeof host.k_cache);
-  assert_memory_equal(host.v_cache, dev.v_cache, sizeof host.v_cache);
-  assert_memory_equal(host.k_scale, dev.k_scale, sizeof host.k_scale);
-  assert_memory_equal(host.v_scale, dev.v_scale, sizeof host.v_scale);
+  append_both(&host, &dev);
 }
 
 static void test_same_bytes(void **state) {
@@ -89,6 +97,47 @@ static void test_same_bytes(void **state) {
     compare(FD_DTYPE_BF16, FD_DTYPE_BF16, FD_KV_SCALE_NONE, paged);
     compare(FD_DTYPE_F16, FD_DTYPE_F16, FD_KV_SCALE_NONE, paged);
   }
+}
+
+/* Byte offset of (sequence b, position j, kv head hk)'s row in f's fp8 cache. */
+static size_t fp8_row(const append_fixture *f, int b, int j, int hk) {
+  if (f->problem.page_size == 0) return (((size_t)b * ACAP + j) * AHKV + hk) * AD;
+  const int page = f->block_table[b * APAGES + j / APAGE];
+  return (((size_t)page * APAGE + j % APAGE) * AHKV + hk) * AD;
+}
+
+/* A NaN keeps its sign: +NaN -> 0x7f, -NaN -> 0xff (S.1111.111 / S.11111.11),
+ * on the device as on the host, both formats, every scale granularity, both q
+ * dtypes, contiguous and paged. The GPU's division returns the canonical NaN
+ * 0x7fffffff for any NaN operand, so a quantizer that divided first wrote
+ * 0x7f for a negative NaN where the CPU wrote 0xff: torch's bf16 NaN is
+ * 0xffff, and tests/python/test_cuda_fp8.py's append cases all failed on the
+ * H200 while this file's fixture (positive NaNs only) passed. */
+static void test_nan_sign(void **state) {
+  (void)state;
+  static append_fixture host, dev;
+  fd_error err;
+  const fd_dtype kv[2] = {FD_DTYPE_E4M3, FD_DTYPE_E5M2}, q[2] = {FD_DTYPE_BF16, FD_DTYPE_F16};
+  const uint16_t neg_nan[2] = {0xffffu, 0xfe00u}, pos_nan[2] = {0x7fc0u, 0x7e00u}; /* bf16, f16 */
+  for (int k = 0; k < 2; k++)
+    for (int s = FD_KV_SCALE_NONE; s <= FD_KV_SCALE_TOKEN; s++)
+      for (int paged = 0; paged < 2; paged++)
+        for (int qi = 0; qi < 2; qi++) {
+          if (append_fixture_init(&host, FD_BACKEND_REFERENCE, q[qi], kv[k], (fd_kv_scale)s, paged, 0, 21, &err) ||
+              append_fixture_init(&dev, FD_BACKEND_CUDA, q[qi], kv[k], (fd_kv_scale)s, paged, 0, 21, &err))
+            fail_msg("fd_plan_init: %s", err.message);
+          append_fixture *both[2] = {&host, &dev};
+          for (int f = 0; f < 2; f++) {
+            both[f]->k_new[0] = neg_nan[qi]; /* b 0, token 0, kv head 0, d 0 */
+            both[f]->k_new[1] = pos_nan[qi];
+            both[f]->v_new[AD + 3] = neg_nan[qi]; /* kv head 1, d 3 */
+          }
+          append_both(&host, &dev);
+          const size_t k0 = fp8_row(&dev, 0, dev.kv_len[0], 0), v1 = fp8_row(&dev, 0, dev.kv_len[0], 1);
+          if (dev.k_cache[k0] != 0xff || dev.k_cache[k0 + 1] != 0x7f || dev.v_cache[v1 + 3] != 0xff)
+            fail_msg("kv %d scale %d paged %d q %d: NaN codes k 0x%02x 0x%02x v 0x%02x, want 0xff 0x7f 0xff", k, s,
+                     paged, qi, dev.k_cache[k0], dev.k_cache[k0 + 1], dev.v_cache[v1 + 3]);
+        }
 }
 
 /* Rows the device must skip: sequence 2 three tokens from the end of the
@@ -175,6 +224,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_bytes),
+      cmocka_unit_test(test_nan_sign),
       cmocka_unit_test(test_skipped_rows),
 #ifdef FD_TEST_HAVE_CUDA
       cmocka_unit_test(test_graph),

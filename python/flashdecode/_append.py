@@ -34,9 +34,9 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
     k_scale, v_scale : fp8 caches, optional (neither: scale 1)
         A float or a [num_heads_kv] float32 array: each value x is stored as
         fp8(x / scale), rounded to nearest even and saturated to the format's
-        finite range (never inf or NaN; a NaN stays NaN). The cache's shape
-        without head_dim ([batch, kv_capacity, num_heads_kv] or [num_pages,
-        page_size, num_heads_kv]): per-token scales, *written* here as the
+        finite range (never inf or NaN; a NaN stays NaN, its sign kept). The
+        cache's shape without head_dim ([batch, kv_capacity, num_heads_kv] or
+        [num_pages, page_size, num_heads_kv]): per-token scales, *written* here as the
         row's largest finite |x| / 448 (e4m3) or / 57344 (e5m2), at least
         2^-126, 1 for an all-zero row; decode then reads them.
     kv_dtype : 'e4m3' or 'e5m2', optional

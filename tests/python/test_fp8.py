@@ -329,3 +329,21 @@ def test_append_torch_float8_paged():
     got = kc[5, 2].float() * torch.tensor([0.01, 0.02]).view(2, 1)
     assert torch.allclose(got, kn[0, 0].float(), rtol=0.07, atol=0.01 * 2 ** -9)
     assert kc[5, :2].float().abs().sum() == 0 and kc[3, 1:].float().abs().sum() == 0
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("gran", ["none", "tensor", "token"])
+def test_append_nan_keeps_its_sign(fmt, gran):
+    # a NaN's code is S.1111111 with the NaN's sign: -NaN (torch's bfloat16 NaN is
+    # 0xffff) -> 0xff, +NaN -> 0x7f, on the CPU as on CUDA (the GPU's division
+    # returns the canonical +NaN, so the quantizer takes NaN apart before dividing)
+    kn = np.ones((1, 1, 1, 8), np.float16)
+    kn.view(np.uint16)[0, 0, 0, :2] = [0xFE00, 0x7E00]  # float16 -NaN, +NaN
+    scale = {"none": None, "tensor": 0.5, "token": np.zeros((1, 4, 1), np.float32)}[gran]
+    k = np.zeros((1, 4, 1, 8), np.uint8)
+    v = k.copy()
+    flashdecode.append_kv(kn, kn, k, v, [1], k_scale=scale,
+                          v_scale=scale.copy() if gran == "token" else scale, kv_dtype=fmt)
+    for cache in (k, v):
+        assert cache[0, 1, 0, 0] == 0xFF and cache[0, 1, 0, 1] == 0x7F
+        assert not cache[0, 0].any() and not cache[0, 2:].any()
