@@ -16,6 +16,7 @@ echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
 run 20 build-90a/tests/test_variants cuda
+run 30 build-90a/tests/test_gpu_append
 FD_TEST_FILTER='cuda/*softcap*' run 20 build-90a/tests/test_gpu_grid
 run 40 build-90a/tests/reliability/test_reliability_gpu trust
 run 30 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
