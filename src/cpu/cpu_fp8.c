@@ -34,30 +34,34 @@ void fd_cpu_fp8_table(fd_dtype dtype, float lut[256]) {
 }
 
 #ifdef FD_FP8_AVX2
+/* The 16 codes at src as float32 times mul (lo: codes 0-7, hi: 8-15); mul
+ * carries e4m3's 2^8. */
+__attribute__((target("avx2,f16c"))) static inline void widen16_avx2(const uint8_t *src, int e5m2,
+                                                                     __m256 mul, __m256 *lo,
+                                                                     __m256 *hi) {
+  const __m256i low7 = _mm256_set1_epi16(0x7f), sign = _mm256_set1_epi16(0x80);
+  const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
+  const __m256i bits =
+      e5m2 ? _mm256_slli_epi16(h, 8)
+           : _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, low7), 7),
+                             _mm256_slli_epi16(_mm256_and_si256(h, sign), 8));
+  *lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(bits)), mul);
+  *hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1)), mul);
+  if (!e5m2) { /* S.1111.111: NaN */
+    const __m256 nan = _mm256_set1_ps(NAN);
+    const __m256i is_nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, low7), low7);
+    *lo = _mm256_blendv_ps(*lo, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(is_nan))));
+    *hi = _mm256_blendv_ps(*hi, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(is_nan, 1))));
+  }
+}
+
 /* dst[d] = value(src[d]) * s for d < n16 (a multiple of 16). */
 __attribute__((target("avx2,f16c"))) static void widen_row_avx2(float *dst, const uint8_t *src,
                                                                 int n16, int e5m2, float s) {
   const __m256 mul = _mm256_set1_ps(e5m2 ? s : s * 256.0f);
-  const __m256i low7 = _mm256_set1_epi16(0x7f), sign = _mm256_set1_epi16(0x80);
-  const __m256 nan = _mm256_set1_ps(NAN);
   for (int d = 0; d < n16; d += 16) {
-    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + d)));
-    __m256i bits;
-    if (e5m2) {
-      bits = _mm256_slli_epi16(h, 8);
-    } else {
-      bits = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, low7), 7),
-                             _mm256_slli_epi16(_mm256_and_si256(h, sign), 8));
-    }
-    __m256 lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(bits)), mul);
-    __m256 hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1)), mul);
-    if (!e5m2) { /* S.1111.111: NaN */
-      const __m256i is_nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, low7), low7);
-      const __m256 nan_lo = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(is_nan)));
-      const __m256 nan_hi = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(is_nan, 1)));
-      lo = _mm256_blendv_ps(lo, nan, nan_lo);
-      hi = _mm256_blendv_ps(hi, nan, nan_hi);
-    }
+    __m256 lo, hi;
+    widen16_avx2(src + d, e5m2, mul, &lo, &hi);
     _mm256_storeu_ps(dst + d, lo);
     _mm256_storeu_ps(dst + d + 8, hi);
   }
@@ -69,24 +73,9 @@ __attribute__((target("avx2,f16c"))) static void widen_row_bf16_avx2(uint16_t *d
                                                                      const uint8_t *src, int n16,
                                                                      int e5m2) {
   const __m256 mul = _mm256_set1_ps(e5m2 ? 1.0f : 256.0f);
-  const __m256i low7 = _mm256_set1_epi16(0x7f), sign = _mm256_set1_epi16(0x80);
-  const __m256 nan = _mm256_set1_ps(NAN);
   for (int d = 0; d < n16; d += 16) {
-    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + d)));
-    __m256i bits;
-    if (e5m2) {
-      bits = _mm256_slli_epi16(h, 8);
-    } else {
-      bits = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, low7), 7),
-                             _mm256_slli_epi16(_mm256_and_si256(h, sign), 8));
-    }
-    __m256 lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(bits)), mul);
-    __m256 hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1)), mul);
-    if (!e5m2) {
-      const __m256i is_nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, low7), low7);
-      lo = _mm256_blendv_ps(lo, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(is_nan))));
-      hi = _mm256_blendv_ps(hi, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(is_nan, 1))));
-    }
+    __m256 lo, hi;
+    widen16_avx2(src + d, e5m2, mul, &lo, &hi);
     /* the top halves of the 16 floats, in order */
     const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(lo), 16),
                                                _mm256_srli_epi32(_mm256_castps_si256(hi), 16));
