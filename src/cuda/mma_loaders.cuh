@@ -85,6 +85,15 @@ static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, in
   }
 }
 
+/* LOADS key-valid flags of one page (1 or 0 each) in one store. */
+template <int LOADS>
+static __device__ __forceinline__ void fd_mma_page_flags(unsigned char *valid, bool page_ok) {
+  if constexpr (LOADS == 8)
+    *reinterpret_cast<uint64_t *>(valid) = page_ok ? 0x0101010101010101ull : 0ull;
+  else
+    *reinterpret_cast<uint32_t *>(valid) = page_ok ? 0x01010101u : 0u;
+}
+
 /* Paged cache: copies the tile at key0 with the page ids from
  * fd_mma_page_ids; a key past nkeys or on a page id outside [0, num_pages)
  * (num_pages > 0) is zero-filled and reads nothing. With num_pages > 0 the
@@ -117,12 +126,7 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
       fd_cp_async16(sK + soff, ok ? k_head + (k_off + n * p.k_strides[1]) : k_head, ok);
       fd_cp_async16(sV + soff, ok ? v_head + (v_off + n * p.v_strides[1]) : v_head, ok);
     }
-    if (flags && c == 0) { /* LOADS flags of 1 or 0 in one store */
-      if constexpr (M::LOADS == 8)
-        *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
-      else
-        *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
-    }
+    if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
     return k0 < nkeys && k0 + M::LOADS > klo && !page_ok;
   }
   bool bad = false;
@@ -226,12 +230,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
       const bool ok = kl < nkeys && kl >= klo && page_ok && col_ok;
       fd_cp_async16(dst + kl * D, ok ? head + (off + n * s1) : head, ok);
     }
-    if (flags && c == 0) { /* LOADS flags of 1 or 0 in one store */
-      if constexpr (M::LOADS == 8)
-        *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
-      else
-        *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
-    }
+    if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
     return k0 < nkeys && k0 + M::LOADS > klo && !page_ok;
   }
   bool bad = false;
