@@ -266,18 +266,22 @@ typedef struct shape {
   int non_causal;
 } shape;
 
+/* The variant's run layout: contiguous, or paged (page_size, shuffled pages,
+ * two spare pages in the pool). */
+static view layout(fd_problem *p, const inputs *in, int32_t page_size) {
+  if (!page_size) return VIEW_CONTIG;
+  p->page_size = page_size, p->max_pages_per_seq = in->cap / page_size;
+  p->num_pages = in->B * p->max_pages_per_seq + 2;
+  return VIEW_SHUFFLED;
+}
+
 static void window_case(const rel_env *env, const shape *sh, int variant) {
   uint64_t rng = seed_for(env, "window", variant);
   inputs in;
   inputs_init(&in, sh->dtype, sh->D, sh->Hq, sh->Hkv, sh->B, sh->kv_len, sh->T, &rng);
   fd_problem p = base_problem(env, &in, sh->num_splits);
   p.has_window = 1, p.window_left = sh->window_left, p.logits_soft_cap = sh->soft_cap;
-  view how = VIEW_CONTIG;
-  if (sh->page_size) {
-    p.page_size = sh->page_size, p.max_pages_per_seq = in.cap / sh->page_size;
-    p.num_pages = in.B * p.max_pages_per_seq + 2;
-    how = VIEW_SHUFFLED;
-  }
+  const view how = layout(&p, &in, sh->page_size);
   void *out = malloc(out_bytes(&p, in.dtype)), *crop_out = malloc(out_bytes(&p, in.dtype));
   float *lse = malloc(lse_count(&p) * sizeof(float)), *crop_lse = malloc(lse_count(&p) * sizeof(float));
   assert_true(out && crop_out && lse && crop_lse);
@@ -348,12 +352,7 @@ static void noncausal_case(const rel_env *env, const shape *sh, int variant) {
   inputs_init(&in, sh->dtype, sh->D, sh->Hq, sh->Hkv, sh->B, sh->kv_len, sh->T, &rng);
   fd_problem p = base_problem(env, &in, sh->num_splits);
   p.non_causal = 1, p.logits_soft_cap = sh->soft_cap;
-  view how = VIEW_CONTIG;
-  if (sh->page_size) {
-    p.page_size = sh->page_size, p.max_pages_per_seq = in.cap / sh->page_size;
-    p.num_pages = in.B * p.max_pages_per_seq + 2;
-    how = VIEW_SHUFFLED;
-  }
+  const view how = layout(&p, &in, sh->page_size);
   void *out = malloc(out_bytes(&p, in.dtype)), *dec_out = malloc(out_bytes(&p, in.dtype));
   float *lse = malloc(lse_count(&p) * sizeof(float)), *dec_lse = malloc(lse_count(&p) * sizeof(float));
   assert_true(out && dec_out && lse && dec_lse);
@@ -416,12 +415,7 @@ static void sinks_case(const rel_env *env, const shape *sh, int variant) {
   fd_problem p = base_problem(env, &in, sh->num_splits);
   p.non_causal = sh->non_causal, p.logits_soft_cap = sh->soft_cap;
   if (sh->window_left >= 0) p.has_window = 1, p.window_left = sh->window_left;
-  view how = VIEW_CONTIG;
-  if (sh->page_size) {
-    p.page_size = sh->page_size, p.max_pages_per_seq = in.cap / sh->page_size;
-    p.num_pages = in.B * p.max_pages_per_seq + 2;
-    how = VIEW_SHUFFLED;
-  }
+  const view how = layout(&p, &in, sh->page_size);
   const fd_dtype dt = in.dtype;
   void *out0 = malloc(out_bytes(&p, dt)), *out1 = malloc(out_bytes(&p, dt));
   float *lse0 = malloc(lse_count(&p) * sizeof(float)), *lse1 = malloc(lse_count(&p) * sizeof(float));
@@ -526,12 +520,7 @@ static void softcap_huge_is_none(void **state) {
     fd_problem p = base_problem(env, &in, sh->num_splits);
     p.non_causal = sh->non_causal;
     if (sh->window_left >= 0) p.has_window = 1, p.window_left = sh->window_left;
-    view how = VIEW_CONTIG;
-    if (sh->page_size) {
-      p.page_size = sh->page_size, p.max_pages_per_seq = in.cap / sh->page_size;
-      p.num_pages = in.B * p.max_pages_per_seq + 2;
-      how = VIEW_SHUFFLED;
-    }
+    const view how = layout(&p, &in, sh->page_size);
     void *out0 = malloc(out_bytes(&p, in.dtype)), *out1 = malloc(out_bytes(&p, in.dtype));
     float *lse0 = malloc(lse_count(&p) * sizeof(float)), *lse1 = malloc(lse_count(&p) * sizeof(float));
     assert_true(out0 && out1 && lse0 && lse1);
@@ -637,12 +626,7 @@ static void out_f32_is_wider(void **state) {
     fd_problem p = base_problem(env, &in, sh->num_splits);
     p.non_causal = sh->non_causal, p.logits_soft_cap = sh->soft_cap;
     if (sh->window_left >= 0) p.has_window = 1, p.window_left = sh->window_left;
-    view how = VIEW_CONTIG;
-    if (sh->page_size) {
-      p.page_size = sh->page_size, p.max_pages_per_seq = in.cap / sh->page_size;
-      p.num_pages = in.B * p.max_pages_per_seq + 2;
-      how = VIEW_SHUFFLED;
-    }
+    const view how = layout(&p, &in, sh->page_size);
     void *o16 = malloc(out_bytes(&p, in.dtype)), *o32 = malloc(out_bytes(&p, F32));
     void *o32r = malloc(out_bytes(&p, in.dtype));
     float *l16 = malloc(lse_count(&p) * sizeof(float)), *l32 = malloc(lse_count(&p) * sizeof(float));
