@@ -81,7 +81,7 @@ def measured_by_fi(shape):
 
 def fi_reason(shape, impl):
     """'' when impl runs shape, else why not (an n/a record)."""
-    if shape.deterministic or shape.ours_only:
+    if shape.peerless:
         from .peers import ours_only_reason
         return ours_only_reason(shape)
     if shape.kv_dtype:

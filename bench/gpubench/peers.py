@@ -240,7 +240,7 @@ FP8_BASE_NA = ("n/a: the fp8 rows' bf16 base row, ours only (FlashInfer runs the
 
 def ours_only_reason(shape):
     """Why no peer runs an ours-only row ('' for others)."""
-    if not (shape.deterministic or shape.ours_only):
+    if not shape.peerless:
         return ""
     return FP8_BASE_NA if shape.family == "fp8" else DET_NA
 
@@ -253,7 +253,7 @@ def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
     if shape.kv_dtype:
         return "n/a: SDPA " + FP8_NA
-    if shape.deterministic or shape.ours_only:
+    if shape.peerless:
         return ours_only_reason(shape)
     if shape.prefix_len:
         return ("n/a: SDPA takes no paged cache; a shared prefix copied out per sequence is "
@@ -271,7 +271,7 @@ def sdpa_reason(shape):
 def flex_reason(shape):
     if shape.kv_dtype:
         return "n/a: FlexAttention " + FP8_NA
-    if shape.deterministic or shape.ours_only:
+    if shape.peerless:
         return ours_only_reason(shape)
     if shape.prefix_len:
         return "n/a: FlexAttention takes no paged / shared-prefix cache here"

@@ -98,10 +98,15 @@ class Shape:
         return self.kind == "variant"
 
     @property
+    def peerless(self):
+        """Ours only: the deterministic mode's rows and the rows marked ours_only."""
+        return self.deterministic or self.ours_only
+
+    @property
     def plain(self):
         """No window, no soft-cap, no sinks, no shared prefix: every peer computes it."""
         return (self.window_left < 0 and not self.softcap and not self.sinks
-                and not self.prefix_len and not self.deterministic and not self.ours_only
+                and not self.prefix_len and not self.peerless
                 and not self.kv_dtype)
 
     def features(self):
