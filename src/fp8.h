@@ -124,17 +124,21 @@ FD_FP8_HD float fd_fp8_finite_abs(float x) {
 }
 
 /* x quantized with scale s: the float32 quotient x / s rounded to e4m3
- * (e5m2 when `e5m2`), ties to even, saturating. A NaN x gives the NaN code
- * with x's sign, decided here before the division: the quotient's NaN would
- * not carry it the same way on both sides (x86 returns the NaN operand, sign
- * included; the GPU's float arithmetic returns the canonical NaN 0x7fffffff
- * for any NaN operand, so a negative NaN, e.g. torch's bf16 NaN 0xffff,
- * became 0x7f on CUDA and 0xff on the CPU). */
+ * (e5m2 when `e5m2`), ties to even, saturating. The sign is computed from
+ * the bits (x's sign xor s's; a NaN x keeps its own) and the rounding sees
+ * |x| / |s| only, so no NaN's sign ever comes from float arithmetic: the
+ * GPU's division returns the canonical NaN 0x7fffffff for any NaN operand
+ * while x86 returns the operand, sign included, and the compiler is free to
+ * treat a NaN quotient's sign as its operand's (nvcc merged an earlier
+ * "NaN x -> its sign" test into the quotient's, which wrote 0x7f on the GPU
+ * for torch's bf16 NaN 0xffff where the CPU wrote 0xff). */
 FD_FP8_HD uint8_t fd_fp8_quantize(float x, float s, int e5m2) {
-  const uint32_t u = fd_fp8_f32_to_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint8_t)(((u >> 24) & 0x80u) | 0x7fu);
-  const float y = x / s;
-  return e5m2 ? fd_f32_to_e5m2(y) : fd_f32_to_e4m3(y);
+  const uint32_t ux = fd_fp8_f32_to_bits(x), us = fd_fp8_f32_to_bits(s);
+  const int x_nan = (ux & 0x7fffffffu) > 0x7f800000u;
+  const uint8_t sign = (uint8_t)(((x_nan ? ux : ux ^ us) >> 24) & 0x80u);
+  const float y = fd_fp8_bits_to_f32(ux & 0x7fffffffu) / fd_fp8_bits_to_f32(us & 0x7fffffffu);
+  const uint8_t code = e5m2 ? fd_f32_to_e5m2(y) : fd_f32_to_e4m3(y);
+  return (uint8_t)(sign | (code & 0x7fu));
 }
 
 #undef FD_FP8_HD
