@@ -43,7 +43,12 @@ typedef struct append_params {
 static __device__ __forceinline__ float load_elem(const void *row, int32_t dtype, int i) {
   if (dtype == FD_DTYPE_F32) return static_cast<const float *>(row)[i];
   const unsigned short u = static_cast<const unsigned short *>(row)[i];
-  if (dtype == FD_DTYPE_F16) return __half2float(__ushort_as_half(u));
+  if (dtype == FD_DTYPE_F16) {
+    /* cvt.f32.f16 turns every NaN into the canonical 0x7fffffff; keep the
+     * sign so a negative NaN quantizes to 0xff as on the host */
+    if ((u & 0x7fffu) > 0x7c00u) return __uint_as_float(((uint32_t)(u & 0x8000u) << 16) | 0x7fc00000u);
+    return __half2float(__ushort_as_half(u));
+  }
   return __uint_as_float((uint32_t)u << 16); /* bf16 */
 }
 
