@@ -28,6 +28,9 @@ struct fd_mma_cfg {
   static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
   static constexpr int KT = 16 * KW;                /* keys per tile */
   static constexpr int STAGES = LEAN ? 2 : D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
+  /* fp8 caches: stages of KT * D bytes in the same K / V areas, one fewer
+   * than fit (the last KT * D bytes of the K area: TOKEN scales and flags) */
+  static constexpr int ST8 = 2 * STAGES - 1;
   static constexpr int DPW = D / DW;               /* O columns per warp */
   static constexpr int NT = DPW / 8;               /* O n-tiles (8 columns) per warp */
   static constexpr int KS = D / 16;                /* k-steps of Q K^T */

@@ -22,6 +22,7 @@
 #include "device_util.cuh"
 #include "kernel_params.cuh"
 #include "mma_config.cuh"
+#include "mma_primitives.cuh"
 
 /* The copy mapping of a tile: thread tid copies 16-byte chunk c = tid % CH of
  * the LOADS consecutive keys kr * LOADS + n (n < LOADS), kr = tid / CH, of
@@ -151,36 +152,35 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
 
 /* ---- fp8 caches (kv_dtype FD_DTYPE_E4M3 / FD_DTYPE_E5M2) ----
  *
- * STAGING  The fp8 bytes of a tile (KT rows of D bytes, unswizzled: row k at
- *   byte k * D) sit in the upper half of the tile's own 16-bit stage buffer
- *   (bytes KT * D .. 2 * KT * D of a [KT][D] T tile), so an fp8 instance has
- *   the shared memory of the 16-bit one (fd_mma_cfg::SMEM, FD_MMA_SMEM).
+ * STAGES  An fp8 tile is KT rows of D bytes, half a 16-bit tile, so the K
+ *   (and V) stage area of the 16-bit instance (fd_mma_cfg::SMEM) holds
+ *   fd_mma_cfg::ST8 = 2 STAGES - 1 fp8 stages, twice the tiles in flight
+ *   minus one; the last KT * D bytes of the K area hold the TOKEN scales and
+ *   the key-valid flags (split_mma_kernel.cuh). 16-byte chunk c of row k
+ *   sits at chunk c ^ fd_swz8_key<D>(k) (fd_swz8), so that each ldmatrix
+ *   phase (8 rows, one chunk) hits 8 different bank groups.
  * COPIES  The same keys per thread as the 16-bit loaders (k0 = tid / CH *
  *   LOADS, LOADS keys, the same page ids), but an fp8 row has CH / 2 chunks
  *   of 16 bytes (16 elements): thread chunk c < CH / 2 copies K's fp8 chunk
  *   c, c >= CH / 2 copies V's fp8 chunk c - CH / 2. Chunks past DV / 16
  *   (head_dim 80, 96 in 128-byte rows), keys before klo or past nkeys and
  *   keys on a bad page are zero-filled without a read.
- * WIDENING  After the tile's copies landed and a block barrier, in place
- *   (fd_mma_widen_lo / _hi_read / _hi_write below): each fp8 chunk f of row
- *   k becomes the 16-bit chunks 2f and 2f + 1 at their swizzled places
- *   (c ^ (k & 7)), the layout the 16-bit loaders produce. Exact: every e4m3
- *   and e5m2 value is an fp16 and a bf16 value (NaN stays NaN). */
-
-/* Start of the fp8 staging inside a [KT][D] T stage buffer. */
-template <typename T, int D, int NW>
-static __device__ __forceinline__ unsigned char *fd_mma_stage8(T *tile) {
-  return reinterpret_cast<unsigned char *>(tile) + (size_t)fd_mma_cfg<D, NW>::KT * D;
-}
+ * WIDENING  In registers, never in shared memory: the tile math loads the
+ *   fp8 bytes with ldmatrix (K) and ldmatrix.trans (V) as if they were
+ *   16-bit pairs and widens each fragment (fd_fp8x4_widen; the fragment
+ *   layouts are in split_mma_kernel.cuh, FP8). Exact: every e4m3 and e5m2
+ *   value is an fp16 and a bf16 value (NaN stays NaN). */
 
 /* Contiguous fp8 cache: as fd_mma_copy_contig; k_off / v_off hold the
- * thread's column byte (c % (CH / 2)) * 16, k_row / v_row are bytes. */
-template <typename T, int D, int NW, int DV>
+ * thread's column byte (c % (CH / 2)) * 16, k_row / v_row are bytes; dK / dV
+ * are the fp8 stage buffers ([KT][D] bytes, swizzled). */
+template <int D, int NW, int DV>
 static __device__ __forceinline__ void fd_mma_copy8_contig(const unsigned char *k_head,
                                                            const unsigned char *v_head,
                                                            int64_t k_off, int64_t v_off,
-                                                           int64_t k_row, int64_t v_row, T *sK,
-                                                           T *sV, int klo, int nkeys) {
+                                                           int64_t k_row, int64_t v_row,
+                                                           unsigned char *dK, unsigned char *dV,
+                                                           int klo, int nkeys) {
   using M = fd_mma_copy<D, NW>;
   constexpr int CH8 = D / 16; /* fp8 chunks a row */
   const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
@@ -191,22 +191,23 @@ static __device__ __forceinline__ void fd_mma_copy8_contig(const unsigned char *
   const unsigned char *head = is_v ? v_head : k_head;
   const int64_t off = is_v ? v_off : k_off;
   const int64_t row = is_v ? v_row : k_row;
-  unsigned char *dst = fd_mma_stage8<T, D, NW>(is_v ? sV : sK) + f * 16;
+  unsigned char *dst = is_v ? dV : dK;
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
     const int kl = k0 + n;
     const bool ok = kl < nkeys && kl >= klo && col_ok;
-    fd_cp_async16(dst + kl * D, ok ? head + (off + n * row) : head, ok);
+    fd_cp_async16(dst + fd_swz8<D>(kl, f), ok ? head + (off + n * row) : head, ok);
   }
 }
 
 /* Paged fp8 cache: as fd_mma_copy_paged (same page ids, flags and return
  * value), fp8 chunks as in fd_mma_copy8_contig. */
-template <typename T, int D, int NW, int DV>
+template <int D, int NW, int DV>
 static __device__ __forceinline__ bool fd_mma_copy8_paged(
     const fd_kernel_params &p, const unsigned char *k_head, const unsigned char *v_head,
     int pshift, bool one_page, int key0, int klo, int nkeys,
-    const int (&pg)[fd_mma_copy<D, NW>::LOADS], T *sK, T *sV, unsigned char *valid) {
+    const int (&pg)[fd_mma_copy<D, NW>::LOADS], unsigned char *dK, unsigned char *dV,
+    unsigned char *valid) {
   using M = fd_mma_copy<D, NW>;
   constexpr int CH8 = D / 16;
   const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
@@ -218,7 +219,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
   const unsigned char *head = is_v ? v_head : k_head;
   const int64_t s0 = is_v ? p.v_strides[0] : p.k_strides[0];
   const int64_t s1 = is_v ? p.v_strides[1] : p.k_strides[1];
-  unsigned char *dst = fd_mma_stage8<T, D, NW>(is_v ? sV : sK) + f * 16;
+  unsigned char *dst = is_v ? dV : dK;
   if (one_page) {
     const int page = pg[0];
     const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
@@ -228,7 +229,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
     for (int n = 0; n < M::LOADS; n++) {
       const int kl = k0 + n;
       const bool ok = kl < nkeys && kl >= klo && page_ok && col_ok;
-      fd_cp_async16(dst + kl * D, ok ? head + (off + n * s1) : head, ok);
+      fd_cp_async16(dst + fd_swz8<D>(kl, f), ok ? head + (off + n * s1) : head, ok);
     }
     if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
     return k0 < nkeys && k0 + M::LOADS > klo && !page_ok;
@@ -244,7 +245,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
     bad = bad || (kl < nkeys && kl >= klo && !page_ok);
     const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
     const int64_t off = (int64_t)page * s0 + (int64_t)pos * s1 + f * 16;
-    fd_cp_async16(dst + kl * D, ok ? head + off : head, ok);
+    fd_cp_async16(dst + fd_swz8<D>(kl, f), ok ? head + off : head, ok);
     if (flags && c == 0) valid[kl] = page_ok ? 1 : 0;
   }
   return bad;
@@ -296,73 +297,6 @@ static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uin
   } else {
     lo = h0;
     hi = h1;
-  }
-}
-
-/* Widening a tile in place, in two halves. The staging of rows k < KT / 2
- * (bytes KT * D .. 1.5 KT * D) becomes 16-bit rows that lie wholly below
- * byte KT * D, the staging's start: fd_mma_widen_lo converts them chunk by
- * chunk with no barrier. Rows k >= KT / 2 overwrite the staging itself:
- * fd_mma_widen_hi_read takes their chunks into registers, and after a
- * block barrier (which also orders every thread's fd_mma_widen_lo reads
- * before the overwrite) fd_mma_widen_hi_write stores them. A thread's fp8
- * chunks: i = tid + n * THREADS over the half's KT / 2 * (D / 16) chunks
- * (row i / (D / 16), chunk i % (D / 16)). */
-template <int D, int NW>
-struct fd_mma_widen {
-  static constexpr int KT = fd_mma_cfg<D, NW>::KT, THREADS = fd_mma_cfg<D, NW>::THREADS;
-  static constexpr int CH8 = D / 16;                   /* fp8 chunks a row */
-  static constexpr int NH = KT / 2 * CH8 / THREADS;    /* chunks a thread, per half */
-  static_assert(NH >= 1 && KT / 2 * CH8 % THREADS == 0, "fp8 chunks per thread");
-};
-
-/* Chunk f (16 fp8 values) of row k -> the 16-bit chunks 2f, 2f + 1 of the
- * row at their swizzled places. */
-template <typename T, int D>
-static __device__ __forceinline__ void fd_mma_widen_store(T *tile, int k, int f, uint4 x,
-                                                          bool e5m2) {
-  uint4 a, b;
-  fd_fp8x4_widen<T>(x.x, e5m2, a.x, a.y);
-  fd_fp8x4_widen<T>(x.y, e5m2, a.z, a.w);
-  fd_fp8x4_widen<T>(x.z, e5m2, b.x, b.y);
-  fd_fp8x4_widen<T>(x.w, e5m2, b.z, b.w);
-  *reinterpret_cast<uint4 *>(tile + k * D + (((2 * f) ^ (k & 7)) << 3)) = a;
-  *reinterpret_cast<uint4 *>(tile + k * D + (((2 * f + 1) ^ (k & 7)) << 3)) = b;
-}
-
-template <typename T, int D, int NW>
-static __device__ __forceinline__ void fd_mma_widen_lo(T *tile, bool e5m2) {
-  using W = fd_mma_widen<D, NW>;
-  const unsigned char *st = fd_mma_stage8<T, D, NW>(tile);
-#pragma unroll
-  for (int n = 0; n < W::NH; n++) {
-    const int i = (int)threadIdx.x + n * W::THREADS;
-    const int k = i / W::CH8, f = i % W::CH8;
-    fd_mma_widen_store<T, D>(tile, k, f, *reinterpret_cast<const uint4 *>(st + k * D + f * 16),
-                             e5m2);
-  }
-}
-
-template <typename T, int D, int NW>
-static __device__ __forceinline__ void fd_mma_widen_hi_read(const T *tile,
-                                                            uint4 (&x)[fd_mma_widen<D, NW>::NH]) {
-  using W = fd_mma_widen<D, NW>;
-  const unsigned char *st = fd_mma_stage8<T, D, NW>(const_cast<T *>(tile));
-#pragma unroll
-  for (int n = 0; n < W::NH; n++) {
-    const int i = W::KT / 2 * W::CH8 + (int)threadIdx.x + n * W::THREADS;
-    x[n] = *reinterpret_cast<const uint4 *>(st + (i / W::CH8) * D + (i % W::CH8) * 16);
-  }
-}
-
-template <typename T, int D, int NW>
-static __device__ __forceinline__ void fd_mma_widen_hi_write(
-    T *tile, const uint4 (&x)[fd_mma_widen<D, NW>::NH], bool e5m2) {
-  using W = fd_mma_widen<D, NW>;
-#pragma unroll
-  for (int n = 0; n < W::NH; n++) {
-    const int i = W::KT / 2 * W::CH8 + (int)threadIdx.x + n * W::THREADS;
-    fd_mma_widen_store<T, D>(tile, i / W::CH8, i % W::CH8, x[n], e5m2);
   }
 }
 

@@ -93,4 +93,14 @@ static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {
   return (uint32_t)((row * (D / 8) + (chunk ^ (row & 7))) * 16);
 }
 
+/* Byte offset of 16-byte chunk `chunk` (16 fp8 values) of row `row` in a
+ * swizzled fp8 [rows][D] tile: chunk ^ (row & 7), or for D = 64 (64-byte
+ * rows, two in a 128-byte bank line) chunk ^ ((row >> 1) & 3); either way the
+ * 8 rows of an ldmatrix phase hit 8 different bank groups. */
+template <int D>
+static __device__ __forceinline__ uint32_t fd_swz8(int row, int chunk) {
+  const int x = D == 64 ? (row >> 1) & 3 : row & 7;
+  return (uint32_t)(row * D + ((chunk ^ x) << 4));
+}
+
 #endif /* FD_CUDA_MMA_PRIMITIVES_CUH */

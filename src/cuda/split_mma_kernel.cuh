@@ -92,21 +92,33 @@
  *
  * FP8  (template KV8 = 1: kv_dtype E4M3 or E5M2, read from p.kv_dtype at run
  *   time; FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
- *   cuda_backend.cu) The same grid, tiles, warps and pipeline, and the same
- *   shared memory (fd_mma_cfg::SMEM): a tile's fp8 bytes (KT * D, unswizzled)
- *   are copied by cp.async (16 values a copy: fd_mma_copy8_*, same keys per
- *   thread, same zero-fills) into the upper half of that tile's own 16-bit
- *   stage buffer. Per tile, after the loop's barrier: widen K and V in place
- *   to the swizzled T tile (mma_loaders.cuh; exact; two extra barriers),
- *   TOKEN scales into sTok, a barrier, then the tile math unchanged but for
- *   the scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
- *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1); TOKEN:
- *   thread tid < KT reads key tid's k and v scale (paged: through the
- *   block_table; keys outside [pass_lo, pass_end) or on a bad page: 0, never
- *   read) into sTok [2][KT] (in the (m, l) / (M, L) area, free during the
- *   loop); each score is multiplied by its key's k_scale before the soft-cap
- *   and mask, and p by its v_scale before the 16-bit split (l sums the
- *   unscaled p). Masked keys stay -inf / p = 0 (their scale is 0, not NaN).
+ *   cuda_backend.cu) The same grid, tiles, warps and shared memory
+ *   (fd_mma_cfg::SMEM). A tile's fp8 bytes (KT rows of D bytes, chunk c of
+ *   row k at c ^ fd_swz8) are copied by cp.async (16 values a copy:
+ *   fd_mma_copy8_*, same keys per thread, same zero-fills) into ST8 = 2
+ *   STAGES - 1 stages of KT * D bytes (twice the tiles in flight, less one;
+ *   the last KT * D bytes of the K area hold the TOKEN scales and key-valid
+ *   flags). They are widened in registers, not in shared memory (one
+ *   barrier a tile, as 16-bit), by the hardware conversion (sm_89+) or exact
+ *   bit arithmetic (fd_fp8x4_widen):
+ *   K: ldmatrix (not .trans) on the fp8 rows as 16-bit pairs gives lane
+ *     (g, qd) the 4 bytes of key g, head_dim 16 ks + 4 qd .. + 3, which
+ *     widen to the B fragment (b0, b1) whose logical k columns are 2 qd,
+ *     2 qd + 1, 2 qd + 8, 2 qd + 9: so Q's A fragments are loaded with that
+ *     column order (8-byte reads of sQ), and Q K^T is unchanged.
+ *   V: ldmatrix.trans gives lane (g, qd) keys 2 qd, 2 qd + 1 of columns 2 g,
+ *     2 g + 1 of a 16-column chunk; a byte permute makes the b0/b1 of the
+ *     even column (bytes 0, 2) and of the odd one (1, 3), so chunk j's
+ *     n-tiles 2 j, 2 j + 1 are its even and odd columns, and the O store
+ *     puts a lane's 4 values of a row at columns 16 j + 4 qd + 0..3.
+ *   Scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
+ *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1);
+ *   TOKEN: thread tid < KT reads key tid's k and v scale one tile ahead
+ *   (paged: through the block_table; keys outside [pass_lo, pass_end) or on
+ *   a bad page: 0, never read) and stores them after the tile's math into
+ *   sTok [tile parity][2][KT]; each score is multiplied by its key's k_scale
+ *   before the soft-cap and mask, and p by its v_scale before the 16-bit
+ *   split (l sums the unscaled p). Masked keys stay -inf / p = 0.
  *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
@@ -161,6 +173,64 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
     fd_row_keys((row0 + r) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, lo, hi);
 }
 
+/* One tile's copies into the stage buffers dK / dV (bytes: a [KT][D] T tile,
+ * or an fp8 [KT][D] byte tile when KV8): keys key0 .. key0 + nk - 1, those
+ * below klo zero-filled; paged through the page ids pg (returns whether one
+ * of this thread's keys is on a bad page; flags into `valid`), else from the
+ * running offsets k_off / v_off, then advanced a tile. */
+template <typename T, int D, int NW, int DV, int KV8>
+static __device__ __forceinline__ bool fd_mma_copy_tile(
+    const fd_kernel_params &p, const void *k_head, const void *v_head, bool paged, int pshift,
+    bool one_page, int key0, int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS],
+    unsigned char *dK, unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off,
+    int64_t k_tile, int64_t v_tile) {
+  using U8 = const unsigned char *;
+  if (paged) {
+    if constexpr (KV8 != 0)
+      return fd_mma_copy8_paged<D, NW, DV>(p, static_cast<U8>(k_head), static_cast<U8>(v_head),
+                                           pshift, one_page, key0, klo, nk, pg, dK, dV, valid);
+    else
+      return fd_mma_copy_paged<T, D, NW, DV>(p, static_cast<const T *>(k_head),
+                                             static_cast<const T *>(v_head), pshift, one_page, key0,
+                                             klo, nk, pg, reinterpret_cast<T *>(dK),
+                                             reinterpret_cast<T *>(dV), valid);
+  }
+  if constexpr (KV8 != 0)
+    fd_mma_copy8_contig<D, NW, DV>(static_cast<U8>(k_head), static_cast<U8>(v_head), k_off, v_off,
+                                   p.k_strides[1], p.v_strides[1], dK, dV, klo, nk);
+  else
+    fd_mma_copy_contig<T, D, NW, DV>(static_cast<const T *>(k_head), static_cast<const T *>(v_head),
+                                     k_off, v_off, p.k_strides[1], p.v_strides[1],
+                                     reinterpret_cast<T *>(dK), reinterpret_cast<T *>(dV), klo, nk);
+  k_off += k_tile;
+  v_off += v_tile;
+  return false;
+}
+
+/* fp8 TOKEN scales of key j (k into *tk, v into *tv): 0 unless j is in
+ * [pass_lo, pass_end) (all below kv_len) and on a good page; such a key is
+ * masked and its p is 0. */
+static __device__ __forceinline__ void fd_mma_tok_scales(const fd_kernel_params &p,
+                                                         const int32_t *bt_row, int pshift,
+                                                         bool check_pages, int b, int hk, int j,
+                                                         int pass_lo, int pass_end, float *tk,
+                                                         float *tv) {
+  *tk = *tv = 0.0f;
+  if (j < pass_lo || j >= pass_end) return;
+  int64_t at;
+  if (bt_row != nullptr) {
+    const int page = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+    if (check_pages && (page < 0 || page >= p.num_pages)) return;
+    at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
+  } else {
+    at = (int64_t)b * p.scale_strides[0] + (int64_t)j * p.scale_strides[1];
+  }
+  at += (int64_t)hk * p.scale_strides[2];
+  *tk = __ldg(p.k_scale + at);
+  *tv = __ldg(p.v_scale + at);
+}
+
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
 template <typename T, int D, int NW, int DV, int LEAN, int KV8>
@@ -169,7 +239,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
                                                          int row0, int pass_rows,
                                                          unsigned char *smem) {
   using C = fd_mma_cfg<D, NW, LEAN>;
-  constexpr int KW = C::KW, KT = C::KT, STAGES = C::STAGES, NT = C::NT;
+  constexpr int KW = C::KW, KT = C::KT, NT = C::NT;
+  /* pipeline stages: fp8 tiles are half the bytes, so ST8 of them (twice the
+   * tiles in flight, less one) */
+  constexpr int ST = KV8 != 0 ? C::ST8 : C::STAGES;
+  constexpr int SB = KV8 != 0 ? KT * D : KT * D * 2; /* bytes a stage */
+  constexpr bool PRE_LO = (ST - 1) * KT < 64;
   /* DV < D (head_dim 80, 96 in 128-wide storage): the columns past DV are
    * zeros in shared memory and skipped by the mma loops */
   constexpr int KS = DV / 16;          /* k-steps of Q K^T */
@@ -180,16 +255,18 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 
   /* Carve-up; fd_mma_cfg<D, NW, LEAN>::SMEM sizes it. */
   T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
-  T *sV = sK + STAGES * KT * D;                                          /* [STAGES][KT][D] */
-  T *sQ = sV + STAGES * KT * D;                                          /* [16][D] */
+  T *sV = sK + C::STAGES * KT * D;                                       /* [STAGES][KT][D] */
+  T *sQ = sV + C::STAGES * KT * D;                                       /* [16][D] */
   float2 *sML = reinterpret_cast<float2 *>(sQ + ROWS * D);               /* [KW][16] (m, l) */
   float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
   unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
   float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
-  /* fp8 TOKEN scales of the current tile's keys, k then v: [2][KT] floats in
-   * the (m, l) and (M, L) area, which only the merge after the last tile uses */
-  float *sTok = reinterpret_cast<float *>(sML);
-  static_assert(2 * KT * sizeof(float) <= (KW + 1) * ROWS * sizeof(float2), "sTok fits");
+  /* fp8: the last KT * D bytes of the K area (past the ST8 stages) hold the
+   * TOKEN scales, two tiles' worth ([2][2][KT] floats: tile parity, k / v),
+   * then the key-valid flags [ST8][KT] */
+  float *sTok = reinterpret_cast<float *>(smem + (size_t)ST * SB);
+  if constexpr (KV8 != 0) sValid = reinterpret_cast<unsigned char *>(sTok + 4 * KT);
+  static_assert(KV8 == 0 || 16 * KT + ST * KT <= KT * D, "fp8 scales and flags fit");
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -296,9 +373,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
     /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
      * any copy (one block_table round trip, not one per prologue tile). */
-    int pgp[STAGES][M::LOADS];
+    int pgp[ST][M::LOADS];
 #pragma unroll
-    for (int s = 0; s < STAGES; s++) {
+    for (int s = 0; s < ST; s++) {
 #pragma unroll
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
       if (paged && s < num_tiles) {
@@ -308,48 +385,42 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       }
     }
 
-    /* Prologue: tiles 0 .. STAGES-2, one commit group each (empty or not).
+    unsigned char *const sK8 = reinterpret_cast<unsigned char *>(sK);
+    unsigned char *const sV8 = reinterpret_cast<unsigned char *>(sV);
+    /* Prologue: tiles 0 .. ST-2, one commit group each (empty or not).
      * bad_early / bad_last: this thread's keys on bad pages in tiles
-     * 0 .. STAGES-3 / STAGES-2. */
+     * 0 .. ST-3 / ST-2. */
     bool bad_early = false, bad_last = false;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
+    for (int s = 0; s < ST - 1; s++) {
       if (s < num_tiles) {
         const int key0 = kbeg + s * KT;
-        const int nk = min(KT, pass_end - key0);
-        const int klo = pass_lo - key0; /* keys before it: zero-filled, not read */
-        if (paged) {
-          bool bad;
-          if constexpr (KV8 != 0)
-            bad = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
-                                                   nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
-                                                   sValid + s * KT);
-          else
-            bad = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page, key0, klo,
-                                                  nk, pgp[s], sK + s * KT * D, sV + s * KT * D,
-                                                  sValid + s * KT);
-          if (s < STAGES - 2) bad_early = bad_early || bad;
-          else bad_last = bad;
-        } else {
-          if constexpr (KV8 != 0)
-            fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                              p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
-                                              klo, nk);
-          else
-            fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                             p.v_strides[1], sK + s * KT * D, sV + s * KT * D,
-                                             klo, nk);
-          k_off += k_tile;
-          v_off += v_tile;
-        }
+        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8>(
+            p, k_head, v_head, paged, pshift, one_page, key0,
+            pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
+            pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
+        if (s < ST - 2) bad_early = bad_early || bad;
+        else bad_last = bad;
       }
       fd_cp_async_commit();
     }
 #pragma unroll
-    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[STAGES - 1][n];
+    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[ST - 1][n];
+    /* fp8 TOKEN: tile 0's scales into sTok[0] (the loop's first barrier
+     * orders them before the math); thread tid < KT loads key tid's, and a
+     * tile's are loaded one iteration ahead of it. */
+    float tk = 0.0f, tv = 0.0f;
+    if constexpr (KV8 != 0) {
+      if (tok && tid < KT) {
+        fd_mma_tok_scales(p, bt_row, pshift, check_pages, b, hk, kbeg + tid, pass_lo, pass_end,
+                          &tk, &tv);
+        sTok[tid] = tk;
+        sTok[KT + tid] = tv;
+      }
+    }
 
-    /* Q fragments, once per pass (group 0: at most STAGES - 1 younger groups pending). */
-    fd_cp_async_wait<STAGES - 1>();
+    /* Q fragments, once per pass (group 0: at most ST - 1 younger groups pending). */
+    fd_cp_async_wait<ST - 1>();
     /* Bad-page bits (check_pages), block-uniform: bit i is set when tile
      * it + i (it: the loop's tile) may have a key on a page id outside
      * [0, num_pages); the loop's barrier ORs in the tile copied one iteration
@@ -357,12 +428,27 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     unsigned bad_tiles = 0;
     bool bad_pend = bad_last; /* this thread's keys of the last tile it copied */
     if (check_pages) {
-      if (__syncthreads_or(bad_early)) bad_tiles = (1u << (STAGES - 2)) - 1;
+      if (__syncthreads_or(bad_early)) bad_tiles = (1u << (ST - 2)) - 1;
     } else {
       __syncthreads();
     }
     uint32_t qa[KS][4];
-    {
+    if constexpr (KV8 != 0) {
+      /* fp8: k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
+       * are head_dim columns 16 ks + 4 qd + 0..3, the order in which a K
+       * fragment arrives (FP8 above): 8 bytes a row from the swizzled sQ */
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) {
+        const int c = 2 * ks + (qd >> 1), e = 4 * (qd & 1);
+        const uint2 x0 = *reinterpret_cast<const uint2 *>(sQ + g * D + ((c ^ (g & 7)) << 3) + e);
+        const uint2 x1 =
+            *reinterpret_cast<const uint2 *>(sQ + (g + 8) * D + ((c ^ ((g + 8) & 7)) << 3) + e);
+        qa[ks][0] = x0.x;
+        qa[ks][1] = x1.x;
+        qa[ks][2] = x0.y;
+        qa[ks][3] = x1.y;
+      }
+    } else {
       const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
       const int sub = lane >> 4;
 #pragma unroll
@@ -375,122 +461,82 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const int k_sub = (lane >> 3) & 1;
     const int v_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
     const int v_sub = lane >> 4;
+    /* fp8 (K and V alike): key kw * 16 + (lane & 7) + 8 ((lane >> 3) & 1),
+     * chunk + (lane >> 4) */
+    const int k8_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int k8_sub = lane >> 4;
 
     int stage = 0;
-    int load_stage = STAGES - 1;
+    int load_stage = ST - 1;
     for (int it = 0; it < num_tiles; it++) {
       const int key0 = kbeg + it * KT;
-      fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
+      fd_cp_async_wait<ST - 2>(); /* this thread's copies of tile `it` landed */
       /* everyone's did; tile it-1 fully consumed (and the bad-page bit of
-       * tile it + STAGES - 2, copied last iteration) */
+       * tile it + ST - 2, copied last iteration) */
       if (check_pages) {
-        if (__syncthreads_or(bad_pend)) bad_tiles |= 1u << (STAGES - 2);
+        if (__syncthreads_or(bad_pend)) bad_tiles |= 1u << (ST - 2);
       } else {
         __syncthreads();
       }
       bad_pend = false;
       {
-        const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
+        const int nt = it + ST - 1; /* refill the stage tile it-1 used */
         if (nt < num_tiles) {
           const int nkey0 = kbeg + nt * KT;
-          const int nk = min(KT, pass_end - nkey0);
-          /* pass_lo - kbeg < 64 <= (STAGES - 1) * KT: only prologue tiles
-           * hold keys below pass_lo (not so with 2 stages of 32 keys: then
-           * this tile's keys below it are zero-filled, not read) */
-          const int klo = C::PRE_LO ? pass_lo - nkey0 : 0;
-          if (paged) {
-            if constexpr (KV8 != 0)
-              bad_pend = fd_mma_copy8_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
-                                                          nkey0, klo, nk, pg,
-                                                          sK + load_stage * KT * D,
-                                                          sV + load_stage * KT * D,
-                                                          sValid + load_stage * KT);
-            else
-              bad_pend = fd_mma_copy_paged<T, D, NW, DV>(p, k_head, v_head, pshift, one_page,
-                                                         nkey0, klo, nk, pg,
-                                                         sK + load_stage * KT * D,
-                                                         sV + load_stage * KT * D,
-                                                         sValid + load_stage * KT);
-            if (nt + 1 < num_tiles)
-              fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
-                                     min(KT, pass_end - (nkey0 + KT)), pg);
-          } else {
-            if constexpr (KV8 != 0)
-              fd_mma_copy8_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                                p.v_strides[1], sK + load_stage * KT * D,
-                                                sV + load_stage * KT * D, klo, nk);
-            else
-              fd_mma_copy_contig<T, D, NW, DV>(k_head, v_head, k_off, v_off, p.k_strides[1],
-                                               p.v_strides[1], sK + load_stage * KT * D,
-                                               sV + load_stage * KT * D, klo, nk);
-            k_off += k_tile;
-            v_off += v_tile;
-          }
+          /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold
+           * keys below pass_lo (not so with 2 stages of 32 keys: then this
+           * tile's keys below it are zero-filled, not read) */
+          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8>(
+              p, k_head, v_head, paged, pshift, one_page, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
+              min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
+              sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
+          if (paged && nt + 1 < num_tiles)
+            fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
+                                   min(KT, pass_end - (nkey0 + KT)), pg);
         }
         fd_cp_async_commit();
-        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+        load_stage = load_stage + 1 == ST ? 0 : load_stage + 1;
       }
-
-      /* fp8: widen this tile's staged K and V to T in place (mma_loaders.cuh;
-       * its copies landed at the barrier above), then a barrier before the
-       * tile math reads them. TOKEN: thread tid < KT reads the scales of the
-       * tile's key tid into sTok (issued before the widening, stored after
-       * it): only for keys in [pass_lo, pass_end) on a good page (all below
-       * kv_len), else 0 (such a key is masked and its p is 0). */
-      if constexpr (KV8 != 0) {
-        float tk = 0.0f, tv = 0.0f;
-        if (tok && tid < KT) {
-          const int j = key0 + tid;
-          if (j >= pass_lo && j < pass_end) {
-            int64_t at;
-            bool ok = true;
-            if (paged) {
-              const int page = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
-              const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-              ok = !check_pages || (page >= 0 && page < p.num_pages);
-              at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
-            } else {
-              at = (int64_t)b * p.scale_strides[0] + (int64_t)j * p.scale_strides[1];
-            }
-            at += (int64_t)hk * p.scale_strides[2];
-            if (ok) {
-              tk = __ldg(p.k_scale + at);
-              tv = __ldg(p.v_scale + at);
-            }
-          }
-        }
-        /* rows below KT / 2 of K and V; the upper rows of K, barrier, of V,
-         * barrier (mma_loaders.cuh: the upper rows overwrite the staging) */
-        const bool e5m2 = p.kv_dtype == FD_DTYPE_E5M2;
-        T *const tK = sK + stage * KT * D;
-        T *const tV = sV + stage * KT * D;
-        uint4 x[fd_mma_widen<D, NW>::NH];
-        fd_mma_widen_lo<T, D, NW>(tK, e5m2);
-        fd_mma_widen_lo<T, D, NW>(tV, e5m2);
-        fd_mma_widen_hi_read<T, D, NW>(tK, x);
-        __syncthreads();
-        fd_mma_widen_hi_write<T, D, NW>(tK, x, e5m2);
-        fd_mma_widen_hi_read<T, D, NW>(tV, x);
-        __syncthreads();
-        fd_mma_widen_hi_write<T, D, NW>(tV, x, e5m2);
-        if (tok && tid < KT) {
-          sTok[tid] = tk;
-          sTok[KT + tid] = tv;
-        }
-        __syncthreads();
-      }
+      /* fp8 TOKEN: the next tile's scales, loaded now, stored after this
+       * tile's math (the next iteration's barrier orders them) */
+      if constexpr (KV8 != 0)
+        if (tok && tid < KT && it + 1 < num_tiles)
+          fd_mma_tok_scales(p, bt_row, pshift, check_pages, b, hk, key0 + KT + tid, pass_lo,
+                            pass_end, &tk, &tv);
+      const float *tTok = sTok + (it & 1) * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
+      const bool e5m2 = KV8 != 0 && p.kv_dtype == FD_DTYPE_E5M2;
 
       /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
-      const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
+      const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
       float s[2][4];
 #pragma unroll
       for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      if constexpr (KV8 != 0) {
+        /* fp8: one ldmatrix.x4 takes k-steps 2 kp and 2 kp + 1 of both
+         * n-tiles: matrix (n-tile, k-step) = (m & 1, m >> 1); each register
+         * (key g, head_dim 16 ks + 4 qd + 0..3) widens to that n-tile's b0,
+         * b1 of the k-step */
 #pragma unroll
-      for (int ks = 0; ks < KS; ks++) {
-        uint32_t kb[4];
-        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
-        fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
-        fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+        for (int kp = 0; kp < (KS + 1) / 2; kp++) {
+          uint32_t kr[4], kb[4][2];
+          fd_ldmatrix_x4(kr, kt_u + fd_swz8<D>(k8_row, 2 * kp + k8_sub));
+#pragma unroll
+          for (int m = 0; m < 4; m++) fd_fp8x4_widen<T>(kr[m], e5m2, kb[m][0], kb[m][1]);
+          fd_mma16816<T>(s[0], qa[2 * kp], kb[0][0], kb[0][1]);
+          fd_mma16816<T>(s[1], qa[2 * kp], kb[1][0], kb[1][1]);
+          if (2 * kp + 1 < KS) { /* odd KS (head_dim 80): the last chunk is padding */
+            fd_mma16816<T>(s[0], qa[2 * kp + 1], kb[2][0], kb[2][1]);
+            fd_mma16816<T>(s[1], qa[2 * kp + 1], kb[3][0], kb[3][1]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+          uint32_t kb[4];
+          fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
+          fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
+          fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+        }
       }
 
       /* Scale to base-2 units and mask. */
@@ -512,7 +558,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           if (bad_pages) vis = vis && tValid[kl] != 0;
           float x = s[n][e] * scale;
           if constexpr (KV8 != 0)
-            if (tok) x = s[n][e] * (scale * sTok[kl]); /* uniform */
+            if (tok) x = s[n][e] * (scale * tTok[kl]); /* uniform */
           if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
           s[n][e] = vis ? x : -INFINITY;
         }
@@ -554,7 +600,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           const int kl0 = kw * 16 + 2 * qd;
 #pragma unroll
           for (int n = 0; n < 2; n++) {
-            const float2 vs = *reinterpret_cast<const float2 *>(sTok + KT + kl0 + n * 8);
+            const float2 vs = *reinterpret_cast<const float2 *>(tTok + KT + kl0 + n * 8);
             s[n][0] *= vs.x;
             s[n][1] *= vs.y;
             s[n][2] *= vs.x;
@@ -570,17 +616,50 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
       fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
       fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
-      const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
+      const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
+      if constexpr (KV8 != 0) {
+        /* fp8: one ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim
+         * columns: matrix (key half, chunk) = (m & 1, m >> 1), a register
+         * holding keys 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1 of its chunk.
+         * Bytes (0, 2) are the even column's b0 (b1 from the other key
+         * half), bytes (1, 3) the odd column's: chunk j's n-tiles 2 j, 2 j + 1
+         * are its even and odd columns (the O store below undoes it). */
+        constexpr int NCH = NTV / 2; /* 16-column chunks of the warp */
 #pragma unroll
-      for (int np = 0; np < NTV / 2; np++) {
-        uint32_t vb[4];
-        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
-        fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
-        fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+        for (int cp = 0; cp < (NCH + 1) / 2; cp++) {
+          uint32_t vr[4];
+          fd_ldmatrix_x4_trans(vr, vt_u + fd_swz8<D>(k8_row, dw * (C::DPW / 16) + 2 * cp + k8_sub));
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            if (2 * cp + h < NCH) { /* odd NCH (head_dim 80): the last chunk is padding */
+              const int j = 2 * cp + h;
+              uint32_t e0, e1, d0, d1;
+              fd_fp8x4_widen<T>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, e0, e1);
+              fd_fp8x4_widen<T>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, d0, d1);
+              fd_mma16816<T>(o[2 * j], pa, e0, e1);
+              fd_mma16816<T>(o[2 * j + 1], pa, d0, d1);
+              fd_mma16816<T>(o[2 * j], pl, e0, e1);
+              fd_mma16816<T>(o[2 * j + 1], pl, d0, d1);
+            }
+          }
+        }
+        /* this thread's scales of the next tile (loaded above) */
+        if (tok && tid < KT) {
+          sTok[((it + 1) & 1) * 2 * KT + tid] = tk;
+          sTok[((it + 1) & 1) * 2 * KT + KT + tid] = tv;
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < NTV / 2; np++) {
+          uint32_t vb[4];
+          fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
+          fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
+          fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+          fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
+          fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+        }
       }
-      stage = stage + 1 == STAGES ? 0 : stage + 1;
+      stage = stage + 1 == ST ? 0 : stage + 1;
       bad_tiles >>= 1;
     }
   }
@@ -606,7 +685,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   /* 0 when m0 = -inf; fp8 TENSOR / HEAD: times v_scale (1 otherwise) */
   const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
   const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
-  {
+  if constexpr (KV8 != 0) {
+    /* fp8: n-tiles 2 j, 2 j + 1 are chunk j's even and odd columns, so a
+     * lane holds columns 16 j + 4 qd + 0..3 of its rows */
+    float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 4 * qd;
+    float *dst1 = dst0 + 8 * OSTRIDE;
+#pragma unroll
+    for (int j = 0; j < NTV / 2; j++) {
+      const float *e = o[2 * j], *d = o[2 * j + 1];
+      *reinterpret_cast<float4 *>(dst0 + j * 16) =
+          make_float4(e[0] * f0, d[0] * f0, e[1] * f0, d[1] * f0);
+      *reinterpret_cast<float4 *>(dst1 + j * 16) =
+          make_float4(e[2] * f1, d[2] * f1, e[3] * f1, d[3] * f1);
+    }
+  } else {
     float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
     float *dst1 = dst0 + 8 * OSTRIDE;
 #pragma unroll
