@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
-# $OUT/quick.txt. Usage: scripts/device_quick.sh (needs .deps/ carried).
+# $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
+# scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
 cd "$(dirname "$0")/.."
@@ -15,11 +16,37 @@ cmake -S . -B build-90a -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=
 echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
-run 20 build-90a/tests/test_variants cuda
-run 30 build-90a/tests/test_gpu_append
-FD_TEST_FILTER='cuda/*softcap*' run 20 build-90a/tests/test_gpu_grid
-run 40 build-90a/tests/reliability/test_reliability_gpu trust
-run 30 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
-run 20 build-90a/tests/reliability/test_reliability_gpu variants
-run 20 build-90a/tests/reliability/test_reliability_gpu graphs
+if [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then the 16-bit grid
+  run 60 build-90a/tests/test_gpu_fp8_grid
+  run 30 build-90a/tests/test_gpu_append
+  run 20 build-90a/tests/test_variants cuda
+  run 60 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' run 120 compute-sanitizer --tool racecheck \
+    --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid
+  run 120 build-90a/tests/test_gpu_grid
+  run 30 build-90a/tests/reliability/test_reliability_gpu variants
+else
+  run 20 build-90a/tests/test_variants cuda
+  run 30 build-90a/tests/test_gpu_append
+  FD_TEST_FILTER='cuda/*softcap*' run 20 build-90a/tests/test_gpu_grid
+  run 40 build-90a/tests/reliability/test_reliability_gpu trust
+  run 30 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
+  run 20 build-90a/tests/reliability/test_reliability_gpu variants
+  run 20 build-90a/tests/reliability/test_reliability_gpu graphs
+fi
+# FD_QUICK_BENCH="bench_gpu.py flags": then the benchmark on build-90a (FlashInfer from
+# .whl/ when carried), its files under $OUT
+if [ -n "${FD_QUICK_BENCH:-}" ]; then
+  if ls .whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --target /tmp/site .whl/*.whl >/tmp/qpip.txt 2>&1; then
+    export PYTHONPATH="$PYTHONPATH:/tmp/site" CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")") \
+      FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fd-flashinfer-jit MAX_JOBS=$(nproc)
+  fi
+  echo "== bench_gpu.py $FD_QUICK_BENCH (t=$(( $(date +%s) - t0 ))s)"
+  # shellcheck disable=SC2086
+  FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 300 python3 bench/bench_gpu.py \
+    --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
+    --log-dir /tmp/fd-bench-logs $FD_QUICK_BENCH >/tmp/qbench.txt 2>&1
+  echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench.txt
+fi
 echo "== done t=$(( $(date +%s) - t0 ))s"
