@@ -21,9 +21,8 @@ if [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then th
   run 30 build-90a/tests/test_gpu_append
   run 20 build-90a/tests/test_variants cuda
   run 60 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
-  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' run 120 compute-sanitizer --tool racecheck \
-    --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid
-  run 120 build-90a/tests/test_gpu_grid
+  [ "${FD_QUICK_RACE:-1}" = 1 ] && FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' run 120 \
+    compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid
   run 30 build-90a/tests/reliability/test_reliability_gpu variants
 else
   run 20 build-90a/tests/test_variants cuda
@@ -48,5 +47,19 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
     --log-dir /tmp/fd-bench-logs $FD_QUICK_BENCH >/tmp/qbench.txt 2>&1
   echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench.txt
+fi
+# FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
+if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
+  echo "== ncu (t=$(( $(date +%s) - t0 ))s)"
+  FD_BIN=build-90a/flashdecode bash dev/cuda/profile.sh /tmp/qncu fp8 2>&1 | tail -80
+  for f in /tmp/qncu/ncu-*.txt; do echo "==== $(basename "$f")"; cat "$f"; done >"$OUT/ncu-fp8.txt"
+fi
+# FD_QUICK_FP8=1, last: the 16-bit GPU grid, until FD_QUICK_END_S (default 330) seconds
+if [ "${FD_QUICK_FP8:-0}" = 1 ]; then
+  lim=$(( ${FD_QUICK_END_S:-330} - ($(date +%s) - t0) )); [ "$lim" -lt 30 ] && lim=30
+  echo "== test_gpu_grid, up to ${lim}s (t=$(( $(date +%s) - t0 ))s)"
+  timeout "$lim" build-90a/tests/test_gpu_grid >/tmp/qgrid.txt 2>&1
+  echo "   exit $? after $(( $(date +%s) - t0 ))s; $(grep -c '^\[       OK' /tmp/qgrid.txt) OK"
+  grep -E "^\[  (ERROR|FAILED|PASSED)|^\[ RUN" /tmp/qgrid.txt | tail -4
 fi
 echo "== done t=$(( $(date +%s) - t0 ))s"

@@ -9,6 +9,9 @@
 #        8-warp kernel): contiguous against page_size 16 and 64, where the
 #        page walk costs a lone block 38-64 % (bench/NOTES.md); and the fp32
 #        CUDA-core kernel at B=64 8k (66 % of the ceiling, latency-bound?)
+#   bash dev/cuda/profile.sh OUTDIR fp8      B=64 8k 32/8 d128: bf16 cache against
+#        an e4m3 cache (per-tensor and per-token scales)
+#   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
 set -u
 OUT=${1:-/tmp/fd_prof}
 mkdir -p "$OUT"
@@ -18,11 +21,17 @@ prof() { # prof TAG ARGS...
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     --section SourceCounters --print-details all \
-    ./build/flashdecode bench --backend cuda --iters 2 "$@" >"$OUT/ncu-$tag.txt" 2>&1
+    "${FD_BIN:-./build/flashdecode}" bench --backend cuda --iters 2 "$@" >"$OUT/ncu-$tag.txt" 2>&1
   echo "== $tag ($*)"
   grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
     "$OUT/ncu-$tag.txt" | head -40
 }
+if [ "${2:-}" = fp8 ]; then
+  prof b64-bf16 --batch 64 --kv-len 8192 --dtype bf16
+  prof b64-e4m3 --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3
+  prof b64-e4m3-token --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3 --kv-scale token
+  exit 0
+fi
 if [ "${2:-}" = paged ]; then
   prof b1-1split-contig --batch 1 --kv-len 16384 --num-splits 1
   prof b1-1split-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 1

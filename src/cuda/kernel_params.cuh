@@ -90,6 +90,7 @@ cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t
 /* Its fp8-cache instances (split_mma_fp8.cu), called by fd_split_mma_launch
  * when p->kv_dtype is an fp8 type: FD_MMA_4W or FD_MMA_LEAN. */
 cudaError_t fd_split_mma_launch_fp8(const fd_kernel_params *p, int cfg, cudaStream_t stream);
+cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */

@@ -90,8 +90,8 @@
  *   tile the K/V area holds the warps' O [KW][16][head_dim + 8] fp32, rescaled
  *   to the block max and summed in kw order (deterministic).
  *
- * FP8  (template KV8 = 1: kv_dtype E4M3 or E5M2, read from p.kv_dtype at run
- *   time; FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
+ * FP8  (template KV8 = 1: kv_dtype E4M3, KV8 = 2: E5M2 (a constant, so the
+ *   widening issues one conversion); FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
  *   cuda_backend.cu) The same grid, tiles, warps and shared memory
  *   (fd_mma_cfg::SMEM). A tile's fp8 bytes (KT rows of D bytes, chunk c of
  *   row k at c ^ fd_swz8) are copied by cp.async (16 values a copy:
@@ -448,6 +448,43 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         qa[ks][2] = x0.y;
         qa[ks][3] = x1.y;
       }
+      /* fp8 runs its mma in fp16 (fp8 widens to fp16 in one conversion; P
+       * is in [0, 1]): bf16 q becomes fp16 times 2^qe, its largest |q| in
+       * (2^14, 2^15] (a power of two: exact for every q whose fp16 is
+       * normal, i.e. within 2^-28 of that largest), and the score scale
+       * takes 2^-qe. Every warp holds all of Q: a warp max suffices. */
+      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        float mq = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            __nv_bfloat162 h;
+            memcpy(&h, &qa[ks][i], sizeof h);
+            const float2 f = __bfloat1622float2(h);
+            mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
+          }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, off));
+        int qe = 0;
+        if (mq > 0.0f && mq <= 3.40282346638528859812e+38f) { /* else (0, inf, NaN): as is */
+          int ex;
+          (void)frexpf(mq, &ex); /* mq = f 2^ex, f in [0.5, 1) */
+          qe = 15 - ex;
+        }
+        const float up = ldexpf(1.0f, qe);
+        scale = ldexpf(scale, -qe);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            __nv_bfloat162 h;
+            memcpy(&h, &qa[ks][i], sizeof h);
+            const float2 f = __bfloat1622float2(h);
+            const __half2 q16 = __floats2half2_rn(f.x * up, f.y * up);
+            memcpy(&qa[ks][i], &q16, sizeof q16);
+          }
+      }
     } else {
       const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
       const int sub = lane >> 4;
@@ -504,7 +541,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           fd_mma_tok_scales(p, bt_row, pshift, check_pages, b, hk, key0 + KT + tid, pass_lo,
                             pass_end, &tk, &tv);
       const float *tTok = sTok + (it & 1) * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
-      const bool e5m2 = KV8 != 0 && p.kv_dtype == FD_DTYPE_E5M2;
+      constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
 
       /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
       const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
@@ -521,12 +558,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           uint32_t kr[4], kb[4][2];
           fd_ldmatrix_x4(kr, kt_u + fd_swz8<D>(k8_row, 2 * kp + k8_sub));
 #pragma unroll
-          for (int m = 0; m < 4; m++) fd_fp8x4_widen<T>(kr[m], e5m2, kb[m][0], kb[m][1]);
-          fd_mma16816<T>(s[0], qa[2 * kp], kb[0][0], kb[0][1]);
-          fd_mma16816<T>(s[1], qa[2 * kp], kb[1][0], kb[1][1]);
+          for (int m = 0; m < 4; m++) fd_fp8x4_widen<__half>(kr[m], e5m2, kb[m][0], kb[m][1]);
+          fd_mma16816<__half>(s[0], qa[2 * kp], kb[0][0], kb[0][1]);
+          fd_mma16816<__half>(s[1], qa[2 * kp], kb[1][0], kb[1][1]);
           if (2 * kp + 1 < KS) { /* odd KS (head_dim 80): the last chunk is padding */
-            fd_mma16816<T>(s[0], qa[2 * kp + 1], kb[2][0], kb[2][1]);
-            fd_mma16816<T>(s[1], qa[2 * kp + 1], kb[3][0], kb[3][1]);
+            fd_mma16816<__half>(s[0], qa[2 * kp + 1], kb[2][0], kb[2][1]);
+            fd_mma16816<__half>(s[1], qa[2 * kp + 1], kb[3][0], kb[3][1]);
           }
         }
       } else {
@@ -586,12 +623,15 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       }
       l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
       l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+      /* fp8: skipped while no row max of the warp moved (a0 = a1 = 1) */
+      if (KV8 == 0 || __any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < NTV; n++) {
-        o[n][0] *= a0;
-        o[n][1] *= a0;
-        o[n][2] *= a1;
-        o[n][3] *= a1;
+        for (int n = 0; n < NTV; n++) {
+          o[n][0] *= a0;
+          o[n][1] *= a0;
+          o[n][2] *= a1;
+          o[n][3] *= a1;
+        }
       }
 
       /* fp8 TOKEN: p times its key's v_scale in fp32 (l summed the unscaled p) */
@@ -611,13 +651,15 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 
       /* O += P V: P from the accumulators as the A operand, split into a
        * 16-bit hi and lo part (fd_pack2_split), two mma each. */
-      uint32_t pa[4], pl[4];
-      fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
-      fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
-      fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
-      fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
       const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
       if constexpr (KV8 != 0) {
+        /* fp8: P in fp16, one part (11 bits: far below the cache's own
+         * rounding), one mma an n-tile */
+        uint32_t pa[4];
+        pa[0] = fd_pack2<__half>(s[0][0], s[0][1]);
+        pa[1] = fd_pack2<__half>(s[0][2], s[0][3]);
+        pa[2] = fd_pack2<__half>(s[1][0], s[1][1]);
+        pa[3] = fd_pack2<__half>(s[1][2], s[1][3]);
         /* fp8: one ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim
          * columns: matrix (key half, chunk) = (m & 1, m >> 1), a register
          * holding keys 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1 of its chunk.
@@ -634,12 +676,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             if (2 * cp + h < NCH) { /* odd NCH (head_dim 80): the last chunk is padding */
               const int j = 2 * cp + h;
               uint32_t e0, e1, d0, d1;
-              fd_fp8x4_widen<T>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, e0, e1);
-              fd_fp8x4_widen<T>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, d0, d1);
-              fd_mma16816<T>(o[2 * j], pa, e0, e1);
-              fd_mma16816<T>(o[2 * j + 1], pa, d0, d1);
-              fd_mma16816<T>(o[2 * j], pl, e0, e1);
-              fd_mma16816<T>(o[2 * j + 1], pl, d0, d1);
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, e0, e1);
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, d0, d1);
+              fd_mma16816<__half>(o[2 * j], pa, e0, e1);
+              fd_mma16816<__half>(o[2 * j + 1], pa, d0, d1);
             }
           }
         }
@@ -649,6 +689,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           sTok[((it + 1) & 1) * 2 * KT + KT + tid] = tv;
         }
       } else {
+        uint32_t pa[4], pl[4];
+        fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
+        fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
+        fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
+        fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
 #pragma unroll
         for (int np = 0; np < NTV / 2; np++) {
           uint32_t vb[4];
