@@ -30,6 +30,14 @@ import flashdecode  # noqa: E402
 import flashdecode.hf as fh  # noqa: E402
 from hf_ref import Recorder, reference_decode  # noqa: E402
 
+
+def cache_kw(model, cache):
+    """{name: cache} for model.forward: transformers 5.x renamed past_key_values to cache
+    (the old name warns, and goes in 5.40)."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
 NAME = fh.register()
 VARIANTS = frozenset({"window_left", "logits_soft_cap", "sinks"})
 
@@ -311,7 +319,8 @@ def test_decode_step_compiles_fullgraph():
         n = prompt.shape[1]
         with torch.no_grad():
             kw = {"cache_position": torch.arange(n)} if pass_position else {}
-            logits = model(prompt, past_key_values=cache, use_cache=True, **kw).logits[:, -1:]
+            logits = model(prompt, **cache_kw(model, cache), use_cache=True,
+                           **kw).logits[:, -1:]
             outs = []
             for step in range(4):   # transformers 4.x needs the position (5.x: the cache's)
                 tok = logits.argmax(-1)
@@ -320,11 +329,11 @@ def test_decode_step_compiles_fullgraph():
                 outs.append(logits)
         return torch.cat(outs, 1)
 
-    eager = run(lambda tok, cache, kw: model(tok, past_key_values=cache, use_cache=True,
+    eager = run(lambda tok, cache, kw: model(tok, **cache_kw(model, cache), use_cache=True,
                                              **kw).logits)
     compiled_forward = torch.compile(model.forward, fullgraph=True, backend="aot_eager")
     fh.reset_stats()
-    compiled = run(lambda tok, cache, kw: compiled_forward(tok, past_key_values=cache,
+    compiled = run(lambda tok, cache, kw: compiled_forward(tok, **cache_kw(model, cache),
                                                            use_cache=True, **kw).logits)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
     # the prefill (eager, 7 tokens) and the traced step both ran flashdecode
@@ -367,26 +376,26 @@ def test_cuda_graph_replay_of_static_decode_steps():
     def prefilled():
         cache = make_cache("static", model.config)
         with torch.no_grad():
-            model(prompt, past_key_values=cache, use_cache=True)
+            model(prompt, **cache_kw(model, cache), use_cache=True)
         return cache
 
     cache = prefilled()
     with torch.no_grad():
-        eager = [model(t[None], past_key_values=cache, use_cache=True).logits[:, -1].float()
+        eager = [model(t[None], **cache_kw(model, cache), use_cache=True).logits[:, -1].float()
                  for t in tokens]
     cache = prefilled()
     ids = tokens[:1].clone()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.no_grad():   # warm-up steps, then roll the cache back
-        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, **cache_kw(model, cache), use_cache=True)
     torch.cuda.current_stream().wait_stream(stream)
     for layer in cache.layers:
         layer.cumulative_length.sub_(1)
     graph = torch.cuda.CUDAGraph()
     fh.reset_stats()
     with torch.cuda.graph(graph), torch.no_grad():
-        out = model(ids, past_key_values=cache, use_cache=True).logits[:, -1]
+        out = model(ids, **cache_kw(model, cache), use_cache=True).logits[:, -1]
     # capturing records the kernels without running them: the cache is still at the prompt
     assert fh.stats["flashdecode"] == model.config.num_hidden_layers, fh.stats
     replayed = []
