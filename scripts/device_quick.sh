@@ -2,6 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -9,10 +10,25 @@ cd "$(dirname "$0")/.."
 DEPS="$PWD/.deps/root/usr"
 export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 t0=$(date +%s)
-cmake -S . -B build-90a -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
-  -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
-  -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" >/tmp/qb.txt 2>&1 &&
-  cmake --build build-90a -j "$(nproc)" >>/tmp/qb.txt 2>&1 || { echo BUILD FAILED; tail -30 /tmp/qb.txt; exit 1; }
+# qbuild DIR LOG [CMAKE FLAGS...]: configure and build an sm_90a-only tree
+qbuild() {
+  local dir=$1 log=$2; shift 2
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
+    -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
+    -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" "$@" >"$log" 2>&1 &&
+    cmake --build "$dir" -j "$(nproc)" >>"$log" 2>&1
+}
+# FD_QUICK_AB="cmake flags": a second tree, build-90a-b, with those flags (e.g.
+# "-DCMAKE_CUDA_FLAGS=-DFD_MMA_SWAP16=0"), built beside the first; the
+# benchmark (FD_QUICK_BENCH) then runs on both, the second's files tagged ab.
+if [ -n "${FD_QUICK_AB:-}" ]; then
+  # shellcheck disable=SC2086
+  qbuild build-90a-b /tmp/qb-b.txt $FD_QUICK_AB & pb=$!
+fi
+qbuild build-90a /tmp/qb.txt || { echo BUILD FAILED; tail -30 /tmp/qb.txt; exit 1; }
+if [ -n "${FD_QUICK_AB:-}" ]; then
+  wait $pb || { echo "BUILD FAILED (build-90a-b)"; tail -30 /tmp/qb-b.txt; exit 1; }
+fi
 echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
@@ -47,6 +63,15 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
     --log-dir /tmp/fd-bench-logs $FD_QUICK_BENCH >/tmp/qbench.txt 2>&1
   echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench.txt
+  if [ -n "${FD_QUICK_AB:-}" ]; then
+    echo "== the same on build-90a-b ($FD_QUICK_AB) (t=$(( $(date +%s) - t0 ))s)"
+    # shellcheck disable=SC2086
+    FLASHDECODE_LIBRARY="$PWD/build-90a-b/libflashdecode.so" \
+      FD_READ_PROBE_LIBRARY="$PWD/build-90a-b/libfd_read_probe.so" timeout 300 python3 bench/bench_gpu.py \
+      --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
+      --log-dir /tmp/fd-bench-logs-b $FD_QUICK_BENCH --tag ab >/tmp/qbench-b.txt 2>&1
+    echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench-b.txt
+  fi
 fi
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
 if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
