@@ -540,6 +540,17 @@ def _us(r):
     return r.status
 
 
+def _pct(s, o, ceiling):
+    """Our row's % of the read ceiling (None without a timing or a ceiling)."""
+    return (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok"
+                                                         and ceiling) else None
+
+
+def _spl(o):
+    """Our row's split count for the table ('' when unknown)."""
+    return "" if not o or o.num_splits is None else o.num_splits
+
+
 def _peer_label(bp):
     if bp is None:
         return "n/a"
@@ -572,7 +583,7 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
         bp = best_peer(list(rs.values()), s)
         fib = min((r for r in rs.values() if r.impl in FI_PEERS and r.status == "ok"
                    and r.us_graph), key=lambda r: r.us_graph, default=None)
-        pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok" and ceiling) else None
+        pct = _pct(s, o, ceiling)
         ratio = ratio_of(o, bp) if o else None
         swb = ""
         if s.name in sw:
@@ -580,7 +591,7 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
             swb = f"{b.num_splits}:{b.us_graph:.1f}"
         name = s.name if len(s.name) <= 50 else s.name[:22] + "~" + s.name[-27:]
         print(f"{name:50s} {s.kv_bytes / MIB:5.0f} {fmt(floor, 2):>7s} {_us(o):>8s} "
-              f"{fmt(pct, 1):>5s} {'' if not o or o.num_splits is None else o.num_splits:>3} "
+              f"{fmt(pct, 1):>5s} {_spl(o):>3} "
               f"{_us(n):>8s} {_peer_label(bp):>20s} {fmt(ratio, 2):>5s} "
               f"{_peer_label(fib)[3:] if fib else '-':>19s} {swb:>10s}")
     if var:
@@ -596,11 +607,10 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
                 continue
             o = rs.get("flashdecode")
             bp = best_peer(list(rs.values()), s)
-            pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok"
-                                                              and ceiling) else None
+            pct = _pct(s, o, ceiling)
             name = s.name if len(s.name) <= 52 else s.name[:24] + "~" + s.name[-27:]
             print(f"{name:52s} {s.kv_bytes / MIB:5.0f} {_us(o):>8s} {fmt(pct, 1):>5s} "
-                  f"{'' if not o or o.num_splits is None else o.num_splits:>3} "
+                  f"{_spl(o):>3} "
                   + " ".join(f"{_us(rs.get(i)):>8s}" for i in
                              ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn", "fi-cascade",
                               "sdpa-cudnn"))
@@ -622,12 +632,11 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
                    and r.us_graph]
             bfi = min(fis, key=lambda r: r.us_graph) if fis else None
             rfi = [r.rel for r in rs.values() if r.impl in FI_PEERS and r.rel is not None]
-            pct = (100 * tbps_of(s, o.us_graph) / ceiling) if (o and o.status == "ok"
-                                                              and ceiling) else None
+            pct = _pct(s, o, ceiling)
             xb = (o.us_graph / b.us_graph) if (o and o.status == "ok" and b) else None
             name = s.name.replace("var-fp8-", "fp8-")
             print(f"{name:46s} {s.kv_bytes / MIB:5.0f} {_us(o):>8s} {fmt(pct, 1):>5s} "
-                  f"{'' if not o or o.num_splits is None else o.num_splits:>3} {fmt(xb, 3):>6s} "
+                  f"{_spl(o):>3} {fmt(xb, 3):>6s} "
                   + " ".join(f"{_us(rs.get(i)):>8s}" for i in
                              ("fi-cudacore", "fi-tensorcore", "fi-xqa"))
                   + f" {fmt(ratio_of(o, bfi), 2):>5s} "
