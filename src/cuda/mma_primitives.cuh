@@ -87,6 +87,21 @@ static __device__ __forceinline__ uint32_t fd_pack2(float lo, float hi) {
   return r;
 }
 
+/* Two 16-bit T values of a register (element 0 in the low half) as floats;
+ * the inverse of fd_pack2 for values it rounds exactly. */
+template <typename T>
+static __device__ __forceinline__ float2 fd_unpack2(uint32_t x) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    __nv_bfloat162 h;
+    memcpy(&h, &x, sizeof h);
+    return __bfloat1622float2(h);
+  } else {
+    __half2 h;
+    memcpy(&h, &x, sizeof h);
+    return __half22float2(h);
+  }
+}
+
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
 template <int D>
 static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {

@@ -459,9 +459,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
           for (int i = 0; i < 4; i++) {
-            __nv_bfloat162 h;
-            memcpy(&h, &qa[ks][i], sizeof h);
-            const float2 f = __bfloat1622float2(h);
+            const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
             mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
           }
 #pragma unroll
@@ -478,11 +476,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
           for (int i = 0; i < 4; i++) {
-            __nv_bfloat162 h;
-            memcpy(&h, &qa[ks][i], sizeof h);
-            const float2 f = __bfloat1622float2(h);
-            const __half2 q16 = __floats2half2_rn(f.x * up, f.y * up);
-            memcpy(&qa[ks][i], &q16, sizeof q16);
+            const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
+            qa[ks][i] = fd_pack2<__half>(f.x * up, f.y * up);
           }
       }
     } else {
