@@ -149,12 +149,13 @@ int fd_cuda_pdl(int device);
 fd_status fd_cuda_device_budget(int device, fd_gpu_budget *budget, fd_error *err);
 /* Multiprocessor count of `device`. */
 fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
-/* The split kernel that device runs for dtype and head_dim, from its
+/* The split kernel that device runs for dtype q, a kv_dtype cache (0: the
+ * same) and head_dim, from its
  * shared-memory budget (gpu_select.h): *blocks_per_sm resident a
  * multiprocessor (the smaller of the occupancy calculator's and the
  * budget's counts) and *wide_ok, whether it may run the 8-warp tensor-core
  * config. FD_STATUS_UNSUPPORTED when no config fits the budget. */
-fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head_dim,
+fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype, int32_t head_dim,
                              int32_t *blocks_per_sm, int *wide_ok, fd_error *err);
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);

@@ -311,11 +311,9 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     plan->sm_count = sms;
     slots = sms;
     /* the config this device runs, from its shared memory (gpu_select.h) */
-    st = fd_cuda_kernel_fit(p.device, p.dtype, p.head_dim, &blocks_per_sm, &wide_ok, err);
+    st = fd_cuda_kernel_fit(p.device, p.dtype, p.kv_dtype, p.head_dim, &blocks_per_sm, &wide_ok,
+                            err);
     if (st != FD_STATUS_OK) return st;
-    /* an fp8 cache runs a 4-warp config (the same shared memory as 16-bit);
-     * it has no 8-warp instance (cuda_backend.cu mma_config) */
-    if (p.kv_dtype != 0 && p.kv_dtype != p.dtype) wide_ok = 0;
   } else {
     plan->num_threads = p.num_threads > 0 ? p.num_threads : fd_cpu_default_threads();
     p.num_threads = plan->num_threads;

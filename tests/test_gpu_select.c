@@ -271,7 +271,7 @@ static int device_main(void) {
       const int32_t hd = HEAD_DIMS[i];
       int32_t bps = 0;
       int wide = 0;
-      const fd_status st = fd_cuda_kernel_fit(0, dtypes[di], hd, &bps, &wide, &err);
+      const fd_status st = fd_cuda_kernel_fit(0, dtypes[di], dtypes[di], hd, &bps, &wide, &err);
       CHECK(st == FD_STATUS_OK, "dtype %d head_dim %d: %s", (int)dtypes[di], hd, err.message);
       if (st != FD_STATUS_OK) continue;
       CHECK(bps >= 1, "dtype %d head_dim %d: %d blocks an SM", (int)dtypes[di], hd, bps);

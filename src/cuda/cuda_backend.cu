@@ -184,8 +184,19 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
   return fd_ok(err);
 }
 
-extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head_dim,
-                                        int32_t *blocks_per_sm, int *wide_ok, fd_error *err) {
+/* Whether the 8-warp tensor-core config may run dtype q over a kv_dtype
+ * cache (0: the same) at head_dim on budget g: 16-bit caches only (fp32 runs
+ * the CUDA-core kernel; an fp8 cache has no 8-warp instance,
+ * split_mma_kernel.cuh FP8) where the device holds it. */
+static int wide_config_ok(const fd_gpu_budget *g, fd_dtype dtype, fd_dtype kv_dtype,
+                          int32_t head_dim) {
+  return dtype != FD_DTYPE_F32 && (kv_dtype == 0 || kv_dtype == dtype) &&
+         fd_mma_wide_ok(g, head_dim);
+}
+
+extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype,
+                                        int32_t head_dim, int32_t *blocks_per_sm, int *wide_ok,
+                                        fd_error *err) {
   *blocks_per_sm = 1;
   *wide_ok = 0;
   fd_device_facts tmp;
@@ -223,7 +234,7 @@ extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, int32_t head
     n = fit;
   }
   *blocks_per_sm = n < fit ? n : fit;
-  *wide_ok = dtype != FD_DTYPE_F32 && fd_mma_wide_ok(g, head_dim);
+  *wide_ok = wide_config_ok(g, dtype, kv_dtype, head_dim);
   return fd_ok(err);
 }
 
@@ -312,8 +323,7 @@ static int mma_config(const fd_plan *plan, const fd_kernel_params *kp, const fd_
    * follow the grid (the 8-warp key-warp partition sums in another order;
    * FD_MMA_4W and FD_MMA_LEAN sum alike). */
   const int64_t blocks = (int64_t)kp->num_splits * kp->num_heads_kv * kp->batch;
-  /* an fp8 cache has no 8-warp instance (split_mma_kernel.cu) */
-  if (!pr->deterministic && pr->kv_dtype == pr->dtype && fd_mma_wide_ok(g, pr->head_dim) &&
+  if (!pr->deterministic && wide_config_ok(g, pr->dtype, pr->kv_dtype, pr->head_dim) &&
       fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys))
     return FD_MMA_WIDE;
   return fd_mma_config_4w(g, pr->head_dim);
