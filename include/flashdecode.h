@@ -81,10 +81,12 @@
  *   graph sees the values they hold when it replays. The sums are those of a
  *   16-bit cache: the CPU backend widens each key block to float32 with its
  *   scale (k_cache * k_scale rounded once to float32); the CUDA backend widens
- *   K and V to the q dtype in shared memory (exact), multiplies on 16-bit
- *   tensor cores with fp32 accumulation (never fp8 MMA) and applies the
- *   scales in fp32 (k_scale to the scores, v_scale to the softmax weights
- *   or, per tensor or head, to the output). The float64 reference computes
+ *   K and V to fp16 in registers (exact), multiplies on fp16 tensor cores
+ *   with fp32 accumulation (never fp8 MMA) and applies the scales in fp32
+ *   (k_scale to the scores, v_scale to the softmax weights or, per tensor or
+ *   head, to the output). There a bf16 q enters as fp16 times a power of two
+ *   (exact for every element within 2^-28 of the row group's largest |q|)
+ *   and the softmax weights as fp16 (11 bits). The float64 reference computes
  *   on the exact dequantized values, so a 16-bit cache's accuracy applies.
  *   fd_append_kv writes new tokens into a cache, quantizing them for fp8.
  *

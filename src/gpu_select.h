@@ -22,7 +22,7 @@
  *                results; the deterministic mode runs either).
  *   head_dim 64 fits FD_MMA_4W on every GPU from sm_80 on; no lean instance.
  *   An fp8 cache runs FD_MMA_4W or FD_MMA_LEAN with these same sizes (its
- *   fp8 staging lives inside the 16-bit stages); it has no FD_MMA_WIDE.
+ *   fp8 stages lie in the 16-bit stage area); it has no FD_MMA_WIDE.
  *
  * The budget is the device's own (cudaDevAttrMaxSharedMemoryPerBlockOptin,
  * cudaDevAttrMaxSharedMemoryPerMultiprocessor,

@@ -53,8 +53,9 @@ typedef struct fd_kernel_params {
   /* fp8 KV cache (flashdecode.h, FP8 KV CACHE). kv_dtype == dtype: a 16-bit
    * or fp32 cache, the fields below unused. Otherwise k_cache / v_cache hold
    * FD_DTYPE_E4M3 or FD_DTYPE_E5M2 bytes (strides in bytes = elements) and
-   * dtype is F16 or BF16: widen to dtype in shared memory (exact,
-   * split_mma_kernel.cu FP8), 16-bit MMA with fp32 accumulation; key j of kv head hk is k_fp8 * k_scale[i] and value j
+   * dtype is F16 or BF16: widened to fp16 in registers (exact,
+   * split_mma_kernel.cuh FP8), fp16 MMA with fp32 accumulation; key j of kv
+   * head hk is k_fp8 * k_scale[i] and value j
    * v_fp8 * v_scale[i], i by kv_scale: TENSOR 0, HEAD hk, TOKEN (contiguous)
    * b * scale_strides[0] + j * scale_strides[1] + hk * scale_strides[2], or
    * (paged) page * scale_strides[0] + (j % page_size) * scale_strides[1] +
@@ -87,8 +88,9 @@ cudaError_t fd_split_launch(const fd_kernel_params *p, cudaStream_t stream);
  * combination without an instance. */
 cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
-/* Its fp8-cache instances (split_mma_fp8.cu), called by fd_split_mma_launch
- * when p->kv_dtype is an fp8 type: FD_MMA_4W or FD_MMA_LEAN. */
+/* Its fp8-cache instances (e4m3: split_mma_fp8.cu, e5m2:
+ * split_mma_e5m2.cu), called by fd_split_mma_launch when p->kv_dtype is an
+ * fp8 type: FD_MMA_4W or FD_MMA_LEAN. */
 cudaError_t fd_split_mma_launch_fp8(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 

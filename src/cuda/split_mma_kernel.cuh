@@ -128,7 +128,7 @@
  *
  * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
- *   contiguous, paged; fp8 staging and widening), pass_output.cuh (the
+ *   contiguous, paged; fp8 copies and widening), pass_output.cuh (the
  *   epilogue); this file: the tile math (Q K^T, mask, online softmax, P V),
  *   the kernel and its per-instance launchers, compiled by two translation
  *   units that build in parallel: split_mma_kernel.cu (16-bit caches, the
