@@ -51,6 +51,19 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
   const int c = (int)threadIdx.x % fd_mma_cfg<D, NW>::CH;
   const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
   const bool col_ok = DV == D || c < DV / 8; /* padded columns: zeros, no read */
+  if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
+    const T *kp = k_head + k_off, *vp = v_head + v_off;
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) {
+      const int kl = k0 + n;
+      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+      fd_cp_async16(sK + soff, col_ok ? kp : k_head, col_ok);
+      fd_cp_async16(sV + soff, col_ok ? vp : v_head, col_ok);
+      kp += k_row;
+      vp += v_row;
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
     const int kl = k0 + n;
@@ -192,6 +205,15 @@ static __device__ __forceinline__ void fd_mma_copy8_contig(const unsigned char *
   const int64_t off = is_v ? v_off : k_off;
   const int64_t row = is_v ? v_row : k_row;
   unsigned char *dst = is_v ? dV : dK;
+  if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
+    const unsigned char *src = head + off;
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) {
+      fd_cp_async16(dst + fd_swz8<D>(k0 + n, f), col_ok ? src : head, col_ok);
+      src += row;
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) {
     const int kl = k0 + n;

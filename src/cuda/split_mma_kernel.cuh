@@ -284,9 +284,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   /* [pass_lo, pass_end): the keys some row of the pass sees (no other key is
    * read); tiles start at kbeg, the 64-key boundary at or below pass_lo. */
   int pass_lo = end, pass_end = begin, lo_max = begin;
+  /* [all_lo, all_hi): the keys every row of the pass sees (empty when a row
+   * sees none): tiles inside it need no mask (the loop's fast path) */
+  int all_lo = INT_MIN, all_hi = INT_MAX;
   for (int r = 0; r < pass_rows; r++) {
     int lo, hi;
     fd_pass_row_keys(p, r, row0, pass_rows, kv, begin, end, &lo, &hi);
+    all_lo = max(all_lo, lo);
+    all_hi = min(all_hi, hi);
     if (hi > lo) {
       pass_lo = min(pass_lo, lo);
       lo_max = max(lo_max, lo);
@@ -496,7 +501,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* fp8 (K and V alike): key kw * 16 + (lane & 7) + 8 ((lane >> 3) & 1),
      * chunk + (lane >> 4) */
     const int k8_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-    const int k8_sub = lane >> 4;
+    /* fd_swz8<D>(k8_row, c + (lane >> 4)) for an even c below 8 is
+     * k8_base + ((k8_y ^ c) << 4): one xor with a constant a load */
+    const uint32_t k8_base = (uint32_t)(k8_row * D);
+    const int k8_y = (lane >> 4) ^ (D == 64 ? (k8_row >> 1) & 3 : k8_row & 7);
 
     int stage = 0;
     int load_stage = ST - 1;
@@ -551,7 +559,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
         for (int kp = 0; kp < (KS + 1) / 2; kp++) {
           uint32_t kr[4], kb[4][2];
-          fd_ldmatrix_x4(kr, kt_u + fd_swz8<D>(k8_row, 2 * kp + k8_sub));
+          const int c = 2 * kp; /* chunks c, c + 1; KS <= 16, c < 8 unless D = 256 */
+          fd_ldmatrix_x4(kr, kt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
 #pragma unroll
           for (int m = 0; m < 4; m++) fd_fp8x4_widen<__half>(kr[m], e5m2, kb[m][0], kb[m][1]);
           fd_mma16816<__half>(s[0], qa[2 * kp], kb[0][0], kb[0][1]);
@@ -571,28 +580,45 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         }
       }
 
-      /* Scale to base-2 units and mask. */
-      const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
-      const unsigned char *tValid = sValid + stage * KT;
+      /* Scale to base-2 units and mask. Tiles whose keys every row of the
+       * pass sees, on good pages (block-uniform; most tiles): scale only
+       * (phantom rows, past pass_rows, still -inf). */
       const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
-      int lo0 = INT_MIN, lo1 = INT_MIN, unused;
-      if (key0 < lo_max) { /* block-uniform */
-        fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
-        fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
-      }
+      if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
+        const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
 #pragma unroll
-      for (int n = 0; n < 2; n++) {
+        for (int n = 0; n < 2; n++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int kl = kl0 + n * 8 + (e & 1);
-          const int j = key0 + kl;
-          bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
-          if (bad_pages) vis = vis && tValid[kl] != 0;
-          float x = s[n][e] * scale;
-          if constexpr (KV8 != 0)
-            if (tok) x = s[n][e] * (scale * tTok[kl]); /* uniform */
-          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-          s[n][e] = vis ? x : -INFINITY;
+          for (int e = 0; e < 4; e++) {
+            float x = s[n][e] * scale;
+            if constexpr (KV8 != 0)
+              if (tok) x = s[n][e] * (scale * tTok[kl0 + n * 8 + (e & 1)]); /* uniform */
+            if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+            s[n][e] = (e < 2 ? g : g + 8) < pass_rows ? x : -INFINITY;
+          }
+        }
+      } else {
+        const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
+        const unsigned char *tValid = sValid + stage * KT;
+        int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+        if (key0 < lo_max) { /* block-uniform */
+          fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
+          fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int kl = kl0 + n * 8 + (e & 1);
+            const int j = key0 + kl;
+            bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
+            if (bad_pages) vis = vis && tValid[kl] != 0;
+            float x = s[n][e] * scale;
+            if constexpr (KV8 != 0)
+              if (tok) x = s[n][e] * (scale * tTok[kl]); /* uniform */
+            if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+            s[n][e] = vis ? x : -INFINITY;
+          }
         }
       }
 
@@ -606,15 +632,15 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
       const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
       const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-      const float a0 = exp2f(m0 - mu0), a1 = exp2f(m1 - mu1);
+      const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
       m0 = mn0;
       m1 = mn1;
 #pragma unroll
       for (int n = 0; n < 2; n++) {
-        s[n][0] = exp2f(s[n][0] - mu0);
-        s[n][1] = exp2f(s[n][1] - mu0);
-        s[n][2] = exp2f(s[n][2] - mu1);
-        s[n][3] = exp2f(s[n][3] - mu1);
+        s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
+        s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
+        s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
+        s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
       }
       l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
       l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
@@ -665,7 +691,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
         for (int cp = 0; cp < (NCH + 1) / 2; cp++) {
           uint32_t vr[4];
-          fd_ldmatrix_x4_trans(vr, vt_u + fd_swz8<D>(k8_row, dw * (C::DPW / 16) + 2 * cp + k8_sub));
+          const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
+          fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             if (2 * cp + h < NCH) { /* odd NCH (head_dim 80): the last chunk is padding */
