@@ -142,6 +142,18 @@ static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float
   return (cap_out * tanhf(s * cap_in)) * 1.4426950408889634f;
 }
 
+/* 2^x by ex2.approx.ftz: one MUFU instead of exp2f's five instructions
+ * (exp2f scales around the hardware's flush of subnormal results). Results
+ * below 2^-126 are 0: in the tile loop's online softmax such a p or rescale
+ * factor is 0 (exp2f gave a subnormal: 0 too in an fp16 P; a bf16 P keeps
+ * subnormals, so a value ~2^130 times larger than the rest, weighted below
+ * 2^-126, is lost: no real input). -inf -> 0, +inf -> +inf, NaN -> NaN. */
+static __device__ __forceinline__ float fd_exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* The same for the 16-bit kernel: tanh(u) = sign(u) (1 - 2 / (e^(2|u|) + 1))
  * with one exp2 and one approximate division, no branch (tanhf is a longer
  * sequence with a branch; measured +6.4 % at head_dim 256 group 2,
@@ -149,15 +161,6 @@ static __device__ __forceinline__ float fd_soft_cap(float s, float cap_in, float
  * series below it), so cap * tanh carries ~2e-6 of the score's size: far
  * inside fp16 / bf16 rounding; |u| large: e^(2|u|) = inf, the division
  * gives 0, tanh = +-1; NaN stays NaN (the select keeps it). */
-/* 2^x by ex2.approx.ftz: one MUFU instead of exp2f's five instructions
- * (exp2f scales around the hardware's flush of subnormal results). Results
- * below 2^-126 are 0: in the tile loop's online softmax such a p or rescale
- * factor is below any 16-bit P's resolution against the row max's 1. */
-static __device__ __forceinline__ float fd_exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 static __device__ __forceinline__ float fd_soft_cap_fast(float s, float cap_in, float cap_out) {
   const float u = s * cap_in;

@@ -59,8 +59,9 @@
  *   page; 64-bit offsets), STAGES stages (head_dim 64: 4, or 6 at NW = 8;
  *   else 3); q is commit group 0, tile i group i + 1. Thread tid copies
  *   chunk tid % CH of the LOADS consecutive keys (tid / CH) * LOADS + n
- *   (fd_mma_copy). Contiguous caches: a running element offset per thread,
- *   one add per key. Paged caches: each thread reads the block_table entries
+ *   (fd_mma_copy). Contiguous caches: a running element offset per thread;
+ *   a tile whose keys are all in range (all but a pass's first and last)
+ *   copies without per-key tests, one pointer step a key. Paged caches: each thread reads the block_table entries
  *   of its keys one tile ahead of the copies that use them (the latency
  *   hides behind a tile of math): one id a tile when page_size is a power of
  *   two >= LOADS (its keys share a page), else one a key; the ids of the first
@@ -76,7 +77,8 @@
  *   2 stages of 32 keys, in the first two tiles, both zero-filling them); a
  *   128-key tile may run
  *   past its split's end, and every key is bounds-checked (not loaded, score
- *   -inf). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
+ *   -inf) unless the whole tile is inside every row's keys (the loop's fast
+ *   path: no mask, only the scale). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
  *   a block, 128 KB an SM at 2 blocks; NW = 8: 2 tiles of 64 KB (5 of 32 KB
  *   for head_dim 64) an SM. (Asking L2 for 3 tiles further ahead,
  *   cp.async.bulk.prefetch.L2, was measured slower: B=64 8k 602 against
@@ -501,8 +503,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* fp8 (K and V alike): key kw * 16 + (lane & 7) + 8 ((lane >> 3) & 1),
      * chunk + (lane >> 4) */
     const int k8_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-    /* fd_swz8<D>(k8_row, c + (lane >> 4)) for an even c below 8 is
-     * k8_base + ((k8_y ^ c) << 4): one xor with a constant a load */
+    /* fd_swz8<D>(k8_row, c + (lane >> 4)) for an even c is k8_base +
+     * (((c & ~7) | ((c & 7) ^ k8_y)) << 4) (the swizzle touches the low 3
+     * bits; c >= 8 at head_dim 256): one xor with a constant a load */
     const uint32_t k8_base = (uint32_t)(k8_row * D);
     const int k8_y = (lane >> 4) ^ (D == 64 ? (k8_row >> 1) & 3 : k8_row & 7);
 
