@@ -9,8 +9,9 @@
  *   once per block. Rows of the block: r = gi * q_len + t for query head
  *   h = hk * group + gi and query token t (head-major, the order of the
  *   partial arrays, so partial row = (b * num_heads_q + hk * group) * q_len + r).
- *   Rows are done FD_ROWS_PER_PASS (8) at a time; more rows (group * q_len > 8)
- *   take more passes over the split's K/V (the re-reads mostly hit L2).
+ *   Rows are done fd_rows_per_pass (4 for float, which keeps four blocks an
+ *   SM; else FD_ROWS_PER_PASS, 8) at a time; more rows take more passes
+ *   over the split's K/V (the re-reads mostly hit L2).
  *
  * THREADS  A key row of head_dim elements is cut into 16-byte vectors
  *   (VEC = 16 / sizeof(T) elements). THREADS_PER_KEY = min(head_dim / VEC, 32)
@@ -96,14 +97,16 @@
  * fit (two). */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_split_min_blocks() {
-  return sizeof(T) == 4 && D <= 128 ? 3 : 1;
+  return sizeof(T) == 4 && D <= 128 ? 4 : 1;
 }
 
-/* Rows a pass holds: 8, or 4 for float head_dim 256 (o, its compensation
- * and q of 8 rows would not fit the registers). */
+/* Rows a pass holds: 8, or 4 for float (o, its compensation and q of 8
+ * rows take 168 registers at head_dim 128: three blocks an SM; 4 rows take
+ * 127, four blocks, the occupancy of the kernel before the compensated sums;
+ * head_dim 256 would not fit 8 rows at all). */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_rows_per_pass() {
-  return sizeof(T) == 4 && D == 256 ? 4 : FD_ROWS_PER_PASS;
+  return sizeof(T) == 4 ? 4 : FD_ROWS_PER_PASS;
 }
 
 /* Bytes of K (and as many of V) per stage, at most: 8 KB for float rows of
