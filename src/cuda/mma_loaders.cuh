@@ -285,14 +285,14 @@ static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uin
                                                       uint32_t &hi) {
   uint32_t h0, h1; /* fp16 pairs */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const unsigned short x0 = (unsigned short)(x & 0xFFFFu), x1 = (unsigned short)(x >> 16);
-  if (e5m2) {
-    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h0) : "h"(x0));
-    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h1) : "h"(x1));
-  } else {
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h0) : "h"(x0));
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h1) : "h"(x1));
-  }
+  /* the halves split in PTX (mov.b32 {l, h}) rather than by a shift in C,
+   * so that ptxas can read the upper half in place */
+  if (e5m2)
+    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e5m2x2 %0, l;\n"
+        " cvt.rn.f16x2.e5m2x2 %1, h;\n}" : "=r"(h0), "=r"(h1) : "r"(x));
+  else
+    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}" : "=r"(h0), "=r"(h1) : "r"(x));
 #else
   h0 = __byte_perm(x, 0u, 0x1404u); /* (b0 << 8) | (b1 << 24) */
   h1 = __byte_perm(x, 0u, 0x3424u); /* (b2 << 8) | (b3 << 24) */

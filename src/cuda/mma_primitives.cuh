@@ -102,6 +102,15 @@ static __device__ __forceinline__ float2 fd_unpack2(uint32_t x) {
   }
 }
 
+/* An 8x8 16-bit matrix in mma fragment layout (lane: row lane / 4, columns
+ * 2 (lane % 4), + 1 in one register), transposed across the warp
+ * (movmatrix, sm_75+). */
+static __device__ __forceinline__ uint32_t fd_movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
 template <int D>
 static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {

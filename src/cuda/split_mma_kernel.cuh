@@ -10,7 +10,7 @@
  *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
  *   fd_window_start (0 without a sliding window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
- *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
+ *   and token t (head-major, the order of the partial arrays). Rows go 16 (fp8: 8) at a
  *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
  *   phantom rows see no key); group * q_len > 16 takes more passes over the
  *   split's K/V (the re-reads mostly hit L2).
@@ -103,16 +103,20 @@
  *   flags). They are widened in registers, not in shared memory (one
  *   barrier a tile, as 16-bit), by the hardware conversion (sm_89+) or exact
  *   bit arithmetic (fd_fp8x4_widen):
- *   K: ldmatrix (not .trans) on the fp8 rows as 16-bit pairs gives lane
- *     (g, qd) the 4 bytes of key g, head_dim 16 ks + 4 qd .. + 3, which
- *     widen to the B fragment (b0, b1) whose logical k columns are 2 qd,
- *     2 qd + 1, 2 qd + 8, 2 qd + 9: so Q's A fragments are loaded with that
- *     column order (8-byte reads of sQ), and Q K^T is unchanged.
- *   V: ldmatrix.trans gives lane (g, qd) keys 2 qd, 2 qd + 1 of columns 2 g,
- *     2 g + 1 of a 16-column chunk; a byte permute makes the b0/b1 of the
- *     even column (bytes 0, 2) and of the odd one (1, 3), so chunk j's
- *     n-tiles 2 j, 2 j + 1 are its even and odd columns, and the O store
- *     puts a lane's 4 values of a row at columns 16 j + 4 qd + 0..3.
+ *   Keys are the mma's M side and query rows its N side (at most 8 rows a
+ *   pass: a GQA group of 4 fills half of N, where it filled a quarter of M),
+ *   all mma in fp16 (bf16 q scaled to fp16 by a power of two):
+ *   S^T = K Q^T: ldmatrix (not .trans) on the fp8 rows as 16-bit pairs gives
+ *     lane (g, qd) the 4 bytes of key g (and g + 8), head_dim 16 ks + 4 qd
+ *     .. + 3, which widen to the A fragment whose logical k columns are 2 qd,
+ *     2 qd + 1, 2 qd + 8, 2 qd + 9; Q's B fragments (row g) are read from sQ
+ *     in that column order. The accumulators: keys g, g + 8 x rows 2 qd,
+ *     2 qd + 1; row max and sum reduce over the 8 lanes of a qd.
+ *   O^T += V^T P^T: P^T's B fragments are the fp16 accumulators transposed
+ *     by movmatrix; V^T's A fragments come from ldmatrix.trans (a lane: keys
+ *     2 qd, 2 qd + 1 x columns 2 g, 2 g + 1 of a 16-column chunk) and a byte
+ *     permute: chunk j's m-tile rows are its even columns (g) and odd ones
+ *     (g + 8), which the O store undoes.
  *   Scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
  *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1);
  *   TOKEN: thread tid < KT reads key tid's k and v scale one tile ahead
@@ -307,8 +311,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
    * keeps the loop's registers those of the causal kernel (head_dim 256 is
    * at 255) */
   int lo_unused, lim0, lim1;
-  fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
-  fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
+  const int r0 = KV8 != 0 ? 2 * qd : g, r1 = KV8 != 0 ? 2 * qd + 1 : g + 8; /* this lane's rows */
+  fd_pass_row_keys(p, r0, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
+  fd_pass_row_keys(p, r1, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
   const int span = pass_end - kbeg;
   const int num_tiles = (span + KT - 1) / KT;
   float scale = p.scale_log2;
@@ -326,9 +331,12 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     tok = p.kv_scale == FD_KV_SCALE_TOKEN;
   }
 
-  float o[NTV][4];
+  /* O accumulators: 16-bit: NTV n-tiles of 8 columns (rows g, g + 8);
+   * fp8: O^T, one m-tile per 16-column chunk (FP8 above) */
+  constexpr int NO = KV8 != 0 ? NTV / 2 : NTV;
+  float o[NO][4];
 #pragma unroll
-  for (int n = 0; n < NTV; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY; /* running max of rows g, g + 8 (base 2, quad-uniform) */
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
 
@@ -439,7 +447,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     } else {
       __syncthreads();
     }
-    uint32_t qa[KS][4];
+    uint32_t qa[KS][KV8 != 0 ? 2 : 4]; /* fp8: Q is the B operand (row g) */
     if constexpr (KV8 != 0) {
       /* fp8: k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
        * are head_dim columns 16 ks + 4 qd + 0..3, the order in which a K
@@ -448,12 +456,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       for (int ks = 0; ks < KS; ks++) {
         const int c = 2 * ks + (qd >> 1), e = 4 * (qd & 1);
         const uint2 x0 = *reinterpret_cast<const uint2 *>(sQ + g * D + ((c ^ (g & 7)) << 3) + e);
-        const uint2 x1 =
-            *reinterpret_cast<const uint2 *>(sQ + (g + 8) * D + ((c ^ ((g + 8) & 7)) << 3) + e);
-        qa[ks][0] = x0.x;
-        qa[ks][1] = x1.x;
-        qa[ks][2] = x0.y;
-        qa[ks][3] = x1.y;
+        qa[ks][0] = x0.x; /* b0: logical k 2 qd, 2 qd + 1 */
+        qa[ks][1] = x0.y; /* b1: 2 qd + 8, 2 qd + 9 */
       }
       /* fp8 runs its mma in fp16 (fp8 widens to fp16 in one conversion; P
        * is in [0, 1]): bf16 q becomes fp16 times 2^qe, its largest |q| in
@@ -465,7 +469,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
+          for (int i = 0; i < 2; i++) {
             const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
             mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
           }
@@ -482,7 +486,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
+          for (int i = 0; i < 2; i++) {
             const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
             qa[ks][i] = fd_pack2<__half>(f.x * up, f.y * up);
           }
@@ -549,162 +553,126 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const float *tTok = sTok + (it & 1) * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
       constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
 
-      /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
-      const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
-      float s[2][4];
-#pragma unroll
-      for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
       if constexpr (KV8 != 0) {
-        /* fp8: one ldmatrix.x4 takes k-steps 2 kp and 2 kp + 1 of both
-         * n-tiles: matrix (n-tile, k-step) = (m & 1, m >> 1); each register
-         * (key g, head_dim 16 ks + 4 qd + 0..3) widens to that n-tile's b0,
-         * b1 of the k-step */
+        /* ---- fp8: keys as the mma's M side (FP8 above) ----
+         * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
+         * warp's 16; head_dim in the permuted column order of the ldmatrix
+         * bytes), the B fragment Q (row g). One ldmatrix.x4 takes two
+         * k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
+         * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
+        const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int kp = 0; kp < (KS + 1) / 2; kp++) {
-          uint32_t kr[4], kb[4][2];
-          const int c = 2 * kp; /* chunks c, c + 1; KS <= 16, c < 8 unless D = 256 */
+          uint32_t kr[4];
+          const int c = 2 * kp; /* chunks c, c + 1 */
           fd_ldmatrix_x4(kr, kt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
 #pragma unroll
-          for (int m = 0; m < 4; m++) fd_fp8x4_widen<__half>(kr[m], e5m2, kb[m][0], kb[m][1]);
-          fd_mma16816<__half>(s[0], qa[2 * kp], kb[0][0], kb[0][1]);
-          fd_mma16816<__half>(s[1], qa[2 * kp], kb[1][0], kb[1][1]);
-          if (2 * kp + 1 < KS) { /* odd KS (head_dim 80): the last chunk is padding */
-            fd_mma16816<__half>(s[0], qa[2 * kp + 1], kb[2][0], kb[2][1]);
-            fd_mma16816<__half>(s[1], qa[2 * kp + 1], kb[3][0], kb[3][1]);
+          for (int h = 0; h < 2; h++) {
+            if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
+              uint32_t ka[4];
+              fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
+              fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
+              fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
+            }
           }
         }
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-          uint32_t kb[4];
-          fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
-          fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
-          fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
-        }
-      }
 
-      /* Scale to base-2 units and mask. Tiles whose keys every row of the
-       * pass sees, on good pages (block-uniform; most tiles): scale only
-       * (phantom rows, past pass_rows, still -inf). */
-      const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
-      if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
-        const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
+        /* Scale to base-2 units and mask (as the 16-bit path below, in this
+         * layout). */
+        const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
+        const int kl0 = kw * 16 + g;                  /* tile-local key of sc[0] */
+        if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            float x = s[n][e] * scale;
-            if constexpr (KV8 != 0)
-              if (tok) x = s[n][e] * (scale * tTok[kl0 + n * 8 + (e & 1)]); /* uniform */
+            float x = sc[e] * scale;
+            if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
             if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-            s[n][e] = (e < 2 ? g : g + 8) < pass_rows ? x : -INFINITY;
+            sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
           }
-        }
-      } else {
-        const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
-        const unsigned char *tValid = sValid + stage * KT;
-        int lo0 = INT_MIN, lo1 = INT_MIN, unused;
-        if (key0 < lo_max) { /* block-uniform */
-          fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
-          fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
-        }
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
+        } else {
+          const unsigned char *tValid = sValid + stage * KT;
+          int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+          if (key0 < lo_max) { /* block-uniform */
+            fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo0, &unused);
+            fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo1, &unused);
+          }
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int kl = kl0 + n * 8 + (e & 1);
+            const int kl = kl0 + 8 * (e >> 1);
             const int j = key0 + kl;
-            bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
+            bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
             if (bad_pages) vis = vis && tValid[kl] != 0;
-            float x = s[n][e] * scale;
-            if constexpr (KV8 != 0)
-              if (tok) x = s[n][e] * (scale * tTok[kl]); /* uniform */
+            float x = sc[e] * scale;
+            if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
             if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-            s[n][e] = vis ? x : -INFINITY;
+            sc[e] = vis ? x : -INFINITY;
           }
         }
-      }
 
-      /* Online softmax over the warp's 16 keys, rows g and g + 8. */
-      float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-      float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
-      const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-      const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
-      m0 = mn0;
-      m1 = mn1;
+        /* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1],
+         * sc[3]): the max over the warp's 16 keys across the lanes of one qd. */
+        float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
 #pragma unroll
-      for (int n = 0; n < 2; n++) {
-        s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
-        s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
-        s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
-        s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
-      }
-      l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
-      l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
-      /* fp8: skipped while no row max of the warp moved (a0 = a1 = 1) */
-      if (KV8 == 0 || __any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < NTV; n++) {
-          o[n][0] *= a0;
-          o[n][1] *= a0;
-          o[n][2] *= a1;
-          o[n][3] *= a1;
+        for (int off = 4; off < 32; off <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-      }
-
-      /* fp8 TOKEN: p times its key's v_scale in fp32 (l summed the unscaled p) */
-      if constexpr (KV8 != 0) {
-        if (tok) {
-          const int kl0 = kw * 16 + 2 * qd;
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
+        const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+        const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        sc[0] = fd_exp2_ftz(sc[0] - mu0);
+        sc[2] = fd_exp2_ftz(sc[2] - mu0);
+        sc[1] = fd_exp2_ftz(sc[1] - mu1);
+        sc[3] = fd_exp2_ftz(sc[3] - mu1);
+        l0 = l0 * a0 + (sc[0] + sc[2]);
+        l1 = l1 * a1 + (sc[1] + sc[3]);
+        /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1;
+         * skipped while no row max of the warp moved */
+        if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-          for (int n = 0; n < 2; n++) {
-            const float2 vs = *reinterpret_cast<const float2 *>(tTok + KT + kl0 + n * 8);
-            s[n][0] *= vs.x;
-            s[n][1] *= vs.y;
-            s[n][2] *= vs.x;
-            s[n][3] *= vs.y;
+          for (int n = 0; n < NO; n++) {
+            o[n][0] *= a0;
+            o[n][1] *= a1;
+            o[n][2] *= a0;
+            o[n][3] *= a1;
           }
         }
-      }
+        if (tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
+          const float v0 = tTok[KT + kl0], v1 = tTok[KT + kl0 + 8];
+          sc[0] *= v0;
+          sc[1] *= v0;
+          sc[2] *= v1;
+          sc[3] *= v1;
+        }
 
-      /* O += P V: P from the accumulators as the A operand, split into a
-       * 16-bit hi and lo part (fd_pack2_split), two mma each. */
-      const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
-      if constexpr (KV8 != 0) {
-        /* fp8: P in fp16, one part (11 bits: far below the cache's own
-         * rounding), one mma an n-tile */
-        uint32_t pa[4];
-        pa[0] = fd_pack2<__half>(s[0][0], s[0][1]);
-        pa[1] = fd_pack2<__half>(s[0][2], s[0][3]);
-        pa[2] = fd_pack2<__half>(s[1][0], s[1][1]);
-        pa[3] = fd_pack2<__half>(s[1][2], s[1][3]);
-        /* fp8: one ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim
-         * columns: matrix (key half, chunk) = (m & 1, m >> 1), a register
-         * holding keys 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1 of its chunk.
-         * Bytes (0, 2) are the even column's b0 (b1 from the other key
-         * half), bytes (1, 3) the odd column's: chunk j's n-tiles 2 j, 2 j + 1
-         * are its even and odd columns (the O store below undoes it). */
-        constexpr int NCH = NTV / 2; /* 16-column chunks of the warp */
+        /* O^T += V^T P^T. B = P^T: the accumulators (key g / g + 8, rows 2 qd,
+         * 2 qd + 1) in fp16 (one part: 11 bits, far below the cache's
+         * rounding) are an 8x8 fragment each; movmatrix.trans makes them
+         * (keys 2 qd, 2 qd + 1 / + 8, + 9; row g), b0 and b1. A = V^T: one
+         * ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim columns,
+         * matrix (key half, chunk) = (m & 1, m >> 1), a register holding keys
+         * 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1: bytes (0, 2) and (1, 3) are
+         * the even and odd column's keys, so chunk j's m-tile rows are its
+         * even columns (g) and odd ones (g + 8). */
+        const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
+        const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
+        const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
 #pragma unroll
-        for (int cp = 0; cp < (NCH + 1) / 2; cp++) {
+        for (int cp = 0; cp < (NO + 1) / 2; cp++) {
           uint32_t vr[4];
           const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
           fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            if (2 * cp + h < NCH) { /* odd NCH (head_dim 80): the last chunk is padding */
-              const int j = 2 * cp + h;
-              uint32_t e0, e1, d0, d1;
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, e0, e1);
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, d0, d1);
-              fd_mma16816<__half>(o[2 * j], pa, e0, e1);
-              fd_mma16816<__half>(o[2 * j + 1], pa, d0, d1);
+            if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
+              uint32_t va[4];
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
+              fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
             }
           }
         }
@@ -714,19 +682,104 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           sTok[((it + 1) & 1) * 2 * KT + KT + tid] = tv;
         }
       } else {
-        uint32_t pa[4], pl[4];
-        fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
-        fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
-        fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
-        fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
+        /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
+        const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
+        float s[2][4];
 #pragma unroll
-        for (int np = 0; np < NTV / 2; np++) {
-          uint32_t vb[4];
-          fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
-          fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
-          fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
-          fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
-          fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+        for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+          uint32_t kb[4];
+          fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
+          fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
+          fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+        }
+
+        /* Scale to base-2 units and mask. Tiles whose keys every row of the
+         * pass sees, on good pages (block-uniform; most tiles): scale only
+         * (phantom rows, past pass_rows, still -inf). */
+        const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
+        if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
+#pragma unroll
+          for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              float x = s[n][e] * scale;
+              if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+              s[n][e] = (e < 2 ? g : g + 8) < pass_rows ? x : -INFINITY;
+            }
+          }
+        } else {
+          const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
+          const unsigned char *tValid = sValid + stage * KT;
+          int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+          if (key0 < lo_max) { /* block-uniform */
+            fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
+            fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
+          }
+#pragma unroll
+          for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int kl = kl0 + n * 8 + (e & 1);
+              const int j = key0 + kl;
+              bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
+              if (bad_pages) vis = vis && tValid[kl] != 0;
+              float x = s[n][e] * scale;
+              if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+              s[n][e] = vis ? x : -INFINITY;
+            }
+          }
+        }
+
+        /* Online softmax over the warp's 16 keys, rows g and g + 8. */
+        float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
+        const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+        const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+          s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
+          s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
+          s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
+          s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
+        }
+        l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+        l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+#pragma unroll
+        for (int n = 0; n < NTV; n++) {
+          o[n][0] *= a0;
+          o[n][1] *= a0;
+          o[n][2] *= a1;
+          o[n][3] *= a1;
+        }
+
+        /* O += P V: P from the accumulators as the A operand, split into a
+         * 16-bit hi and lo part (fd_pack2_split), two mma each. */
+        const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
+        {
+          uint32_t pa[4], pl[4];
+          fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
+          fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
+          fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
+          fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
+#pragma unroll
+          for (int np = 0; np < NTV / 2; np++) {
+            uint32_t vb[4];
+            fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
+            fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
+            fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
+            fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
+            fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+          }
         }
       }
       stage = stage + 1 == ST ? 0 : stage + 1;
@@ -734,39 +787,50 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  /* l: the lane parts of rows r0, r1 (16-bit: the 4 lanes of a g; fp8: the 8
+   * lanes of a qd) */
+  if constexpr (KV8 != 0) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+  } else {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  }
   __syncthreads(); /* K/V area free for the merge */
 
   /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
-  if (dw == 0 && qd == 0) {
-    sML[kw * ROWS + g] = make_float2(m0, l0);
-    sML[kw * ROWS + g + 8] = make_float2(m1, l1);
+  if (dw == 0 && (KV8 != 0 ? g == 0 : qd == 0)) {
+    sML[kw * ROWS + r0] = make_float2(m0, l0);
+    sML[kw * ROWS + r1] = make_float2(m1, l1);
+  }
+  if (KV8 != 0 && dw == 0 && g == 1) { /* fp8: rows 8..15 are not in the pass */
+    sML[kw * ROWS + 8 + 2 * qd] = make_float2(-INFINITY, 0.0f);
+    sML[kw * ROWS + 9 + 2 * qd] = make_float2(-INFINITY, 0.0f);
   }
   __syncthreads();
   float bm0 = -INFINITY, bm1 = -INFINITY;
 #pragma unroll
   for (int k = 0; k < KW; k++) {
-    bm0 = fmaxf(bm0, sML[k * ROWS + g].x);
-    bm1 = fmaxf(bm1, sML[k * ROWS + g + 8].x);
+    bm0 = fmaxf(bm0, sML[k * ROWS + r0].x);
+    bm1 = fmaxf(bm1, sML[k * ROWS + r1].x);
   }
   /* 0 when m0 = -inf; fp8 TENSOR / HEAD: times v_scale (1 otherwise) */
   const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
   const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
   if constexpr (KV8 != 0) {
-    /* fp8: n-tiles 2 j, 2 j + 1 are chunk j's even and odd columns, so a
-     * lane holds columns 16 j + 4 qd + 0..3 of its rows */
-    float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 4 * qd;
-    float *dst1 = dst0 + 8 * OSTRIDE;
+    /* fp8: O^T's m-tile j holds columns 16 j + 2 g (c0: row 2 qd, c1: row
+     * 2 qd + 1) and 16 j + 2 g + 1 (c2, c3) */
+    float *dst0 = sO + (kw * ROWS + r0) * OSTRIDE + dw * C::DPW + 2 * g;
+    float *dst1 = dst0 + OSTRIDE;
 #pragma unroll
-    for (int j = 0; j < NTV / 2; j++) {
-      const float *e = o[2 * j], *d = o[2 * j + 1];
-      *reinterpret_cast<float4 *>(dst0 + j * 16) =
-          make_float4(e[0] * f0, d[0] * f0, e[1] * f0, d[1] * f0);
-      *reinterpret_cast<float4 *>(dst1 + j * 16) =
-          make_float4(e[2] * f1, d[2] * f1, e[3] * f1, d[3] * f1);
+    for (int j = 0; j < NO; j++) {
+      *reinterpret_cast<float2 *>(dst0 + j * 16) = make_float2(o[j][0] * f0, o[j][2] * f0);
+      *reinterpret_cast<float2 *>(dst1 + j * 16) = make_float2(o[j][1] * f1, o[j][3] * f1);
     }
   } else {
     float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
@@ -842,9 +906,11 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
     const int rows_total = p.group * p.q_len;
-    for (int row0 = 0; row0 < rows_total; row0 += FD_MMA_ROWS)
+    /* rows a pass: 16 (the mma's M), fp8 8 (its N: FP8) */
+    constexpr int PR = KV8 != 0 ? 8 : FD_MMA_ROWS;
+    for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
-                                            min(FD_MMA_ROWS, rows_total - row0), fd_mma_smem);
+                                            min(PR, rows_total - row0), fd_mma_smem);
   }
 }
 
