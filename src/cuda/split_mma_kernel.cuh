@@ -10,10 +10,10 @@
  *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
  *   fd_window_start (0 without a sliding window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
- *   and token t (head-major, the order of the partial arrays). Rows go 16 (fp8: 8) at a
- *   time (the m of the mma tile; a pass of fewer rows is zero-padded and its
- *   phantom rows see no key); group * q_len > 16 takes more passes over the
- *   split's K/V (the re-reads mostly hit L2).
+ *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
+ *   time (the m of the mma tile; fp8: 8, its n, FP8 below; a pass of fewer
+ *   rows is zero-padded and its phantom rows see no key); more rows take
+ *   more passes over the split's K/V (the re-reads mostly hit L2).
  *   Three configs (fd_mma_cfg, mma_config.cuh; which one a GPU runs:
  *   gpu_select.h): NW = 4, two blocks an SM where they fit (FD_MMA_4W); NW =
  *   8, one block an SM with twice the keys a tile and twice the bytes in
@@ -26,7 +26,7 @@
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
  *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
- *   rows lane / 4 and lane / 4 + 8). head_dim 64, 128: KW = NW, DW = 1 (64-
+ *   rows lane / 4 and lane / 4 + 8; fp8: rows 2 (lane % 4), + 1). head_dim 64, 128: KW = NW, DW = 1 (64-
  *   or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2 (32- or 64-key
  *   tiles); the two warps of a key slice both compute its scores (identical,
  *   so identical m and l) and each accumulates half of O's columns (keeps O
@@ -48,6 +48,7 @@
  *   rounded to the 16-bit type straight from the accumulators into A fragments
  *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
  *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
+ *   (fp8 does the same with the operands swapped: FP8 below.)
  *
  * HEAD_DIM  64, 128, 256 as themselves; 80 and 96 in the 128 instance's
  *   shared-memory rows (template D = 128, DV = 80 or 96): the columns past DV
@@ -306,7 +307,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   if (pass_lo > pass_end) pass_lo = pass_end;
   const int kbeg = begin + (pass_lo - begin) / 64 * 64;
-  /* rows g and g + 8 see [lo, lim); the lower bounds matter only in tiles
+  /* rows r0 and r1 (g, g + 8; fp8: 2 qd, 2 qd + 1) see [lo, lim); the
+   * lower bounds matter only in tiles
    * before lo_max (a window's first tiles) and are recomputed there, which
    * keeps the loop's registers those of the causal kernel (head_dim 256 is
    * at 255) */
@@ -337,7 +339,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   float o[NO][4];
 #pragma unroll
   for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY; /* running max of rows g, g + 8 (base 2, quad-uniform) */
+  /* running max of rows r0, r1 (base 2; uniform over the lanes sharing them) */
+  float m0 = -INFINITY, m1 = -INFINITY;
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
 
   if (num_tiles > 0) { /* block-uniform */
