@@ -127,6 +127,16 @@
  *   before the soft-cap and mask, and p by its v_scale before the 16-bit
  *   split (l sums the unscaled p). Masked keys stay -inf / p = 0.
  *
+ * SWAP16  (FD_MMA_SWAP16, mma_config.cuh; on by default) 16-bit caches use
+ *   the fp8 layout too, without the widening: 8 rows a pass; K's A fragment
+ *   by ldmatrix.x4 (matrix (key half, chunk half)), Q's B fragments (row g,
+ *   columns 16 ks + 2 qd, + 8) read once a pass; P^T in a hi and a lo part,
+ *   each moved into B fragments by movmatrix.trans, two mma an m-tile; V^T's
+ *   A fragment by ldmatrix.x4.trans (matrix (column half, key half)): m-tile
+ *   j holds columns 16 j + g and 16 j + 8 + g. Per warp and tile at
+ *   head_dim 128: 24 mma instead of 48 and 4 scores a lane instead of 8, for
+ *   group x q_len <= 8; more rows take more passes.
+ *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
@@ -249,6 +259,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   constexpr int KW = C::KW, KT = C::KT, NT = C::NT;
   /* pipeline stages: fp8 tiles are half the bytes, so ST8 of them (twice the
    * tiles in flight, less one) */
+  /* keys as the mma's M side (8 query rows a pass): fp8 always; 16-bit
+   * caches with FD_MMA_SWAP16 (FP8 / SWAP16 above) */
+  constexpr bool SW = KV8 != 0 || FD_MMA_SWAP16 != 0;
   constexpr int ST = KV8 != 0 ? C::ST8 : C::STAGES;
   constexpr int SB = KV8 != 0 ? KT * D : KT * D * 2; /* bytes a stage */
   constexpr bool PRE_LO = (ST - 1) * KT < 64;
@@ -313,7 +326,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
    * keeps the loop's registers those of the causal kernel (head_dim 256 is
    * at 255) */
   int lo_unused, lim0, lim1;
-  const int r0 = KV8 != 0 ? 2 * qd : g, r1 = KV8 != 0 ? 2 * qd + 1 : g + 8; /* this lane's rows */
+  const int r0 = SW ? 2 * qd : g, r1 = SW ? 2 * qd + 1 : g + 8; /* this lane's rows */
   fd_pass_row_keys(p, r0, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
   fd_pass_row_keys(p, r1, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
   const int span = pass_end - kbeg;
@@ -335,7 +348,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 
   /* O accumulators: 16-bit: NTV n-tiles of 8 columns (rows g, g + 8);
    * fp8: O^T, one m-tile per 16-column chunk (FP8 above) */
-  constexpr int NO = KV8 != 0 ? NTV / 2 : NTV;
+  constexpr int NO = SW ? NTV / 2 : NTV;
   float o[NO][4];
 #pragma unroll
   for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -450,7 +463,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     } else {
       __syncthreads();
     }
-    uint32_t qa[KS][KV8 != 0 ? 2 : 4]; /* fp8: Q is the B operand (row g) */
+    uint32_t qa[KS][SW ? 2 : 4]; /* swapped: Q is the B operand (row g) */
     if constexpr (KV8 != 0) {
       /* fp8: k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
        * are head_dim columns 16 ks + 4 qd + 0..3, the order in which a K
@@ -493,6 +506,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
             qa[ks][i] = fd_pack2<__half>(f.x * up, f.y * up);
           }
+      }
+    } else if constexpr (SW) {
+      /* B fragments of row g: columns 16 ks + 2 qd, + 1 (b0) and + 8 (b1) */
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) {
+        qa[ks][0] = *reinterpret_cast<const uint32_t *>(sQ + g * D + (((2 * ks) ^ (g & 7)) << 3) + 2 * qd);
+        qa[ks][1] =
+            *reinterpret_cast<const uint32_t *>(sQ + g * D + (((2 * ks + 1) ^ (g & 7)) << 3) + 2 * qd);
       }
     } else {
       const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
@@ -556,8 +577,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const float *tTok = sTok + (it & 1) * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
       constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
 
-      if constexpr (KV8 != 0) {
-        /* ---- fp8: keys as the mma's M side (FP8 above) ----
+      if constexpr (SW) {
+        /* ---- keys as the mma's M side (FP8, SWAP16 above) ----
          * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
          * warp's 16; head_dim in the permuted column order of the ldmatrix
          * bytes), the B fragment Q (row g). One ldmatrix.x4 takes two
@@ -565,6 +586,16 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
          * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
         const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
         float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (KV8 == 0) {
+          /* 16-bit: K's A fragment by ldmatrix.x4, matrix (key half, chunk
+           * half) = (m & 1, m >> 1) */
+#pragma unroll
+          for (int ks = 0; ks < KS; ks++) {
+            uint32_t ka[4];
+            fd_ldmatrix_x4(ka, kt_u + fd_swz<D>(v_row, 2 * ks + v_sub));
+            fd_mma16816<T>(sc, ka, qa[ks][0], qa[ks][1]);
+          }
+        } else {
 #pragma unroll
         for (int kp = 0; kp < (KS + 1) / 2; kp++) {
           uint32_t kr[4];
@@ -580,6 +611,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             }
           }
         }
+        }
 
         /* Scale to base-2 units and mask (as the 16-bit path below, in this
          * layout). */
@@ -589,7 +621,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             float x = sc[e] * scale;
-            if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
+            if constexpr (KV8 != 0)
+              if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
             if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
             sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
           }
@@ -607,7 +640,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
             if (bad_pages) vis = vis && tValid[kl] != 0;
             float x = sc[e] * scale;
-            if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
+            if constexpr (KV8 != 0)
+              if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
             if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
             sc[e] = vis ? x : -INFINITY;
           }
@@ -644,7 +678,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             o[n][3] *= a1;
           }
         }
-        if (tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
+        if (KV8 != 0 && tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
           const float v0 = tTok[KT + kl0], v1 = tTok[KT + kl0 + 8];
           sc[0] *= v0;
           sc[1] *= v0;
@@ -661,26 +695,48 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
          * 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1: bytes (0, 2) and (1, 3) are
          * the even and odd column's keys, so chunk j's m-tile rows are its
          * even columns (g) and odd ones (g + 8). */
-        const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
-        const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
         const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
+        if constexpr (KV8 == 0) {
+          /* 16-bit: P in a hi and a lo part (fd_pack2_split), each
+           * transposed by movmatrix into B fragments; V^T's A fragment by
+           * ldmatrix.x4.trans, matrix (column half, key half) = (m & 1,
+           * m >> 1): m-tile j holds columns 16 j + g (c0, c1) and
+           * 16 j + 8 + g (c2, c3) of the warp's columns */
+          uint32_t ph0, pl0, ph1, pl1;
+          fd_pack2_split<T>(sc[0], sc[1], ph0, pl0);
+          fd_pack2_split<T>(sc[2], sc[3], ph1, pl1);
+          ph0 = fd_movmatrix_trans(ph0);
+          pl0 = fd_movmatrix_trans(pl0);
+          ph1 = fd_movmatrix_trans(ph1);
+          pl1 = fd_movmatrix_trans(pl1);
 #pragma unroll
-        for (int cp = 0; cp < (NO + 1) / 2; cp++) {
-          uint32_t vr[4];
-          const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
-          fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+          for (int j = 0; j < NO; j++) {
+            uint32_t va[4];
+            fd_ldmatrix_x4_trans(va, vt_u + fd_swz<D>(k_row, dw * NT + 2 * j + k_sub));
+            fd_mma16816<T>(o[j], va, ph0, ph1);
+            fd_mma16816<T>(o[j], va, pl0, pl1);
+          }
+        } else {
+          const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
+          const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
 #pragma unroll
-          for (int h = 0; h < 2; h++) {
-            if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
-              uint32_t va[4];
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
-              fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
+          for (int cp = 0; cp < (NO + 1) / 2; cp++) {
+            uint32_t vr[4];
+            const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
+            fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
+                uint32_t va[4];
+                fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
+                fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
+                fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
+              }
             }
           }
         }
         /* this thread's scales of the next tile (loaded above) */
-        if (tok && tid < KT) {
+        if (KV8 != 0 && tok && tid < KT) {
           sTok[((it + 1) & 1) * 2 * KT + tid] = tk;
           sTok[((it + 1) & 1) * 2 * KT + KT + tid] = tv;
         }
@@ -792,7 +848,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
   /* l: the lane parts of rows r0, r1 (16-bit: the 4 lanes of a g; fp8: the 8
    * lanes of a qd) */
-  if constexpr (KV8 != 0) {
+  if constexpr (SW) {
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
       l0 += __shfl_xor_sync(0xffffffffu, l0, off);
@@ -807,11 +863,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   __syncthreads(); /* K/V area free for the merge */
 
   /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
-  if (dw == 0 && (KV8 != 0 ? g == 0 : qd == 0)) {
+  if (dw == 0 && (SW ? g == 0 : qd == 0)) {
     sML[kw * ROWS + r0] = make_float2(m0, l0);
     sML[kw * ROWS + r1] = make_float2(m1, l1);
   }
-  if (KV8 != 0 && dw == 0 && g == 1) { /* fp8: rows 8..15 are not in the pass */
+  if (SW && dw == 0 && g == 1) { /* swapped: rows 8..15 are not in the pass */
     sML[kw * ROWS + 8 + 2 * qd] = make_float2(-INFINITY, 0.0f);
     sML[kw * ROWS + 9 + 2 * qd] = make_float2(-INFINITY, 0.0f);
   }
@@ -834,6 +890,18 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     for (int j = 0; j < NO; j++) {
       *reinterpret_cast<float2 *>(dst0 + j * 16) = make_float2(o[j][0] * f0, o[j][2] * f0);
       *reinterpret_cast<float2 *>(dst1 + j * 16) = make_float2(o[j][1] * f1, o[j][3] * f1);
+    }
+  } else if constexpr (SW) {
+    /* 16-bit swapped: m-tile j holds columns 16 j + g (c0, c1) and
+     * 16 j + 8 + g (c2, c3), rows r0 (c0, c2) and r1 (c1, c3) */
+    float *dst0 = sO + (kw * ROWS + r0) * OSTRIDE + dw * C::DPW + g;
+    float *dst1 = dst0 + OSTRIDE;
+#pragma unroll
+    for (int j = 0; j < NO; j++) {
+      dst0[j * 16] = o[j][0] * f0;
+      dst0[j * 16 + 8] = o[j][2] * f0;
+      dst1[j * 16] = o[j][1] * f1;
+      dst1[j * 16 + 8] = o[j][3] * f1;
     }
   } else {
     float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
@@ -910,7 +978,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
 
     const int rows_total = p.group * p.q_len;
     /* rows a pass: 16 (the mma's M), fp8 8 (its N: FP8) */
-    constexpr int PR = KV8 != 0 ? 8 : FD_MMA_ROWS;
+    constexpr int PR = KV8 != 0 || FD_MMA_SWAP16 != 0 ? 8 : FD_MMA_ROWS;
     for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
                                             min(PR, rows_total - row0), fd_mma_smem);
