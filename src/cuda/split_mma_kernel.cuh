@@ -10,8 +10,9 @@
  *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
  *   fd_window_start (0 without a sliding window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
- *   and token t (head-major, the order of the partial arrays). Rows go 16 at a
- *   time (the m of the mma tile; fp8: 8, its n, FP8 below; a pass of fewer
+ *   and token t (head-major, the order of the partial arrays). Rows go 8 at a
+ *   time (the n of the mma tile, FP8 and SWAP16 below; 16, its m, with
+ *   FD_MMA_SWAP16 = 0 for 16-bit caches; a pass of fewer
  *   rows is zero-padded and its phantom rows see no key); more rows take
  *   more passes over the split's K/V (the re-reads mostly hit L2).
  *   Three configs (fd_mma_cfg, mma_config.cuh; which one a GPU runs:
@@ -26,7 +27,7 @@
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
  *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
- *   rows lane / 4 and lane / 4 + 8; fp8: rows 2 (lane % 4), + 1). head_dim 64, 128: KW = NW, DW = 1 (64-
+ *   rows lane / 4 and lane / 4 + 8; swapped: rows 2 (lane % 4), + 1). head_dim 64, 128: KW = NW, DW = 1 (64-
  *   or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2 (32- or 64-key
  *   tiles); the two warps of a key slice both compute its scores (identical,
  *   so identical m and l) and each accumulates half of O's columns (keeps O
@@ -580,9 +581,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       if constexpr (SW) {
         /* ---- keys as the mma's M side (FP8, SWAP16 above) ----
          * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
-         * warp's 16; head_dim in the permuted column order of the ldmatrix
-         * bytes), the B fragment Q (row g). One ldmatrix.x4 takes two
-         * k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
+         * warp's 16), the B fragment Q (row g). fp8: head_dim in the
+         * permuted column order of the ldmatrix bytes, one ldmatrix.x4 for
+         * two k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
          * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
         const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
         float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -687,8 +688,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         }
 
         /* O^T += V^T P^T. B = P^T: the accumulators (key g / g + 8, rows 2 qd,
-         * 2 qd + 1) in fp16 (one part: 11 bits, far below the cache's
-         * rounding) are an 8x8 fragment each; movmatrix.trans makes them
+         * 2 qd + 1) in 16 bits (fp8: fp16, one part: 11 bits, far below the
+         * cache's rounding; 16-bit: a hi and a lo part) are an 8x8 fragment each; movmatrix.trans makes them
          * (keys 2 qd, 2 qd + 1 / + 8, + 9; row g), b0 and b1. A = V^T: one
          * ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim columns,
          * matrix (key half, chunk) = (m & 1, m >> 1), a register holding keys
@@ -977,7 +978,8 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
     const int rows_total = p.group * p.q_len;
-    /* rows a pass: 16 (the mma's M), fp8 8 (its N: FP8) */
+    /* rows a pass: 8 (the mma's N: FP8, SWAP16), or 16 (its M) for 16-bit
+     * caches with FD_MMA_SWAP16 = 0 */
     constexpr int PR = KV8 != 0 || FD_MMA_SWAP16 != 0 ? 8 : FD_MMA_ROWS;
     for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
