@@ -132,6 +132,21 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
     const int pos = (key0 + k0) & (p.page_size - 1);
     const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
     const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+    if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
+      const bool ok = page_ok && col_ok;
+      const T *kp = k_head + k_off, *vp = v_head + v_off;
+#pragma unroll
+      for (int n = 0; n < M::LOADS; n++) {
+        const int kl = k0 + n;
+        const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+        fd_cp_async16(sK + soff, ok ? kp : k_head, ok);
+        fd_cp_async16(sV + soff, ok ? vp : v_head, ok);
+        kp += p.k_strides[1];
+        vp += p.v_strides[1];
+      }
+      if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
+      return !page_ok;
+    }
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) {
       const int kl = k0 + n;
@@ -247,6 +262,17 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
     const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
     const int pos = (key0 + k0) & (p.page_size - 1);
     const int64_t off = (int64_t)page * s0 + (int64_t)pos * s1 + f * 16;
+    if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
+      const bool ok = page_ok && col_ok;
+      const unsigned char *src = head + off;
+#pragma unroll
+      for (int n = 0; n < M::LOADS; n++) {
+        fd_cp_async16(dst + fd_swz8<D>(k0 + n, f), ok ? src : head, ok);
+        src += s1;
+      }
+      if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
+      return !page_ok;
+    }
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) {
       const int kl = k0 + n;
