@@ -38,6 +38,23 @@ struct fd_mma_copy {
   static_assert(LOADS == 4 || LOADS == 8, "keys per thread: tiles start at multiples of LOADS");
 };
 
+/* A full tile's LOADS keys of this thread, chunk c: K from kp, V from vp,
+ * stepping k_row / v_row elements a key; nothing read (zeros) unless ok. */
+template <typename T, int D, int NW>
+static __device__ __forceinline__ void fd_mma_copy_keys(T *sK, T *sV, int k0, int c, const T *kp,
+                                                        const T *vp, int64_t k_row, int64_t v_row,
+                                                        bool ok, const T *k_head, const T *v_head) {
+#pragma unroll
+  for (int n = 0; n < fd_mma_copy<D, NW>::LOADS; n++) {
+    const int kl = k0 + n;
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+    fd_cp_async16(sK + soff, ok ? kp : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? vp : v_head, ok);
+    kp += k_row;
+    vp += v_row;
+  }
+}
+
 /* Contiguous cache: copies the tile whose key kr * LOADS (this thread's
  * first key) sits at element offsets k_off / v_off of k_head / v_head (chunk
  * included); key rows are k_row / v_row elements apart; keys >= nkeys are
@@ -52,16 +69,8 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
   const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
   const bool col_ok = DV == D || c < DV / 8; /* padded columns: zeros, no read */
   if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
-    const T *kp = k_head + k_off, *vp = v_head + v_off;
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) {
-      const int kl = k0 + n;
-      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-      fd_cp_async16(sK + soff, col_ok ? kp : k_head, col_ok);
-      fd_cp_async16(sV + soff, col_ok ? vp : v_head, col_ok);
-      kp += k_row;
-      vp += v_row;
-    }
+    fd_mma_copy_keys<T, D, NW>(sK, sV, k0, c, k_head + k_off, v_head + v_off, k_row, v_row, col_ok,
+                               k_head, v_head);
     return;
   }
 #pragma unroll
@@ -133,17 +142,8 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
     const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
     const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
     if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
-      const bool ok = page_ok && col_ok;
-      const T *kp = k_head + k_off, *vp = v_head + v_off;
-#pragma unroll
-      for (int n = 0; n < M::LOADS; n++) {
-        const int kl = k0 + n;
-        const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-        fd_cp_async16(sK + soff, ok ? kp : k_head, ok);
-        fd_cp_async16(sV + soff, ok ? vp : v_head, ok);
-        kp += p.k_strides[1];
-        vp += p.v_strides[1];
-      }
+      fd_mma_copy_keys<T, D, NW>(sK, sV, k0, c, k_head + k_off, v_head + v_off, p.k_strides[1],
+                                 p.v_strides[1], page_ok && col_ok, k_head, v_head);
       if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
       return !page_ok;
     }

@@ -249,6 +249,17 @@ static __device__ __forceinline__ void fd_mma_tok_scales(const fd_kernel_params 
   *tv = __ldg(p.v_scale + at);
 }
 
+/* The online softmax's step for one row whose tile max is mx: m becomes the
+ * running max, *mu the value the tile's scores subtract (0 while the max
+ * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */
+static __device__ __forceinline__ float fd_softmax_step(float &m, float mx, float *mu) {
+  const float mn = fmaxf(m, mx);
+  *mu = mn == -INFINITY ? 0.0f : mn;
+  const float a = fd_exp2_ftz(m - *mu);
+  m = mn;
+  return a;
+}
+
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
 template <typename T, int D, int NW, int DV, int LEAN, int KV8>
@@ -656,12 +667,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
           mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
-        const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-        const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
-        m0 = mn0;
-        m1 = mn1;
+        float mu0, mu1;
+        const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
         sc[0] = fd_exp2_ftz(sc[0] - mu0);
         sc[2] = fd_exp2_ftz(sc[2] - mu0);
         sc[1] = fd_exp2_ftz(sc[1] - mu1);
@@ -799,12 +806,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float mu0 = mn0 == -INFINITY ? 0.0f : mn0; /* no (-inf) - (-inf) */
-        const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-        const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
-        m0 = mn0;
-        m1 = mn1;
+        float mu0, mu1;
+        const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
 #pragma unroll
         for (int n = 0; n < 2; n++) {
           s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
