@@ -68,9 +68,11 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     # shellcheck disable=SC2086
     FLASHDECODE_LIBRARY="$PWD/build-90a-b/libflashdecode.so" \
       FD_READ_PROBE_LIBRARY="$PWD/build-90a-b/libfd_read_probe.so" timeout 300 python3 bench/bench_gpu.py \
-      --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
+      --out-dir "$OUT/ab" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
       --log-dir /tmp/fd-bench-logs-b $FD_QUICK_BENCH --tag ab >/tmp/qbench-b.txt 2>&1
     echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench-b.txt
+    # one file for the second build's results: at most 8 files come back
+    tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
 fi
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
