@@ -121,10 +121,11 @@
  *     (g + 8), which the O store undoes.
  *   Scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
  *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1);
- *   TOKEN: thread tid < KT reads key tid's k and v scale one tile ahead
- *   (paged: through the block_table; keys outside [pass_lo, pass_end) or on
- *   a bad page: 0, never read) and stores them after the tile's math into
- *   sTok [tile parity][2][KT]; each score is multiplied by its key's k_scale
+ *   TOKEN: thread tid < KT copies key tid's k and v scale by cp.async into
+ *   the tile's stage of sTok [ST8][2][KT], in the tile's commit group (the
+ *   scales travel the pipeline with their keys; paged: through the
+ *   block_table, the id read a tile ahead; keys the tile's copies zero-fill
+ *   or on a bad page: 0, never read); each score is multiplied by its key's k_scale
  *   before the soft-cap and mask, and p by its v_scale before the 16-bit
  *   split (l sums the unscaled p). Masked keys stay -inf / p = 0.
  *
@@ -142,7 +143,10 @@
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
- *   keys).
+ *   keys). With num_splits > 1 the block then counts itself finished in its
+ *   (sequence, kv head)'s counter and the last one merges the partials into
+ *   out and lse (combine_row.cuh fd_split_tail: one launch a call; a
+ *   sequence without keys: split 0 writes its rows).
  *
  * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
@@ -158,9 +162,10 @@
  *   every block first waits in griddepcontrol.wait until the
  *   previous kernel in the stream has completed (a no-op without PDL), so
  *   only its launch overlaps that kernel. Then it executes
- *   griddepcontrol.launch_dependents, so the combine (also launched with PDL)
- *   is scheduled as soon as all split blocks are resident; it waits for this
- *   grid to complete before it reads the partials.
+ *   griddepcontrol.launch_dependents, so the next kernel (the next call's
+ *   split kernel, or the combine with FD_FUSED_COMBINE = 0, both launched
+ *   with PDL) is scheduled as soon as all split blocks are resident; it
+ *   waits for this grid to complete before it reads anything.
  */
 #ifndef FD_CUDA_SPLIT_MMA_KERNEL_CUH
 #define FD_CUDA_SPLIT_MMA_KERNEL_CUH
@@ -178,6 +183,7 @@
 #include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
 #include "pass_output.cuh"
+#include "combine_row.cuh"
 #include "split.h"
 #include "gpu_select.h"
 
@@ -225,28 +231,41 @@ static __device__ __forceinline__ bool fd_mma_copy_tile(
   return false;
 }
 
-/* fp8 TOKEN scales of key j (k into *tk, v into *tv): 0 unless j is in
- * [pass_lo, pass_end) (all below kv_len) and on a good page; such a key is
- * masked and its p is 0. */
-static __device__ __forceinline__ void fd_mma_tok_scales(const fd_kernel_params &p,
-                                                         const int32_t *bt_row, int pshift,
-                                                         bool check_pages, int b, int hk, int j,
-                                                         int pass_lo, int pass_end, float *tk,
-                                                         float *tv) {
-  *tk = *tv = 0.0f;
-  if (j < pass_lo || j >= pass_end) return;
+/* fp8 TOKEN: the page id of key j for fd_mma_copy_tok (read a tile ahead of
+ * the copy, as the tiles' ids), or -1: contiguous, past pass_end, or a
+ * thread past the tile's keys (t >= KT). */
+static __device__ __forceinline__ int fd_mma_tok_page(const fd_kernel_params &p,
+                                                      const int32_t *bt_row, int pshift, bool mine,
+                                                      int j, int pass_end) {
+  if (bt_row == nullptr || !mine || j >= pass_end) return -1;
+  return __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+}
+
+/* fp8 TOKEN: thread t < KT copies the k and v scale of the tile's key
+ * key0 + t into dst[t], dst[KT + t] by cp.async, in the tile's commit group
+ * (the scales travel the pipeline with their keys); zero-filled, not read,
+ * for keys outside [key0 + klo, key0 + nk) (as the tile's copies) or on a
+ * page id outside [0, num_pages): such a key is masked and its p is 0.
+ * page: the key's id from fd_mma_tok_page (paged caches). */
+template <int KT>
+static __device__ __forceinline__ void fd_mma_copy_tok(const fd_kernel_params &p, int pshift,
+                                                       bool check_pages, int b, int hk, int key0,
+                                                       int klo, int nk, int page, float *dst) {
+  const int t = (int)threadIdx.x;
+  if (t >= KT) return;
+  const int j = key0 + t;
+  bool ok = t >= klo && t < nk;
   int64_t at;
-  if (bt_row != nullptr) {
-    const int page = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+  if (p.page_size > 0) {
     const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-    if (check_pages && (page < 0 || page >= p.num_pages)) return;
+    if (check_pages && (page < 0 || page >= p.num_pages)) ok = false;
     at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
   } else {
     at = (int64_t)b * p.scale_strides[0] + (int64_t)j * p.scale_strides[1];
   }
   at += (int64_t)hk * p.scale_strides[2];
-  *tk = __ldg(p.k_scale + at);
-  *tv = __ldg(p.v_scale + at);
+  fd_cp_async4(dst + t, ok ? p.k_scale + at : p.k_scale, ok);
+  fd_cp_async4(dst + KT + t, ok ? p.v_scale + at : p.v_scale, ok);
 }
 
 /* The online softmax's step for one row whose tile max is mx: m becomes the
@@ -294,11 +313,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
   float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
   /* fp8: the last KT * D bytes of the K area (past the ST8 stages) hold the
-   * TOKEN scales, two tiles' worth ([2][2][KT] floats: tile parity, k / v),
-   * then the key-valid flags [ST8][KT] */
+   * TOKEN scales, a stage's worth per stage ([ST8][2][KT] floats: stage,
+   * k / v), then the key-valid flags [ST8][KT] */
   float *sTok = reinterpret_cast<float *>(smem + (size_t)ST * SB);
-  if constexpr (KV8 != 0) sValid = reinterpret_cast<unsigned char *>(sTok + 4 * KT);
-  static_assert(KV8 == 0 || 16 * KT + ST * KT <= KT * D, "fp8 scales and flags fit");
+  if constexpr (KV8 != 0) sValid = reinterpret_cast<unsigned char *>(sTok + 2 * ST * KT);
+  static_assert(KV8 == 0 || 8 * ST * KT + ST * KT <= KT * D, "fp8 scales and flags fit");
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -417,14 +436,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
      * any copy (one block_table round trip, not one per prologue tile). */
     int pgp[ST][M::LOADS];
+    /* fp8 TOKEN, paged: the page id of key tid of tiles 0 .. ST-1 (tpgp), then
+     * of the next tile to issue (tpg) */
+    int tpgp[ST];
+    const bool tok_pages = KV8 != 0 && tok && paged;
 #pragma unroll
     for (int s = 0; s < ST; s++) {
 #pragma unroll
       for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
+      tpgp[s] = -1;
       if (paged && s < num_tiles) {
         const int key0 = kbeg + s * KT;
         fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, key0,
                                min(KT, pass_end - key0), pgp[s]);
+        if (tok_pages) tpgp[s] = fd_mma_tok_page(p, bt_row, pshift, tid < KT, key0 + tid, pass_end);
       }
     }
 
@@ -442,6 +467,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             p, k_head, v_head, paged, pshift, one_page, key0,
             pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
             pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
+        if constexpr (KV8 != 0)
+          if (tok)
+            fd_mma_copy_tok<KT>(p, pshift, check_pages, b, hk, key0, pass_lo - key0,
+                                min(KT, pass_end - key0), tpgp[s], sTok + s * 2 * KT);
         if (s < ST - 2) bad_early = bad_early || bad;
         else bad_last = bad;
       }
@@ -449,19 +478,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[ST - 1][n];
-    /* fp8 TOKEN: tile 0's scales into sTok[0] (the loop's first barrier
-     * orders them before the math); thread tid < KT loads key tid's, and a
-     * tile's are loaded one iteration ahead of it. */
-    float tk = 0.0f, tv = 0.0f;
-    if constexpr (KV8 != 0) {
-      if (tok && tid < KT) {
-        fd_mma_tok_scales(p, bt_row, pshift, check_pages, b, hk, kbeg + tid, pass_lo, pass_end,
-                          &tk, &tv);
-        sTok[tid] = tk;
-        sTok[KT + tid] = tv;
-      }
-    }
-
+    int tpg = tpgp[ST - 1];
     /* Q fragments, once per pass (group 0: at most ST - 1 younger groups pending). */
     fd_cp_async_wait<ST - 1>();
     /* Bad-page bits (check_pages), block-uniform: bit i is set when tile
@@ -573,20 +590,22 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
               p, k_head, v_head, paged, pshift, one_page, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
               min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
               sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
-          if (paged && nt + 1 < num_tiles)
+          if constexpr (KV8 != 0)
+            if (tok)
+              fd_mma_copy_tok<KT>(p, pshift, check_pages, b, hk, nkey0,
+                                  PRE_LO ? pass_lo - nkey0 : 0, min(KT, pass_end - nkey0), tpg,
+                                  sTok + load_stage * 2 * KT);
+          if (paged && nt + 1 < num_tiles) {
             fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
                                    min(KT, pass_end - (nkey0 + KT)), pg);
+            if (tok_pages)
+              tpg = fd_mma_tok_page(p, bt_row, pshift, tid < KT, nkey0 + KT + tid, pass_end);
+          }
         }
         fd_cp_async_commit();
         load_stage = load_stage + 1 == ST ? 0 : load_stage + 1;
       }
-      /* fp8 TOKEN: the next tile's scales, loaded now, stored after this
-       * tile's math (the next iteration's barrier orders them) */
-      if constexpr (KV8 != 0)
-        if (tok && tid < KT && it + 1 < num_tiles)
-          fd_mma_tok_scales(p, bt_row, pshift, check_pages, b, hk, key0 + KT + tid, pass_lo,
-                            pass_end, &tk, &tv);
-      const float *tTok = sTok + (it & 1) * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
+      const float *tTok = sTok + stage * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
       constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
 
       if constexpr (SW) {
@@ -742,11 +761,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
               }
             }
           }
-        }
-        /* this thread's scales of the next tile (loaded above) */
-        if (KV8 != 0 && tok && tid < KT) {
-          sTok[((it + 1) & 1) * 2 * KT + tid] = tk;
-          sTok[((it + 1) & 1) * 2 * KT + KT + tid] = tv;
         }
       } else {
         /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
@@ -970,6 +984,8 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
      * waits for this grid's completion (griddepcontrol.wait) before reading. */
     fd_pdl_launch_dependents();
 
+    static_assert(fd_mma_cfg<D, NW, LEAN>::SMEM >= NW * FD_MAX_SPLITS * sizeof(float),
+                  "the fused combine's weights fit");
     const int split = blockIdx.x;
     const int hk = blockIdx.y;
     const int b = blockIdx.z;
@@ -978,7 +994,11 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     int begin, end; /* split.h: a window skips the keys before it */
     fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                  &begin, &end);
-    if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+    if (p.num_splits > 1 && begin >= end) { /* past the last key: no partials */
+      if (p.counters) /* a sequence without keys: split 0 writes its rows */
+        fd_split_tail<T, 32 * NW>(p, b, hk, split, false, reinterpret_cast<float *>(fd_mma_smem));
+      return;
+    }
 
     const int rows_total = p.group * p.q_len;
     /* rows a pass: 8 (the mma's N: FP8, SWAP16), or 16 (its M) for 16-bit
@@ -987,6 +1007,9 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
                                             min(PR, rows_total - row0), fd_mma_smem);
+    /* the last split block of (b, hk) to finish merges its rows */
+    if (p.counters)
+      fd_split_tail<T, 32 * NW>(p, b, hk, split, true, reinterpret_cast<float *>(fd_mma_smem));
   }
 }
 
