@@ -224,11 +224,6 @@ fd_status attention_begin_step(attention *a, int pos, fd_error *err) {
   fd_status st = fd_plan_init(&a->plan, &p, err);
   if (st != FD_STATUS_OK) return st;
   if ((st = reserve_workspace(a, a->plan.workspace_size, err))) return st;
-  /* a new plan each token (its split count follows kv_len): zero its split
-   * counters in the shared workspace */
-  if ((st = fd_workspace_init(&a->plan, a->workspace, a->workspace_capacity,
-                              c->backend == FD_BACKEND_CUDA ? a->stream : NULL, err)))
-    return st;
 
   if (c->backend == FD_BACKEND_CUDA) {
     if (a->table_dirty) {

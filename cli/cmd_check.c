@@ -47,7 +47,6 @@ static fd_status run_backend(problem *p, const fd_plan *plan, fd_error *err) {
   if ((st = problem_device_alloc(p, &dev, NULL, err))) goto done;
   if ((st = problem_device_upload(p, &dev, stream, err))) goto done;
   if (plan->workspace_size && (st = gpu_malloc(&ws, plan->workspace_size, err))) goto done;
-  if ((st = fd_workspace_init(plan, ws, plan->workspace_size, stream, err))) goto done;
   fd_tensors t = problem_fd_tensors(p, &dev);
   if ((st = fd_run(plan, &t, ws, plan->workspace_size, stream, err))) goto done;
   if ((st = gpu_copy_to_host(p->host.out, dev.out, p->out_bytes, stream, err)) ||

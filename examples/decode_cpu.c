@@ -80,11 +80,6 @@ int main(void) {
   }
   void *workspace = plan.workspace_size ? malloc(plan.workspace_size) : NULL;
   if (plan.workspace_size && !workspace) return 1;
-  /* once per workspace (a no-op on the CPU; zeroes CUDA's split counters) */
-  if (fd_workspace_init(&plan, workspace, plan.workspace_size, NULL, &err) != FD_STATUS_OK) {
-    fprintf(stderr, "fd_workspace_init: %s\n", err.message);
-    return 1;
-  }
 
   /* The tensors of this step (strides left 0: the dense layouts above). */
   fd_tensors t;

@@ -456,8 +456,6 @@ int main(int argc, char **argv) {
     p.num_pages = g->num_pages > 0 ? g->num_pages : 1;
     FD_OK(fd_plan_init(&g->plan, &p, &err_));
     CUDA_OK(cudaMalloc(&g->fd_ws, g->plan.workspace_size ? g->plan.workspace_size : 16));
-    /* once per workspace: its split counters zeroed (fd_run leaves them zero) */
-    FD_OK(fd_workspace_init(&g->plan, g->fd_ws, g->plan.workspace_size, g->stream, &err_));
     fd_nccl_problem np;
     memset(&np, 0, sizeof np);
     np.dtype = FD_DTYPE_F32;

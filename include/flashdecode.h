@@ -503,17 +503,8 @@ typedef struct fd_tensors {
  * kv_len and block_table value first (FD_STATUS_INVALID_ARGUMENT, nothing
  * written, on a bad one).
  *
- * The workspace: CUDA plans with num_splits > 1 keep a small counter region
- * in it (plan.ws_counters, batch * num_heads_kv uint32: how many split blocks
- * of each (sequence, kv head) have finished; the last one merges the
- * partials, so a call is one kernel launch). It must be zero before a run:
- * call fd_workspace_init once after allocating a workspace (or zero the
- * whole buffer), and again when a workspace that served another plan serves
- * this one. Every run leaves it zero when its kernel completes, so calls
- * captured in a CUDA graph replay without a memset. The rest of the workspace
- * is scratch between calls (any bytes, NaN included). CPU and reference
- * plans need no initialisation. One workspace must not be used by two calls
- * at once.
+ * The workspace needs no initialisation and is scratch between calls; one
+ * workspace must not be used by two calls at once.
  *
  * Returns FD_STATUS_OK, or (on any status but FD_STATUS_OK and
  * FD_STATUS_BACKEND_ERROR nothing was written: out, lse and the workspace are
@@ -572,22 +563,6 @@ typedef struct fd_tensors {
  */
 FD_API fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace,
                  size_t workspace_size, void *stream, fd_error *err);
-
-/*
- * Prepare `workspace` (workspace_size bytes, at least plan->workspace_size)
- * for fd_run with `plan`: CUDA with num_splits > 1: zeroes the counter
- * region (plan->ws_counters, batch * num_heads_kv * 4 bytes) by
- * cudaMemsetAsync on `stream` (capturable in a CUDA graph); anything else:
- * nothing to do. Needed once per workspace and plan layout (see fd_run);
- * zeroing the whole workspace does the same.
- *
- * Returns FD_STATUS_OK, or FD_STATUS_INVALID_ARGUMENT (plan NULL or not made
- * by fd_plan_init), FD_STATUS_WORKSPACE_TOO_SMALL (as fd_run),
- * FD_STATUS_UNSUPPORTED (CUDA: workspace not 16-byte aligned),
- * FD_STATUS_BACKEND_ERROR (the memset failed; message from CUDA).
- */
-FD_API fd_status fd_workspace_init(const fd_plan *plan, void *workspace, size_t workspace_size,
-                                   void *stream, fd_error *err);
 
 /*
  * One call: fd_plan_init, allocate the workspace, fd_run, free. CPU and

@@ -310,23 +310,6 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: backend %d is not runnable", (int)plan->backend);
 }
 
-fd_status fd_workspace_init(const fd_plan *plan, void *workspace, size_t workspace_size,
-                            void *stream, fd_error *err) {
-  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
-  if (plan->magic != FD_PLAN_MAGIC)
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: not made by fd_plan_init (or it failed)");
-  if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
-    return fd_fail(err, FD_STATUS_WORKSPACE_TOO_SMALL,
-                   "workspace_size: %zu bytes%s, the plan needs %zu", workspace ? workspace_size : 0,
-                   workspace ? "" : " (workspace NULL)", plan->workspace_size);
-  if (plan->backend != FD_BACKEND_CUDA || plan->num_splits <= 1) return fd_ok(err);
-  if ((uintptr_t)workspace % 16)
-    return fd_fail(err, FD_STATUS_UNSUPPORTED, "workspace: CUDA needs a 16-byte aligned base");
-  const fd_problem *p = &plan->problem;
-  return fd_cuda_memset_async(p->device, (char *)workspace + plan->ws_counters, 0,
-                              (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t), stream, err);
-}
-
 fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors, void *stream,
                     fd_error *err) {
   fd_plan plan;
@@ -337,12 +320,6 @@ fd_status fd_decode(const fd_problem *problem, const fd_tensors *tensors, void *
     if (plan.backend == FD_BACKEND_CUDA) {
       st = fd_cuda_malloc_async(&ws, plan.workspace_size, stream, err);
       if (st != FD_STATUS_OK) return st;
-      st = fd_workspace_init(&plan, ws, plan.workspace_size, stream, err);
-      if (st != FD_STATUS_OK) {
-        fd_error ferr;
-        (void)fd_cuda_free_async(ws, stream, &ferr);
-        return st;
-      }
     } else {
       ws = malloc(plan.workspace_size);
       if (!ws)

@@ -55,12 +55,6 @@ fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err) {
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
 
-fd_status fd_cuda_memset_async(int device, void *ptr, int value, size_t bytes, void *stream,
-                               fd_error *err) {
-  (void)device, (void)ptr, (void)value, (void)bytes, (void)stream;
-  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
-}
-
 fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states_out, const float *states_lse,
                         void *out, float *lse, void *stream, fd_error *err) {
   (void)p, (void)states_out, (void)states_lse, (void)out, (void)lse, (void)stream;

@@ -176,10 +176,6 @@ fd_status fd_cuda_merge(const fd_merge_problem *p, const void *states_out, const
 /* Stream-ordered allocation for fd_decode. */
 fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err);
 fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err);
-/* cudaMemsetAsync of `bytes` device bytes at ptr to `value` on stream, with
- * `device` current for the call. */
-fd_status fd_cuda_memset_async(int device, void *ptr, int value, size_t bytes, void *stream,
-                               fd_error *err);
 
 #ifdef __cplusplus
 }

@@ -148,35 +148,6 @@ static void test_plan_null(void **state) {
   expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "valid problem");
 }
 
-/* fd_workspace_init: argument errors named; a host plan has nothing to zero
- * and leaves the workspace's bytes as they are. */
-static void test_workspace_init(void **state) {
-  (void)state;
-  fd_problem p = valid_problem();
-  p.num_splits = 4;
-  fd_plan plan, bad;
-  fd_error err;
-  expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL, "plan");
-  assert_true(plan.workspace_size > 0);
-  unsigned char *ws = malloc(plan.workspace_size);
-  assert_non_null(ws);
-  memset(ws, 0x5a, plan.workspace_size);
-  expect_status(fd_workspace_init(NULL, ws, plan.workspace_size, NULL, &err),
-                FD_STATUS_INVALID_ARGUMENT, &err, "plan", "plan NULL");
-  memset(&bad, 0, sizeof bad);
-  expect_status(fd_workspace_init(&bad, ws, plan.workspace_size, NULL, &err),
-                FD_STATUS_INVALID_ARGUMENT, &err, "fd_plan_init", "plan not made");
-  expect_status(fd_workspace_init(&plan, NULL, plan.workspace_size, NULL, &err),
-                FD_STATUS_WORKSPACE_TOO_SMALL, &err, "workspace", "workspace NULL");
-  expect_status(fd_workspace_init(&plan, ws, plan.workspace_size - 1, NULL, &err),
-                FD_STATUS_WORKSPACE_TOO_SMALL, &err, "workspace_size", "workspace short");
-  expect_status(fd_workspace_init(&plan, ws, plan.workspace_size, NULL, &err), FD_STATUS_OK, &err,
-                NULL, "cpu plan");
-  for (size_t i = 0; i < plan.workspace_size; i++)
-    if (ws[i] != 0x5a) fail_msg("workspace byte %zu changed by a CPU plan's fd_workspace_init", i);
-  free(ws);
-}
-
 typedef struct bad_problem {
   const char *what;
   const char *needle;
@@ -814,7 +785,6 @@ static void test_struct_sizes(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_null),          cmocka_unit_test(test_plan_bad_fields),
-      cmocka_unit_test(test_workspace_init),
       cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_variants_accepted),
       cmocka_unit_test(test_plan_cuda),          cmocka_unit_test(test_run_nan_sink),
       cmocka_unit_test(test_run_sinks_misaligned),

@@ -260,14 +260,6 @@ def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):
     _lib.check(status, err)
 
 
-def fd_workspace_init(plan, workspace_ptr, workspace_size, stream):
-    """Call fd_workspace_init (zeroes a CUDA plan's split counters); raise on failure."""
-    err = _lib.FdError()
-    status = _lib.lib.fd_workspace_init(ctypes.byref(plan), workspace_ptr, workspace_size, stream,
-                                        ctypes.byref(err))
-    _lib.check(status, err)
-
-
 def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits,
                alloc_workspace, stream, sinks=None, variants=PLAIN, kv_dtype=None, k_scale=None,
                v_scale=None):
@@ -286,7 +278,6 @@ def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits
     buf, addr = (None, None)
     if plan.workspace_size:
         buf, addr = alloc_workspace(plan.workspace_size)
-        fd_workspace_init(plan, addr, plan.workspace_size, stream)  # a fresh buffer's counters
     fd_run(plan, tensors, addr, plan.workspace_size, stream)
     del buf
     return g

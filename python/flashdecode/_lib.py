@@ -315,8 +315,6 @@ def _declare(lib):
         "fd_plan_init": (_c_enum, [P(FdPlan), P(FdProblem), P(FdError)]),
         "fd_run": (_c_enum, [P(FdPlan), P(FdTensors), ctypes.c_void_p, ctypes.c_size_t,
                              ctypes.c_void_p, P(FdError)]),
-        "fd_workspace_init": (_c_enum, [P(FdPlan), ctypes.c_void_p, ctypes.c_size_t,
-                                        ctypes.c_void_p, P(FdError)]),
         "fd_decode": (_c_enum, [P(FdProblem), P(FdTensors), ctypes.c_void_p, P(FdError)]),
         "fd_num_splits_heuristic": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,
                                                      ctypes.c_int32, ctypes.c_int32]),

@@ -200,10 +200,7 @@ class DecodePlan:
     workspace : 1-D uint8 tensor/array, optional
         Use this buffer (>= workspace_size bytes, on the plan's device)
         instead of allocating one, e.g. to share one workspace between plans
-        that never run at the same time. On CUDA a plan with splits keeps
-        counters in it that must be zero before a run (fd_workspace_init):
-        run() zeroes them first (one small memset a run) for a buffer given
-        here, once at construction for its own.
+        that never run at the same time.
     window_left : int
         Sliding window (see :func:`flashdecode.decode`): -1 = none (default),
         ``W >= 0``: a row at position p sees keys p - W .. p. The split count
@@ -327,15 +324,6 @@ class DecodePlan:
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
         self._on_cuda = self._device != "cpu"
-        # CUDA plans with splits keep counters in the workspace that must be
-        # zero before a run (each run leaves them zero): zeroed here once for
-        # a workspace of our own, before every run for one the caller passed
-        # (it may serve other plans between our runs)
-        self._ws_shared = workspace is not None
-        if self._on_cuda and self._ws_size and not self._ws_shared:
-            torch = sys.modules["torch"]
-            _core.fd_workspace_init(self._plan, self._ws_addr, self._ws_size,
-                                    torch.cuda.current_stream(self._device).cuda_stream)
         # CPU runs use the one workspace synchronously: concurrent calls on one
         # plan take turns (a CUDA run only enqueues; see run()'s Notes)
         self._cpu_lock = threading.Lock() if not self._on_cuda and self._ws_size else None
@@ -633,8 +621,6 @@ class DecodePlan:
         if self._on_cuda:  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         err = _FdError()
-        if self._ws_shared and self._on_cuda and self._ws_size:
-            _core.fd_workspace_init(self._plan, self._ws_addr, self._ws_size, stream)
         if self._cpu_lock is None:
             status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
         else:
@@ -710,8 +696,6 @@ class DecodePlan:
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
-        if self._ws_shared and self._on_cuda and self._ws_size:
-            _core.fd_workspace_init(self._plan, self._ws_addr, self._ws_size, stream)
         if self._cpu_lock is None:
             _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
         else:

@@ -253,20 +253,6 @@ extern "C" fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream
   return fd_ok(err);
 }
 
-extern "C" fd_status fd_cuda_memset_async(int device, void *ptr, int value, size_t bytes,
-                                          void *stream, fd_error *err) {
-  int prev = 0;
-  cudaError_t e = cudaGetDevice(&prev);
-  if (e != cudaSuccess) return cuda_fail(err, "device: cudaGetDevice failed", e);
-  if (prev != device && (e = cudaSetDevice(device)) != cudaSuccess)
-    return cuda_fail(err, "device: cudaSetDevice failed", e);
-  e = cudaMemsetAsync(ptr, value, bytes, (cudaStream_t)stream);
-  const cudaError_t r = prev != device ? cudaSetDevice(prev) : cudaSuccess;
-  if (e != cudaSuccess) return cuda_fail(err, "workspace: cudaMemsetAsync failed", e);
-  if (r != cudaSuccess) return cuda_fail(err, "device: restoring the current device failed", r);
-  return fd_ok(err);
-}
-
 extern "C" fd_status fd_cuda_free_async(void *ptr, void *stream, fd_error *err) {
   const cudaError_t e = cudaFreeAsync(ptr, (cudaStream_t)stream);
   if (e != cudaSuccess) return cuda_fail(err, "workspace: cudaFreeAsync failed", e);
@@ -296,10 +282,6 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   if (plan->num_splits > 1) {
     kp->partial_o = (float *)((char *)workspace + plan->ws_partial_o);
     kp->partial_ml = (float *)((char *)workspace + plan->ws_partial_ml);
-    /* the last split block merges (counters zeroed by fd_workspace_init and
-     * left zero by every call); FD_FUSED_COMBINE=0: the combine kernel */
-    if (FD_FUSED_COMBINE)
-      kp->counters = (unsigned *)((char *)workspace + plan->ws_counters);
   }
   kp->dtype = (int32_t)pr->dtype;
   kp->batch = pr->batch;
@@ -398,7 +380,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     const int cfg = mma_config(plan, &kp, &f->g);
     e = cfg < 0 ? cudaErrorInvalidConfiguration : fd_split_mma_launch(&kp, cfg, s);
   }
-  if (e == cudaSuccess && plan->num_splits > 1 && kp.counters == NULL) {
+  if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
     e = fd_combine_launch(&kp, s);
   }

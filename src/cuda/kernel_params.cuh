@@ -9,12 +9,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* 1: the last split block of each (sequence, kv head) merges the partials
- * (combine_row.cuh); 0: a separate combine kernel does (A/B builds). */
-#ifndef FD_FUSED_COMBINE
-#define FD_FUSED_COMBINE 1
-#endif
-
 /* Everything one fd_run needs on the device. Strides are in elements and all
  * explicit (api.c resolved them); pointers are device pointers. */
 typedef struct fd_kernel_params {
@@ -34,10 +28,6 @@ typedef struct fd_kernel_params {
   int64_t lse_strides[3];     /* {batch, head, token} */
   float *partial_o;           /* [rows][num_splits][head_dim]; NULL when num_splits == 1 */
   float *partial_ml;          /* [rows][num_splits][2] = (m, l); NULL when num_splits == 1 */
-  unsigned *counters;         /* [batch][num_heads_kv] finished split blocks (zero between
-                                 calls): the combine inside the split kernel
-                                 (combine_row.cuh fd_split_tail); NULL: the separate
-                                 combine kernel (num_splits == 1: neither) */
   int32_t dtype;              /* fd_dtype */
   int32_t batch;
   int32_t q_len;

@@ -74,8 +74,7 @@
  *   (the combine reads only fd_active_splits splits); rows that see none of an
  *   active split's keys write m = -inf, l = 0, O = 0. num_splits == 1: out = O / l
  *   in the dtype and lse = m + ln l; a row with no visible key gets out = 0,
- *   lse = -inf. With num_splits > 1 the last block of a (sequence, kv head)
- *   to finish merges its partials (combine_row.cuh fd_split_tail).
+ *   lse = -inf.
  */
 #include <math.h>
 
@@ -83,7 +82,6 @@
 #include "kernel_params.cuh"
 #include "device_util.cuh"
 #include "pass_output.cuh"
-#include "combine_row.cuh"
 #include "split.h"
 
 #define FD_SPLIT_THREADS 128
@@ -541,14 +539,7 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
   fd_seq_split(bp.kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed,
                bp.split, &bp.begin, &bp.end);
-  static_assert(fd_split_smem_bytes<T, D>() >= FD_SPLIT_THREADS / 32 * FD_MAX_SPLITS * sizeof(float),
-                "the fused combine's weights fit");
-  if (p.num_splits > 1 && bp.begin >= bp.end) { /* past the last key: no partials */
-    if (p.counters) /* a sequence without keys: split 0 writes its rows */
-      fd_split_tail<T, FD_SPLIT_THREADS>(p, bp.b, bp.hk, bp.split, false,
-                                         reinterpret_cast<float *>(fd_smem));
-    return;
-  }
+  if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */
 
   /* Block-uniform dispatch on the pass's row count, so the inner loops have no
    * per-row branches (full instruction-level parallelism across rows). */
@@ -564,10 +555,6 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
     else
       fd_split_pass<T, D, 1, DV>(p, bp, row0, pass_rows, fd_smem);
   }
-  /* the last split block of (b, hk) to finish merges its rows */
-  if (p.counters)
-    fd_split_tail<T, FD_SPLIT_THREADS>(p, bp.b, bp.hk, bp.split, true,
-                                       reinterpret_cast<float *>(fd_smem));
 }
 
 template <typename T, int D, int DV>

@@ -99,12 +99,7 @@ static void *work(void *arg) {
         memset(w->lse, 0xff, sh->lse_bytes);
         if (plan->workspace_size) memset(w->ws[i], 0xff, plan->workspace_size);
       }
-      fd_status st = fd_workspace_init(plan, w->ws[i], plan->workspace_size, w->stream, &err);
-      if (st != FD_STATUS_OK) {
-        note_error(w, "fd_workspace_init", err.message);
-        continue;
-      }
-      st = fd_run(plan, &t, w->ws[i], plan->workspace_size, w->stream, &err);
+      fd_status st = fd_run(plan, &t, w->ws[i], plan->workspace_size, w->stream, &err);
       if (st != FD_STATUS_OK) {
         note_error(w, "fd_run", err.message);
         continue;

@@ -15,9 +15,6 @@
  *      capacity, all empty, back again), kv_len copied into the same device
  *      buffer, out and lse poisoned (NaN), the graph launched: both layers'
  *      out and lse bitwise equal to the eager run of that vector.
- * The workspace's partials are poisoned before every run; its split
- * counters are zeroed once (fd_workspace_init) and must stay zero after
- * every run and replay (the two layers share one workspace).
  * A fourth case has a sliding window of 127 keys (q_len 2), sinks and a
  * soft-cap: as kv_len grows across the replays (past the window, then one
  * token at a time) the window slides, and the splits, planned once for the
@@ -120,21 +117,12 @@ static void graph_case(const rel_env *env, const fd_case *c) {
     if (rel_quick() && pi == 1) continue; /* quick: the two split plans */
     const fd_plan *plan = &plans[pi];
     g.ws = plan->workspace_size ? rel_alloc(FD_BACKEND_CUDA, plan->workspace_size) : NULL;
-    /* the split counters zeroed once (fd_workspace_init); every run and
-     * replay must leave them zero: only the partials before them are
-     * poisoned between runs */
-    const size_t ws_poison = plan->num_splits > 1 ? plan->ws_counters : plan->workspace_size;
-    if (g.ws) {
-      fd_error ierr;
-      if (fd_workspace_init(plan, g.ws, plan->workspace_size, stream, &ierr) != FD_STATUS_OK)
-        fail_msg("fd_workspace_init: %s", ierr.message);
-    }
     char what[1300];
     /* 1. eager runs */
     for (int vi = 0; vi < NVEC; vi++) {
       check(rel_cuda_upload_async(g.kv_len, vectors[vi], B * sizeof(int32_t), stream), "kv_len upload");
       poison(&g, stream);
-      if (g.ws) check(rel_cuda_memset_async(g.ws, 0xff, ws_poison, stream), "workspace memset");
+      if (g.ws) check(rel_cuda_memset_async(g.ws, 0xff, plan->workspace_size, stream), "workspace memset");
       enqueue(plan, &inputs, &g, stream, 1);
       check(rel_cuda_download_async(eager_out + vi * g.out_bytes, g.out[0], g.out_bytes, stream), "download");
       check(rel_cuda_download_async((char *)eager_lse + vi * g.lse_bytes, g.lse[0], g.lse_bytes, stream),
@@ -167,7 +155,7 @@ static void graph_case(const rel_env *env, const fd_case *c) {
       const int vi = order[oi];
       check(rel_cuda_upload_async(g.kv_len, vectors[vi], B * sizeof(int32_t), stream), "kv_len upload");
       poison(&g, stream);
-      if (g.ws) check(rel_cuda_memset_async(g.ws, 0xff, ws_poison, stream), "workspace memset");
+      if (g.ws) check(rel_cuda_memset_async(g.ws, 0xff, plan->workspace_size, stream), "workspace memset");
       check(rel_cuda_graph_launch(exec, stream), "cudaGraphLaunch");
       for (int l = 0; l < 2; l++) {
         check(rel_cuda_download_async(got, g.out[l], g.out_bytes, stream), "download");

@@ -354,8 +354,6 @@ static void item4_paged_growth(void **state) {
         rel_fill(be, dlse, 0xff, sizeof lse);
         rel_fill(be, dws, 0xff, most.workspace_size);
         if (plan->workspace_size > most.workspace_size) fail_msg("test bug: workspace too small");
-        if (fd_workspace_init(plan, dws, plan->workspace_size, NULL, &err) != FD_STATUS_OK)
-          fail_msg("step %d: fd_workspace_init: %s", step, err.message);
         fd_status st = fd_run(plan, &t, dws, plan->workspace_size, NULL, &err);
         if (st != FD_STATUS_OK) fail_msg("step %d: fd_run: %s", step, err.message);
         rel_sync(be);
