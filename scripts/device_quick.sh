@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -40,6 +40,13 @@ if [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then th
   [ "${FD_QUICK_RACE:-1}" = 1 ] && FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*d128*' run 120 \
     compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_fp8_grid
   run 30 build-90a/tests/reliability/test_reliability_gpu variants
+  # FD_QUICK_REL="group ...": those reliability groups too (quick mode, 60 s each)
+  for grp in ${FD_QUICK_REL:-}; do
+    FD_TEST_QUICK=1 run 60 build-90a/tests/reliability/test_reliability_gpu "$grp"
+  done
+  # FD_QUICK_MEMCHECK=1: compute-sanitizer memcheck of the 16-bit grid's bf16 d128 cases
+  [ "${FD_QUICK_MEMCHECK:-0}" = 1 ] && FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 120 \
+    compute-sanitizer --tool memcheck --error-exitcode 99 build-90a/tests/test_gpu_grid
 else
   run 20 build-90a/tests/test_variants cuda
   run 30 build-90a/tests/test_gpu_append
