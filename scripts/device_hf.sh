@@ -15,7 +15,8 @@
 #
 # Usage: [OUT=dir] [FD_DEADLINE_S=570] scripts/device_hf.sh bench|test|all
 # Output: $OUT/hf-log.txt, and bench_e2e.py's CSV and PNG.
-# (PYTHON=... picks the interpreter; FD_HF_CUDA=OFF builds the CPU backend only: a dry run
+# (PYTHON=... picks the interpreter; FD_HF_ARCHS=90a-real builds for the H200 only (faster);
+# FD_HF_CUDA=OFF builds the CPU backend only: a dry run
 # on a machine without a GPU, where the CUDA tests skip and the benchmark cannot run.)
 set -u
 MODE=${1:-all}
@@ -37,7 +38,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 echo "== build (build-hf/, t=$(( $(date +%s) - START ))s)"
 if [ ! -f build-hf/libflashdecode.so ] || [ -n "$(find src include CMakeLists.txt -newer build-hf/libflashdecode.so 2>/dev/null | head -1)" ]; then
   { cmake -S . -B build-hf -DCMAKE_BUILD_TYPE=Release -DFD_CUDA="${FD_HF_CUDA:-ON}" -DFD_BUILD_TESTS=OFF \
-      -DFD_BUILD_CLI=OFF && cmake --build build-hf -j "$(nproc)" --target flashdecode; } \
+      -DFD_BUILD_CLI=OFF ${FD_HF_ARCHS:+-DFD_CUDA_ARCHS=$FD_HF_ARCHS} &&
+      cmake --build build-hf -j "$(nproc)" --target flashdecode; } \
     >/tmp/fd-hf-build.txt 2>&1 || { echo "BUILD FAILED"; tail -40 /tmp/fd-hf-build.txt; exit 1; }
 fi
 export FLASHDECODE_LIBRARY="$PWD/build-hf/libflashdecode.so"
