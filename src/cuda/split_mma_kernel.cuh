@@ -143,10 +143,7 @@
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
- *   keys). With num_splits > 1 the block then counts itself finished in its
- *   (sequence, kv head)'s counter and the last one merges the partials into
- *   out and lse (combine_row.cuh fd_split_tail: one launch a call; a
- *   sequence without keys: split 0 writes its rows).
+ *   keys).
  *
  * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
@@ -162,10 +159,9 @@
  *   every block first waits in griddepcontrol.wait until the
  *   previous kernel in the stream has completed (a no-op without PDL), so
  *   only its launch overlaps that kernel. Then it executes
- *   griddepcontrol.launch_dependents, so the next kernel (the next call's
- *   split kernel, or the combine with FD_FUSED_COMBINE = 0, both launched
- *   with PDL) is scheduled as soon as all split blocks are resident; it
- *   waits for this grid to complete before it reads anything.
+ *   griddepcontrol.launch_dependents, so the combine (also launched with PDL)
+ *   is scheduled as soon as all split blocks are resident; it waits for this
+ *   grid to complete before it reads the partials.
  */
 #ifndef FD_CUDA_SPLIT_MMA_KERNEL_CUH
 #define FD_CUDA_SPLIT_MMA_KERNEL_CUH
@@ -183,7 +179,6 @@
 #include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
 #include "pass_output.cuh"
-#include "combine_row.cuh"
 #include "split.h"
 #include "gpu_select.h"
 
@@ -984,8 +979,6 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
      * waits for this grid's completion (griddepcontrol.wait) before reading. */
     fd_pdl_launch_dependents();
 
-    static_assert(fd_mma_cfg<D, NW, LEAN>::SMEM >= NW * FD_MAX_SPLITS * sizeof(float),
-                  "the fused combine's weights fit");
     const int split = blockIdx.x;
     const int hk = blockIdx.y;
     const int b = blockIdx.z;
@@ -994,11 +987,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     int begin, end; /* split.h: a window skips the keys before it */
     fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                  &begin, &end);
-    if (p.num_splits > 1 && begin >= end) { /* past the last key: no partials */
-      if (p.counters) /* a sequence without keys: split 0 writes its rows */
-        fd_split_tail<T, 32 * NW>(p, b, hk, split, false, reinterpret_cast<float *>(fd_mma_smem));
-      return;
-    }
+    if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
     const int rows_total = p.group * p.q_len;
     /* rows a pass: 8 (the mma's N: FP8, SWAP16), or 16 (its M) for 16-bit
@@ -1007,9 +996,6 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
                                             min(PR, rows_total - row0), fd_mma_smem);
-    /* the last split block of (b, hk) to finish merges its rows */
-    if (p.counters)
-      fd_split_tail<T, 32 * NW>(p, b, hk, split, true, reinterpret_cast<float *>(fd_mma_smem));
   }
 }
 
