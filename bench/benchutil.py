@@ -7,7 +7,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit():
-    """Short HEAD id, '-dirty' when tracked files differ; 'nogit' without git."""
+    """Short HEAD id, '-dirty' when tracked files differ; 'nogit' without git. FD_COMMIT
+    in the environment wins (the GPU machine's copy of .git can lag its work tree)."""
+    if os.environ.get("FD_COMMIT"):
+        return os.environ["FD_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, timeout=10).stdout.strip()

@@ -13,7 +13,8 @@
 #          bfloat16 against sdpa; prints the answers)
 #   all    both, when .hf-carry/a and b are both there
 #
-# Usage: [OUT=dir] [FD_DEADLINE_S=570] scripts/device_hf.sh bench|test|all
+# Usage: [OUT=dir] [FD_DEADLINE_S=570] [FD_COMMIT=id] scripts/device_hf.sh bench|test|all
+# (FD_COMMIT names the results: the GPU machine's copy of .git can lag its work tree)
 # Output: $OUT/hf-log.txt, and bench_e2e.py's CSV and PNG.
 # (PYTHON=... picks the interpreter; FD_HF_ARCHS=90a-real builds for the H200 only (faster);
 # FD_HF_CUDA=OFF builds the CPU backend only: a dry run
