@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""bench_interleave.py — what one attention call costs between a model's GEMMs (H200).
+
+The end-to-end benchmark (bench_e2e.py) put flashdecode ~8 us a layer behind SDPA's cuDNN
+backend at B=1 8k while the kernels alone tie in bench_gpu.py. This isolates that: L
+"layers", each with its own bf16 weight [4096, 4096] and its own KV cache (so nothing stays
+in L2 from layer to layer), timed as CUDA graphs of
+
+  gemm         L x (x @ W_l)                     the model's other work, reduced to one GEMM
+  attn:<impl>  L x attention(q, K_l, V_l)        back to back, as bench_gpu.py times them
+  both:<impl>  L x (x @ W_l, then attention)     interleaved, as in a model
+
+and reports, per impl, the cost of an attention call inside the model, (both - gemm) / L,
+against its cost back to back, attn / L. impls: flashdecode (DecodePlan.run on a
+[B, S, Hkv, D] cache), sdpa-cudnn and sdpa-flash (exact-length [B, Hkv, S, D] K/V,
+enable_gqa). A gap only flashdecode shows points at what differs between the kernels in a
+model's stream: the split kernel's large shared-memory carveout beside cuBLAS's, its second
+(combine) launch, programmatic dependent launch inside a graph.
+
+  PYTHONPATH=python FLASHDECODE_LIBRARY=build/libflashdecode.so \\
+      python3 bench/bench_interleave.py [--batch 1] [--context 8192] [--layers 32]
+Prints one line per measurement and writes nothing (a diagnostic; its numbers go to
+bench/NOTES.md with the run's log).
+"""
+import argparse
+import statistics
+import sys
+
+import torch
+
+
+def time_graph(fn, reps=20):
+    """Median ms of one replay of a CUDA graph of fn()."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # warm-up, plans, cuDNN's choice
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--context", type=int, default=8192)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=4096)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_interleave: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import flashdecode
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B, S, L, H = args.batch, args.context, args.layers, args.hidden
+    HQ, HKV, D = 32, 8, 128
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(1)
+    x = torch.randn(B, H, device=dev, dtype=dt, generator=g)
+    W = [torch.randn(H, H, device=dev, dtype=dt, generator=g) * 0.02 for _ in range(L)]
+    q = torch.randn(B, 1, HQ, D, device=dev, dtype=dt, generator=g)
+    # one cache per layer, [B, S, Hkv, D] (flashdecode) and its [B, Hkv, S, D] view (SDPA)
+    K = [torch.randn(B, S, HKV, D, device=dev, dtype=dt, generator=g) for _ in range(L)]
+    V = [torch.randn(B, S, HKV, D, device=dev, dtype=dt, generator=g) for _ in range(L)]
+    kv_len = torch.full((B,), S, dtype=torch.int32, device=dev)
+    plan = flashdecode.DecodePlan(batch=B, q_len=1, num_heads_q=HQ, num_heads_kv=HKV,
+                                  head_dim=D, dtype=dt, kv_capacity=S, device=dev,
+                                  kv_len_hint=[S] * B)
+    out = torch.empty_like(q)
+    qs = q.transpose(1, 2)  # [B, HQ, 1, D]
+
+    def fd(l):
+        plan.run(q, K[l], V[l], kv_len, out=out)
+
+    def sdpa(backend):
+        def call(l):
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(qs, K[l].transpose(1, 2), V[l].transpose(1, 2),
+                                               enable_gqa=True)
+        return call
+
+    impls = {"flashdecode": fd, "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+    ys = [None] * L
+
+    def gemm():
+        for l in range(L):
+            ys[l] = x @ W[l]
+
+    t_gemm = time_graph(gemm)
+    print(f"bench_interleave: {torch.cuda.get_device_name()} B={B} context={S} layers={L} "
+          f"32/8 d128 bf16; flashdecode {flashdecode.version()} ({plan.num_splits} splits)")
+    print(f"  gemm                     {t_gemm * 1e3 / L:8.2f} us a layer")
+    for name, call in impls.items():
+        def attn(call=call):
+            for l in range(L):
+                call(l)
+
+        def both(call=call):
+            for l in range(L):
+                ys[l] = x @ W[l]
+                call(l)
+        try:
+            t_attn, t_both = time_graph(attn), time_graph(both)
+        except Exception as exc:  # a backend this torch build lacks
+            print(f"  {name:24s} unavailable: {type(exc).__name__}: {str(exc)[:100]}")
+            continue
+        alone, inside = t_attn * 1e3 / L, (t_both - t_gemm) * 1e3 / L
+        print(f"  {name:24s} back to back {alone:8.2f} us, between GEMMs {inside:8.2f} us "
+              f"(+{inside - alone:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
