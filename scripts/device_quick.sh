@@ -3,6 +3,7 @@
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
 # [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
+# [FD_QUICK_INTERLEAVE="bench_interleave.py flags;..."]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -81,6 +82,15 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     # one file for the second build's results: at most 8 files come back
     tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
+fi
+# FD_QUICK_INTERLEAVE="flags": bench/bench_interleave.py (attention between GEMMs), e.g.
+# "--context 8192" (run twice to see 32k: "--context 8192;--context 32768")
+if [ -n "${FD_QUICK_INTERLEAVE:-}" ]; then
+  IFS=';' read -r -a ilv <<<"$FD_QUICK_INTERLEAVE"
+  for a in "${ilv[@]}"; do
+    # shellcheck disable=SC2086
+    run 120 python3 bench/bench_interleave.py $a
+  done
 fi
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
 if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
