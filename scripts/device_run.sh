@@ -28,6 +28,8 @@
 #   gpu), compute-sanitizer memcheck of the GPU grid; then
 #   bench_gpu.py --no-peers on build-sm80ptx, its files named
 #   <date>-<commit>-sm80ptx-h200*.csv (beside the sm_90a run's -h200.csv).
+#   FD_AMPERE_VARIANTS="sm80ptx" (or "sm86"): one of the two builds only (two
+#   calls when both do not fit one call's deadline).
 #   FD_BENCH_ARGS="...": more bench_gpu.py flags (bench and exp), e.g.
 #   "--variants-only", "--no-variants", "--shapes b1-,var-mistral", "--no-flex".
 # bench: FlashInfer's wheels (.whl/, scripts/fetch_device_deps.sh) are installed
@@ -221,25 +223,35 @@ if [ "$MODE" = ampere ]; then
   # the JIT cache starts empty, so the first-use time below is the JIT's
   export CUDA_CACHE_PATH=/tmp/fd-jit-cache CUDA_CACHE_MAXSIZE=4294967296
   rm -rf "$CUDA_CACHE_PATH"
-  if ! step "build: build-sm80ptx (80-virtual) and build-sm86 (80-virtual, 100 KB), at once" 90; then
+  # FD_AMPERE_VARIANTS: which of the two builds (default both; one a call when
+  # both do not fit the deadline)
+  AV=${FD_AMPERE_VARIANTS:-sm80ptx sm86}
+  if ! step "build: $AV (80-virtual; sm86: a 100 KB budget), at once" 90; then
     exit 1
   fi
   t=$(date +%s)
-  abuild sm80ptx -DFD_CUDA_ARCHS=80-virtual & p1=$!
-  abuild sm86 -DFD_CUDA_ARCHS=80-virtual -DFD_CUDA_SMEM_LIMIT_KB=100 & p2=$!
-  wait $p1; r1=$?; wait $p2; r2=$?
-  for n in sm80ptx sm86; do
-    grep -E "flashdecode: CUDA" "/tmp/fd-build-$n.txt" | sed "s/^/   [$n] /"
+  pids=()
+  for n in $AV; do
+    case $n in
+      sm80ptx) abuild sm80ptx -DFD_CUDA_ARCHS=80-virtual & pids+=($!) ;;
+      sm86) abuild sm86 -DFD_CUDA_ARCHS=80-virtual -DFD_CUDA_SMEM_LIMIT_KB=100 & pids+=($!) ;;
+      *) echo "unknown FD_AMPERE_VARIANTS entry $n"; exit 1 ;;
+    esac
   done
-  [ $r1 -eq 0 ] || { echo "BUILD FAILED (sm80ptx)"; tail -40 /tmp/fd-build-sm80ptx.txt; exit 1; }
-  [ $r2 -eq 0 ] || { echo "BUILD FAILED (sm86)"; tail -40 /tmp/fd-build-sm86.txt; exit 1; }
-  echo "   both built in $(( $(date +%s) - t ))s"
+  k=0
+  for n in $AV; do
+    wait "${pids[$k]}" || { echo "BUILD FAILED ($n)"; tail -40 "/tmp/fd-build-$n.txt"; exit 1; }
+    grep -E "flashdecode: CUDA" "/tmp/fd-build-$n.txt" | sed "s/^/   [$n] /"
+    k=$((k + 1))
+  done
+  echo "   built in $(( $(date +%s) - t ))s"
+  jb=build-$(echo "$AV" | awk '{print $1}') # the JIT timing runs on the first
 
   if step "first use: the driver JIT-compiles the compute_80 PTX (empty cache), then cached" 120; then
     for pass in "JIT" "cached"; do
       for dt in bf16 f32; do
         t=$(date +%s%N)
-        line=$(./build-sm80ptx/flashdecode check --backend cuda --dtype $dt --batch 2 \
+        line=$(./$jb/flashdecode check --backend cuda --dtype $dt --batch 2 \
           --num-heads-q 8 --num-heads-kv 2 --head-dim 128 --kv-len 3000 2>&1 | tail -1)
         echo "   $pass $dt: $(( ($(date +%s%N) - t) / 1000000 )) ms: $line"
       done
@@ -247,15 +259,21 @@ if [ "$MODE" = ampere ]; then
     du -sh "$CUDA_CACHE_PATH" 2>/dev/null | sed 's/^/   JIT cache: /'
   fi
 
-  if step "both builds at once: test_fatbin, test_gpu_select device, ctest -L gpu, memcheck of the GPU grid" 200; then
+  if step "$AV at once: test_fatbin, test_gpu_select device, ctest -L gpu, memcheck of the GPU grid" 200; then
     # bounded by the deadline (less the summary's margin): the log must come back
     left=$(( DEADLINE - ($(date +%s) - START) - 20 ))
-    timeout "$left" bash -c "$(declare -f avariant); avariant sm80ptx" >/tmp/fd-amp-sm80ptx.txt 2>&1 & p1=$!
-    timeout "$left" bash -c "$(declare -f avariant); avariant sm86" >/tmp/fd-amp-sm86.txt 2>&1 & p2=$!
-    wait $p1; r1=$?; wait $p2; r2=$?
-    [ $r1 -eq 0 ] || { status=1; [ $r1 -eq 124 ] && echo "   [sm80ptx] stopped at the deadline"; }
-    [ $r2 -eq 0 ] || { status=1; [ $r2 -eq 124 ] && echo "   [sm86] stopped at the deadline"; }
-    for n in sm80ptx sm86; do
+    pids=()
+    for n in $AV; do
+      timeout "$left" bash -c "$(declare -f avariant); avariant $n" >"/tmp/fd-amp-$n.txt" 2>&1 &
+      pids+=($!)
+    done
+    k=0
+    for n in $AV; do
+      wait "${pids[$k]}"; r=$?
+      [ $r -eq 0 ] || { status=1; [ $r -eq 124 ] && echo "   [$n] stopped at the deadline"; }
+      k=$((k + 1))
+    done
+    for n in $AV; do
       echo "-- [$n]"
       grep -E "^---- |^SASS|^PTX|PASS|^FAIL|^device 0|^build:|^  16-bit|^  float32|Test +#|tests passed|tests failed|ERROR SUMMARY|memcheck exit| passed| failed| skipped|error" \
         "/tmp/fd-amp-$n.txt" | grep -v "^---- \[.*\] \(test_fatbin\|ctest\)$" | head -60
@@ -263,7 +281,7 @@ if [ "$MODE" = ampere ]; then
     done
   fi
 
-  if step "benchmark without peers, build-sm80ptx (bench/bench_gpu.py --no-peers --tag sm80ptx)" 90; then
+  if [[ " $AV " == *" sm80ptx "* ]] && step "benchmark without peers, build-sm80ptx (bench/bench_gpu.py --no-peers --tag sm80ptx)" 90; then
     left=$(( DEADLINE - ($(date +%s) - START) ))
     budget=$(( left - 50 )); [ "$budget" -gt 240 ] && budget=240
     # files <date>-<commit>-sm80ptx-h200*.csv, beside the sm_90a run's <date>-<commit>-h200*.csv
