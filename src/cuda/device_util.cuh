@@ -170,7 +170,6 @@ static __device__ __forceinline__ float fd_exp2_ftz(float x) {
  * series below it), so cap * tanh carries ~2e-6 of the score's size: far
  * inside fp16 / bf16 rounding; |u| large: e^(2|u|) = inf, the division
  * gives 0, tanh = +-1; NaN stays NaN (the select keeps it). */
-
 static __device__ __forceinline__ float fd_soft_cap_fast(float s, float cap_in, float cap_out) {
   const float u = s * cap_in;
   const float e = exp2f(fabsf(u) * 2.8853900817779268f); /* e^(2|u|) */
