@@ -11,14 +11,8 @@
 
 #include "gpu_select.h"
 
-#define FD_MMA_ROWS 16 /* rows of the Q / (m, l) / O buffers: the m of m16n8k16 (a pass: 8 rows, or 16 with FD_MMA_SWAP16 = 0) */
+#define FD_MMA_ROWS 16 /* rows of the Q / (m, l) / O buffers (a pass uses 8: split_mma_kernel.cuh) */
 #define FD_MMA_OPAD 8  /* floats of padding per row of the O merge buffer */
-/* 1: 16-bit caches run the tile math with keys as the mma's M side and 8
- * query rows a pass, as fp8 always does (split_mma_kernel.cuh, SWAP16); 0:
- * query rows as M, 16 a pass. */
-#ifndef FD_MMA_SWAP16
-#define FD_MMA_SWAP16 1
-#endif
 
 
 /* Compile-time shape of the kernel for one head_dim and NW warps a block:

@@ -11,10 +11,9 @@
  *   fd_window_start (0 without a sliding window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
  *   and token t (head-major, the order of the partial arrays). Rows go 8 at a
- *   time (the n of the mma tile, FP8 and SWAP16 below; 16, its m, with
- *   FD_MMA_SWAP16 = 0 for 16-bit caches; a pass of fewer
- *   rows is zero-padded and its phantom rows see no key); more rows take
- *   more passes over the split's K/V (the re-reads mostly hit L2).
+ *   time (the n of the mma tile, TILE MATH below; a pass of fewer rows is
+ *   zero-padded and its phantom rows see no key); more rows take more
+ *   passes over the split's K/V (the re-reads mostly hit L2).
  *   Three configs (fd_mma_cfg, mma_config.cuh; which one a GPU runs:
  *   gpu_select.h): NW = 4, two blocks an SM where they fit (FD_MMA_4W); NW =
  *   8, one block an SM with twice the keys a tile and twice the bytes in
@@ -26,30 +25,39 @@
  *
  * WARPS  Warp w is (kw, dw) = (w % KW, w / KW). A tile of KT = 16 * KW keys:
  *   warp kw takes keys 16 kw .. 16 kw + 15 of it and keeps its own running
- *   max m, sum l and O for the 16 rows, in mma accumulator layout (a lane holds
- *   rows lane / 4 and lane / 4 + 8; swapped: rows 2 (lane % 4), + 1). head_dim 64, 128: KW = NW, DW = 1 (64-
- *   or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2 (32- or 64-key
- *   tiles); the two warps of a key slice both compute its scores (identical,
- *   so identical m and l) and each accumulates half of O's columns (keeps O
- *   at 64 fp32 registers a lane).
+ *   max m, sum l and O for the pass's rows, in mma accumulator layout (a lane
+ *   holds rows 2 (lane % 4) and 2 (lane % 4) + 1). head_dim 64, 128: KW =
+ *   NW, DW = 1 (64- or 128-key tiles). head_dim 256: KW = NW / 2, DW = 2
+ *   (32- or 64-key tiles); the two warps of a key slice both compute its
+ *   scores (identical, so identical m and l) and each accumulates half of
+ *   O's columns.
  *
- * PER TILE (one barrier)  S = Q K^T by mma (Q in A fragments, loaded once per
- *   pass by ldmatrix; K by ldmatrix as the "col" B operand), fp32
- *   accumulators; S is scaled by softmax_scale * log2(e) in fp32 (q enters the
- *   mma unrounded, exactly as given), soft-capped when asked (cap tanh(s /
- *   cap), tanhf) and masked to -inf for keys a row does not see: keys
- *   [lo_t, hi_t) of fd_row_keys (device_util.cuh: causal up to the row's
- *   position, from position - window_left with a window, every key when
- *   non-causal), within the split, and a bad page. The lower bounds are
- *   recomputed only in the tiles before the pass's highest one (a window's
- *   first tiles), which keeps the registers of the causal loop. Online
- *   softmax in base 2 over the warp's 16 keys: the row max over the lane's 4
- *   scores and a quad shuffle; alpha = 2^(m_old - m_new); a row whose max is
- *   still -inf uses 0 in its place (never (-inf) - (-inf)). P = 2^(S - m) is
- *   rounded to the 16-bit type straight from the accumulators into A fragments
- *   (the FlashAttention-2 register reuse); l sums the unrounded p per lane and
- *   is quad-reduced once at the end. O += P V with V by ldmatrix.trans.
- *   (fp8 does the same with the operands swapped: FP8 below.)
+ * TILE MATH (one barrier a tile)  Keys are the mma's M side and query rows
+ *   its N side: at most 8 rows a pass (a GQA group of 4 fills half of N,
+ *   where as M it would fill a quarter: half the mma and half the scores a
+ *   lane). Per warp and 16-key slice of a tile:
+ *   S^T = K Q^T: K's A fragment by ldmatrix.x4 (matrix (key half, chunk
+ *     half)), Q's B fragments (row g, columns 16 ks + 2 qd, + 8) read from
+ *     sQ once a pass; fp32 accumulators: keys g, g + 8 x rows 2 qd, 2 qd + 1.
+ *   Scale and mask: S in base-2 units (softmax_scale * log2(e), in fp32; q
+ *     enters the mma unrounded), soft-capped when asked and masked to -inf
+ *     for keys a row does not see: keys [lo_t, hi_t) of fd_row_keys
+ *     (device_util.cuh: causal up to the row's position, from position -
+ *     window_left with a window, every key when non-causal), within the
+ *     split, and a bad page; a tile whose keys every row sees, on good
+ *     pages, only scales (the loop's fast path). The lower bounds are
+ *     recomputed only in the tiles before the pass's highest one (a
+ *     window's first tiles), which keeps the registers of the causal loop.
+ *   Online softmax in base 2: the row max over the 8 lanes of a qd; alpha =
+ *     2^(m_old - m_new) (ex2.approx.ftz); a row whose max is still -inf
+ *     uses 0 in its place (never (-inf) - (-inf)); O's rescale is skipped
+ *     while no row max of the warp moved; l sums the unrounded p per lane,
+ *     reduced once at the end.
+ *   O^T += V^T P^T: P^T's B fragments are the accumulators in 16 bits (a hi
+ *     and a lo part, two mma an m-tile; fp8: one fp16 part) transposed by
+ *     movmatrix.trans; V^T's A fragment by ldmatrix.x4.trans (matrix
+ *     (column half, key half)): m-tile j holds columns 16 j + g and
+ *     16 j + 8 + g. Per warp and tile at head_dim 128: 24 mma (16 for fp8).
  *
  * HEAD_DIM  64, 128, 256 as themselves; 80 and 96 in the 128 instance's
  *   shared-memory rows (template D = 128, DV = 80 or 96): the columns past DV
@@ -104,10 +112,8 @@
  *   the last KT * D bytes of the K area hold the TOKEN scales and key-valid
  *   flags). They are widened in registers, not in shared memory (one
  *   barrier a tile, as 16-bit), by the hardware conversion (sm_89+) or exact
- *   bit arithmetic (fd_fp8x4_widen):
- *   Keys are the mma's M side and query rows its N side (at most 8 rows a
- *   pass: a GQA group of 4 fills half of N, where it filled a quarter of M),
- *   all mma in fp16 (bf16 q scaled to fp16 by a power of two):
+ *   bit arithmetic (fd_fp8x4_widen), into the TILE MATH above, all mma in
+ *   fp16 (bf16 q scaled to fp16 by a power of two):
  *   S^T = K Q^T: ldmatrix (not .trans) on the fp8 rows as 16-bit pairs gives
  *     lane (g, qd) the 4 bytes of key g (and g + 8), head_dim 16 ks + 4 qd
  *     .. + 3, which widen to the A fragment whose logical k columns are 2 qd,
@@ -129,16 +135,6 @@
  *   before the soft-cap and mask, and p by its v_scale before the 16-bit
  *   split (l sums the unscaled p). Masked keys stay -inf / p = 0.
  *
- * SWAP16  (FD_MMA_SWAP16, mma_config.cuh; on by default) 16-bit caches use
- *   the fp8 layout too, without the widening: 8 rows a pass; K's A fragment
- *   by ldmatrix.x4 (matrix (key half, chunk half)), Q's B fragments (row g,
- *   columns 16 ks + 2 qd, + 8) read once a pass; P^T in a hi and a lo part,
- *   each moved into B fragments by movmatrix.trans, two mma an m-tile; V^T's
- *   A fragment by ldmatrix.x4.trans (matrix (column half, key half)): m-tile
- *   j holds columns 16 j + g and 16 j + 8 + g. Per warp and tile at
- *   head_dim 128: 24 mma instead of 48 and 4 scores a lane instead of 8, for
- *   group x q_len <= 8; more rows take more passes.
- *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
  *   none of an active split's keys write m = -inf, l = 0, O = 0. num_splits ==
@@ -149,9 +145,10 @@
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
  *   contiguous, paged; fp8 copies and widening), pass_output.cuh (the
  *   epilogue); this file: the tile math (Q K^T, mask, online softmax, P V),
- *   the kernel and its per-instance launchers, compiled by two translation
+ *   the kernel and its per-instance launchers, compiled by three translation
  *   units that build in parallel: split_mma_kernel.cu (16-bit caches, the
- *   public launch, occupancy) and split_mma_fp8.cu (the fp8 instances).
+ *   public launch, occupancy), split_mma_fp8.cu (e4m3) and split_mma_e5m2.cu
+ *   (e5m2).
  *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
@@ -285,9 +282,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   constexpr int KW = C::KW, KT = C::KT, NT = C::NT;
   /* pipeline stages: fp8 tiles are half the bytes, so ST8 of them (twice the
    * tiles in flight, less one) */
-  /* keys as the mma's M side (8 query rows a pass): fp8 always; 16-bit
-   * caches with FD_MMA_SWAP16 (FP8 / SWAP16 above) */
-  constexpr bool SW = KV8 != 0 || FD_MMA_SWAP16 != 0;
   constexpr int ST = KV8 != 0 ? C::ST8 : C::STAGES;
   constexpr int SB = KV8 != 0 ? KT * D : KT * D * 2; /* bytes a stage */
   constexpr bool PRE_LO = (ST - 1) * KT < 64;
@@ -319,8 +313,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   const int warp = tid >> 5;
   const int kw = warp % KW;
   const int dw = warp / KW;
-  const int g = lane >> 2; /* accumulator rows g and g + 8 */
-  const int qd = lane & 3; /* accumulator columns 2 qd, 2 qd + 1 */
+  const int g = lane >> 2; /* accumulator rows (keys) g and g + 8 */
+  const int qd = lane & 3; /* accumulator columns (query rows) 2 qd, 2 qd + 1 */
   const int q_len = p.q_len;
   /* the cache's element: T, or the fp8 byte (KV8; strides in bytes) */
   using KV = typename std::conditional<KV8 != 0, unsigned char, T>::type;
@@ -346,13 +340,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   }
   if (pass_lo > pass_end) pass_lo = pass_end;
   const int kbeg = begin + (pass_lo - begin) / 64 * 64;
-  /* rows r0 and r1 (g, g + 8; fp8: 2 qd, 2 qd + 1) see [lo, lim); the
-   * lower bounds matter only in tiles
-   * before lo_max (a window's first tiles) and are recomputed there, which
-   * keeps the loop's registers those of the causal kernel (head_dim 256 is
-   * at 255) */
+  /* rows r0 and r1 (2 qd, 2 qd + 1) see [lo, lim); the lower bounds matter
+   * only in tiles before lo_max (a window's first tiles) and are recomputed
+   * there, which keeps the loop's registers those of the causal kernel */
   int lo_unused, lim0, lim1;
-  const int r0 = SW ? 2 * qd : g, r1 = SW ? 2 * qd + 1 : g + 8; /* this lane's rows */
+  const int r0 = 2 * qd, r1 = 2 * qd + 1; /* this lane's rows (TILE MATH) */
   fd_pass_row_keys(p, r0, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
   fd_pass_row_keys(p, r1, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
   const int span = pass_end - kbeg;
@@ -372,9 +364,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     tok = p.kv_scale == FD_KV_SCALE_TOKEN;
   }
 
-  /* O accumulators: 16-bit: NTV n-tiles of 8 columns (rows g, g + 8);
-   * fp8: O^T, one m-tile per 16-column chunk (FP8 above) */
-  constexpr int NO = SW ? NTV / 2 : NTV;
+  /* O^T accumulators: one m-tile per 16-column chunk (TILE MATH above) */
+  constexpr int NO = NTV / 2;
   float o[NO][4];
 #pragma unroll
   for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -386,7 +377,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     using M = fd_mma_copy<D, NW>;
     const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
     const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
-    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
 
     /* q rows of the pass (zeros for phantom rows): commit group 0. */
 #pragma unroll
@@ -487,7 +477,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     } else {
       __syncthreads();
     }
-    uint32_t qa[KS][SW ? 2 : 4]; /* swapped: Q is the B operand (row g) */
+    uint32_t qa[KS][2]; /* Q is the B operand (row g) */
     if constexpr (KV8 != 0) {
       /* fp8: k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
        * are head_dim columns 16 ks + 4 qd + 0..3, the order in which a K
@@ -531,7 +521,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
             qa[ks][i] = fd_pack2<__half>(f.x * up, f.y * up);
           }
       }
-    } else if constexpr (SW) {
+    } else {
       /* B fragments of row g: columns 16 ks + 2 qd, + 1 (b0) and + 8 (b1) */
 #pragma unroll
       for (int ks = 0; ks < KS; ks++) {
@@ -539,27 +529,21 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         qa[ks][1] =
             *reinterpret_cast<const uint32_t *>(sQ + g * D + (((2 * ks + 1) ^ (g & 7)) << 3) + 2 * qd);
       }
-    } else {
-      const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
-      const int sub = lane >> 4;
-#pragma unroll
-      for (int ks = 0; ks < KS; ks++) fd_ldmatrix_x4(qa[ks], sQ_u + fd_swz<D>(r, 2 * ks + sub));
     }
 
-    /* ldmatrix rows of this lane: K (non-transposed, two n-tiles x two k-halves)
-     * and V (transposed, two key halves x two n-tiles). */
-    const int k_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
-    const int k_sub = (lane >> 3) & 1;
-    const int v_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-    const int v_sub = lane >> 4;
-    /* fp8 (K and V alike): key kw * 16 + (lane & 7) + 8 ((lane >> 3) & 1),
-     * chunk + (lane >> 4) */
-    const int k8_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-    /* fd_swz8<D>(k8_row, c + (lane >> 4)) for an even c is k8_base +
+    /* ldmatrix rows of this lane (TILE MATH): K (and fp8's V): key kw * 16 +
+     * (lane & 7) + 8 ((lane >> 3) & 1), chunk + (lane >> 4); 16-bit V^T
+     * (.trans): key kw * 16 + (lane & 7) + 8 (lane >> 4), chunk +
+     * ((lane >> 3) & 1) */
+    const int kr_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int kr_sub = lane >> 4;
+    const int vt_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
+    const int vt_sub = (lane >> 3) & 1;
+    /* fp8: fd_swz8<D>(kr_row, c + kr_sub) for an even c is k8_base +
      * (((c & ~7) | ((c & 7) ^ k8_y)) << 4) (the swizzle touches the low 3
      * bits; c >= 8 at head_dim 256): one xor with a constant a load */
-    const uint32_t k8_base = (uint32_t)(k8_row * D);
-    const int k8_y = (lane >> 4) ^ (D == 64 ? (k8_row >> 1) & 3 : k8_row & 7);
+    const uint32_t k8_base = (uint32_t)(kr_row * D);
+    const int k8_y = kr_sub ^ (D == 64 ? (kr_row >> 1) & 3 : kr_row & 7);
 
     int stage = 0;
     int load_stage = ST - 1;
@@ -603,254 +587,156 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const float *tTok = sTok + stage * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
       constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
 
-      if constexpr (SW) {
-        /* ---- keys as the mma's M side (FP8, SWAP16 above) ----
-         * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
-         * warp's 16), the B fragment Q (row g). fp8: head_dim in the
-         * permuted column order of the ldmatrix bytes, one ldmatrix.x4 for
-         * two k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
-         * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
-        const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
-        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (KV8 == 0) {
-          /* 16-bit: K's A fragment by ldmatrix.x4, matrix (key half, chunk
-           * half) = (m & 1, m >> 1) */
-#pragma unroll
-          for (int ks = 0; ks < KS; ks++) {
-            uint32_t ka[4];
-            fd_ldmatrix_x4(ka, kt_u + fd_swz<D>(v_row, 2 * ks + v_sub));
-            fd_mma16816<T>(sc, ka, qa[ks][0], qa[ks][1]);
-          }
-        } else {
-#pragma unroll
-        for (int kp = 0; kp < (KS + 1) / 2; kp++) {
-          uint32_t kr[4];
-          const int c = 2 * kp; /* chunks c, c + 1 */
-          fd_ldmatrix_x4(kr, kt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
-#pragma unroll
-          for (int h = 0; h < 2; h++) {
-            if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
-              uint32_t ka[4];
-              fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
-              fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
-              fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
-            }
-          }
-        }
-        }
-
-        /* Scale to base-2 units and mask (as the 16-bit path below, in this
-         * layout). */
-        const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
-        const int kl0 = kw * 16 + g;                  /* tile-local key of sc[0] */
-        if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            float x = sc[e] * scale;
-            if constexpr (KV8 != 0)
-              if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
-            if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-            sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
-          }
-        } else {
-          const unsigned char *tValid = sValid + stage * KT;
-          int lo0 = INT_MIN, lo1 = INT_MIN, unused;
-          if (key0 < lo_max) { /* block-uniform */
-            fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo0, &unused);
-            fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo1, &unused);
-          }
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int kl = kl0 + 8 * (e >> 1);
-            const int j = key0 + kl;
-            bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
-            if (bad_pages) vis = vis && tValid[kl] != 0;
-            float x = sc[e] * scale;
-            if constexpr (KV8 != 0)
-              if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
-            if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-            sc[e] = vis ? x : -INFINITY;
-          }
-        }
-
-        /* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1],
-         * sc[3]): the max over the warp's 16 keys across the lanes of one qd. */
-        float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        float mu0, mu1;
-        const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-        sc[0] = fd_exp2_ftz(sc[0] - mu0);
-        sc[2] = fd_exp2_ftz(sc[2] - mu0);
-        sc[1] = fd_exp2_ftz(sc[1] - mu1);
-        sc[3] = fd_exp2_ftz(sc[3] - mu1);
-        l0 = l0 * a0 + (sc[0] + sc[2]);
-        l1 = l1 * a1 + (sc[1] + sc[3]);
-        /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1;
-         * skipped while no row max of the warp moved */
-        if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-          for (int n = 0; n < NO; n++) {
-            o[n][0] *= a0;
-            o[n][1] *= a1;
-            o[n][2] *= a0;
-            o[n][3] *= a1;
-          }
-        }
-        if (KV8 != 0 && tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
-          const float v0 = tTok[KT + kl0], v1 = tTok[KT + kl0 + 8];
-          sc[0] *= v0;
-          sc[1] *= v0;
-          sc[2] *= v1;
-          sc[3] *= v1;
-        }
-
-        /* O^T += V^T P^T. B = P^T: the accumulators (key g / g + 8, rows 2 qd,
-         * 2 qd + 1) in 16 bits (fp8: fp16, one part: 11 bits, far below the
-         * cache's rounding; 16-bit: a hi and a lo part) are an 8x8 fragment each; movmatrix.trans makes them
-         * (keys 2 qd, 2 qd + 1 / + 8, + 9; row g), b0 and b1. A = V^T: one
-         * ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim columns,
-         * matrix (key half, chunk) = (m & 1, m >> 1), a register holding keys
-         * 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1: bytes (0, 2) and (1, 3) are
-         * the even and odd column's keys, so chunk j's m-tile rows are its
-         * even columns (g) and odd ones (g + 8). */
-        const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
-        if constexpr (KV8 == 0) {
-          /* 16-bit: P in a hi and a lo part (fd_pack2_split), each
-           * transposed by movmatrix into B fragments; V^T's A fragment by
-           * ldmatrix.x4.trans, matrix (column half, key half) = (m & 1,
-           * m >> 1): m-tile j holds columns 16 j + g (c0, c1) and
-           * 16 j + 8 + g (c2, c3) of the warp's columns */
-          uint32_t ph0, pl0, ph1, pl1;
-          fd_pack2_split<T>(sc[0], sc[1], ph0, pl0);
-          fd_pack2_split<T>(sc[2], sc[3], ph1, pl1);
-          ph0 = fd_movmatrix_trans(ph0);
-          pl0 = fd_movmatrix_trans(pl0);
-          ph1 = fd_movmatrix_trans(ph1);
-          pl1 = fd_movmatrix_trans(pl1);
-#pragma unroll
-          for (int j = 0; j < NO; j++) {
-            uint32_t va[4];
-            fd_ldmatrix_x4_trans(va, vt_u + fd_swz<D>(k_row, dw * NT + 2 * j + k_sub));
-            fd_mma16816<T>(o[j], va, ph0, ph1);
-            fd_mma16816<T>(o[j], va, pl0, pl1);
-          }
-        } else {
-          const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
-          const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
-#pragma unroll
-          for (int cp = 0; cp < (NO + 1) / 2; cp++) {
-            uint32_t vr[4];
-            const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
-            fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-              if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
-                uint32_t va[4];
-                fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
-                fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
-                fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
-              }
-            }
-          }
-        }
-      } else {
-        /* S = Q K^T for this warp's 16 keys: s[n-tile][c]. */
-        const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
-        float s[2][4];
-#pragma unroll
-        for (int n = 0; n < 2; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      /* ---- keys as the mma's M side (TILE MATH above) ----
+       * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
+       * warp's 16), the B fragment Q (row g). fp8: head_dim in the
+       * permuted column order of the ldmatrix bytes, one ldmatrix.x4 for
+       * two k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
+       * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
+      const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
+      float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (KV8 == 0) {
+        /* 16-bit: K's A fragment by ldmatrix.x4, matrix (key half, chunk
+         * half) = (m & 1, m >> 1) */
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-          uint32_t kb[4];
-          fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(k_row, 2 * ks + k_sub));
-          fd_mma16816<T>(s[0], qa[ks], kb[0], kb[1]);
-          fd_mma16816<T>(s[1], qa[ks], kb[2], kb[3]);
+          uint32_t ka[4];
+          fd_ldmatrix_x4(ka, kt_u + fd_swz<D>(kr_row, 2 * ks + kr_sub));
+          fd_mma16816<T>(sc, ka, qa[ks][0], qa[ks][1]);
         }
+      } else {
+#pragma unroll
+      for (int kp = 0; kp < (KS + 1) / 2; kp++) {
+        uint32_t kr[4];
+        const int c = 2 * kp; /* chunks c, c + 1 */
+        fd_ldmatrix_x4(kr, kt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
+            uint32_t ka[4];
+            fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
+            fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
+            fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
+          }
+        }
+      }
+      }
 
-        /* Scale to base-2 units and mask. Tiles whose keys every row of the
-         * pass sees, on good pages (block-uniform; most tiles): scale only
-         * (phantom rows, past pass_rows, still -inf). */
-        const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
-        if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
+      /* Scale to base-2 units and mask (as the 16-bit path below, in this
+       * layout). */
+      const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
+      const int kl0 = kw * 16 + g;                  /* tile-local key of sc[0] */
+      if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
 #pragma unroll
-          for (int n = 0; n < 2; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              float x = s[n][e] * scale;
-              if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-              s[n][e] = (e < 2 ? g : g + 8) < pass_rows ? x : -INFINITY;
-            }
-          }
-        } else {
-          const int kl0 = kw * 16 + 2 * qd; /* tile-local key of s[0][0] */
-          const unsigned char *tValid = sValid + stage * KT;
-          int lo0 = INT_MIN, lo1 = INT_MIN, unused;
-          if (key0 < lo_max) { /* block-uniform */
-            fd_pass_row_keys(p, g, row0, pass_rows, kv, begin, end, &lo0, &unused);
-            fd_pass_row_keys(p, g + 8, row0, pass_rows, kv, begin, end, &lo1, &unused);
-          }
-#pragma unroll
-          for (int n = 0; n < 2; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int kl = kl0 + n * 8 + (e & 1);
-              const int j = key0 + kl;
-              bool vis = e < 2 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
-              if (bad_pages) vis = vis && tValid[kl] != 0;
-              float x = s[n][e] * scale;
-              if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
-              s[n][e] = vis ? x : -INFINITY;
-            }
-          }
+        for (int e = 0; e < 4; e++) {
+          float x = sc[e] * scale;
+          if constexpr (KV8 != 0)
+            if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
+          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+          sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
         }
+      } else {
+        const unsigned char *tValid = sValid + stage * KT;
+        int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+        if (key0 < lo_max) { /* block-uniform */
+          fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo0, &unused);
+          fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo1, &unused);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int kl = kl0 + 8 * (e >> 1);
+          const int j = key0 + kl;
+          bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
+          if (bad_pages) vis = vis && tValid[kl] != 0;
+          float x = sc[e] * scale;
+          if constexpr (KV8 != 0)
+            if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
+          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+          sc[e] = vis ? x : -INFINITY;
+        }
+      }
 
-        /* Online softmax over the warp's 16 keys, rows g and g + 8. */
-        float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-        float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mu0, mu1;
-        const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+      /* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1],
+       * sc[3]): the max over the warp's 16 keys across the lanes of one qd. */
+      float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-          s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
-          s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
-          s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
-          s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
-        }
-        l0 = l0 * a0 + ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
-        l1 = l1 * a1 + ((s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+      for (int off = 4; off < 32; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      float mu0, mu1;
+      const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+      sc[0] = fd_exp2_ftz(sc[0] - mu0);
+      sc[2] = fd_exp2_ftz(sc[2] - mu0);
+      sc[1] = fd_exp2_ftz(sc[1] - mu1);
+      sc[3] = fd_exp2_ftz(sc[3] - mu1);
+      l0 = l0 * a0 + (sc[0] + sc[2]);
+      l1 = l1 * a1 + (sc[1] + sc[3]);
+      /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1;
+       * skipped while no row max of the warp moved */
+      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-        for (int n = 0; n < NTV; n++) {
+        for (int n = 0; n < NO; n++) {
           o[n][0] *= a0;
-          o[n][1] *= a0;
-          o[n][2] *= a1;
+          o[n][1] *= a1;
+          o[n][2] *= a0;
           o[n][3] *= a1;
         }
+      }
+      if (KV8 != 0 && tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
+        const float v0 = tTok[KT + kl0], v1 = tTok[KT + kl0 + 8];
+        sc[0] *= v0;
+        sc[1] *= v0;
+        sc[2] *= v1;
+        sc[3] *= v1;
+      }
 
-        /* O += P V: P from the accumulators as the A operand, split into a
-         * 16-bit hi and lo part (fd_pack2_split), two mma each. */
-        const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
-        {
-          uint32_t pa[4], pl[4];
-          fd_pack2_split<T>(s[0][0], s[0][1], pa[0], pl[0]);
-          fd_pack2_split<T>(s[0][2], s[0][3], pa[1], pl[1]);
-          fd_pack2_split<T>(s[1][0], s[1][1], pa[2], pl[2]);
-          fd_pack2_split<T>(s[1][2], s[1][3], pa[3], pl[3]);
+      /* O^T += V^T P^T. B = P^T: the accumulators (key g / g + 8, rows 2 qd,
+       * 2 qd + 1) in 16 bits (fp8: fp16, one part: 11 bits, far below the
+       * cache's rounding; 16-bit: a hi and a lo part) are an 8x8 fragment each; movmatrix.trans makes them
+       * (keys 2 qd, 2 qd + 1 / + 8, + 9; row g), b0 and b1. A = V^T: one
+       * ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim columns,
+       * matrix (key half, chunk) = (m & 1, m >> 1), a register holding keys
+       * 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1: bytes (0, 2) and (1, 3) are
+       * the even and odd column's keys, so chunk j's m-tile rows are its
+       * even columns (g) and odd ones (g + 8). */
+      const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
+      if constexpr (KV8 == 0) {
+        /* 16-bit: P in a hi and a lo part (fd_pack2_split), each
+         * transposed by movmatrix into B fragments; V^T's A fragment by
+         * ldmatrix.x4.trans, matrix (column half, key half) = (m & 1,
+         * m >> 1): m-tile j holds columns 16 j + g (c0, c1) and
+         * 16 j + 8 + g (c2, c3) of the warp's columns */
+        uint32_t ph0, pl0, ph1, pl1;
+        fd_pack2_split<T>(sc[0], sc[1], ph0, pl0);
+        fd_pack2_split<T>(sc[2], sc[3], ph1, pl1);
+        ph0 = fd_movmatrix_trans(ph0);
+        pl0 = fd_movmatrix_trans(pl0);
+        ph1 = fd_movmatrix_trans(ph1);
+        pl1 = fd_movmatrix_trans(pl1);
 #pragma unroll
-          for (int np = 0; np < NTV / 2; np++) {
-            uint32_t vb[4];
-            fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(v_row, dw * NT + 2 * np + v_sub));
-            fd_mma16816<T>(o[2 * np], pa, vb[0], vb[1]);
-            fd_mma16816<T>(o[2 * np + 1], pa, vb[2], vb[3]);
-            fd_mma16816<T>(o[2 * np], pl, vb[0], vb[1]);
-            fd_mma16816<T>(o[2 * np + 1], pl, vb[2], vb[3]);
+        for (int j = 0; j < NO; j++) {
+          uint32_t va[4];
+          fd_ldmatrix_x4_trans(va, vt_u + fd_swz<D>(vt_row, dw * NT + 2 * j + vt_sub));
+          fd_mma16816<T>(o[j], va, ph0, ph1);
+          fd_mma16816<T>(o[j], va, pl0, pl1);
+        }
+      } else {
+        const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
+        const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
+#pragma unroll
+        for (int cp = 0; cp < (NO + 1) / 2; cp++) {
+          uint32_t vr[4];
+          const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
+          fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
+              uint32_t va[4];
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
+              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
+              fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
+            }
           }
         }
       }
@@ -859,28 +745,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
-  /* l: the lane parts of rows r0, r1 (16-bit: the 4 lanes of a g; fp8: the 8
-   * lanes of a qd) */
-  if constexpr (SW) {
+  /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
 #pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-  } else {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  for (int off = 4; off < 32; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
   __syncthreads(); /* K/V area free for the merge */
 
   /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
-  if (dw == 0 && (SW ? g == 0 : qd == 0)) {
+  if (dw == 0 && g == 0) {
     sML[kw * ROWS + r0] = make_float2(m0, l0);
     sML[kw * ROWS + r1] = make_float2(m1, l1);
   }
-  if (SW && dw == 0 && g == 1) { /* swapped: rows 8..15 are not in the pass */
+  if (dw == 0 && g == 1) { /* rows 8..15 are not in the pass */
     sML[kw * ROWS + 8 + 2 * qd] = make_float2(-INFINITY, 0.0f);
     sML[kw * ROWS + 9 + 2 * qd] = make_float2(-INFINITY, 0.0f);
   }
@@ -904,8 +782,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       *reinterpret_cast<float2 *>(dst0 + j * 16) = make_float2(o[j][0] * f0, o[j][2] * f0);
       *reinterpret_cast<float2 *>(dst1 + j * 16) = make_float2(o[j][1] * f1, o[j][3] * f1);
     }
-  } else if constexpr (SW) {
-    /* 16-bit swapped: m-tile j holds columns 16 j + g (c0, c1) and
+  } else {
+    /* 16-bit: m-tile j holds columns 16 j + g (c0, c1) and
      * 16 j + 8 + g (c2, c3), rows r0 (c0, c2) and r1 (c1, c3) */
     float *dst0 = sO + (kw * ROWS + r0) * OSTRIDE + dw * C::DPW + g;
     float *dst1 = dst0 + OSTRIDE;
@@ -915,14 +793,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       dst0[j * 16 + 8] = o[j][2] * f0;
       dst1[j * 16] = o[j][1] * f1;
       dst1[j * 16 + 8] = o[j][3] * f1;
-    }
-  } else {
-    float *dst0 = sO + (kw * ROWS + g) * OSTRIDE + dw * C::DPW + 2 * qd;
-    float *dst1 = dst0 + 8 * OSTRIDE;
-#pragma unroll
-    for (int n = 0; n < NTV; n++) {
-      *reinterpret_cast<float2 *>(dst0 + n * 8) = make_float2(o[n][0] * f0, o[n][1] * f0);
-      *reinterpret_cast<float2 *>(dst1 + n * 8) = make_float2(o[n][2] * f1, o[n][3] * f1);
     }
   }
   if (tid < ROWS) {
@@ -990,9 +860,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
     const int rows_total = p.group * p.q_len;
-    /* rows a pass: 8 (the mma's N: FP8, SWAP16), or 16 (its M) for 16-bit
-     * caches with FD_MMA_SWAP16 = 0 */
-    constexpr int PR = KV8 != 0 || FD_MMA_SWAP16 != 0 ? 8 : FD_MMA_ROWS;
+    constexpr int PR = 8; /* rows a pass: the mma's N (TILE MATH) */
     for (int row0 = 0; row0 < rows_total; row0 += PR)
       fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
                                             min(PR, rows_total - row0), fd_mma_smem);
