@@ -199,6 +199,20 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
  *   layouts are in split_mma_kernel.cuh, FP8). Exact: every e4m3 and e5m2
  *   value is an fp16 and a bf16 value (NaN stays NaN). */
 
+/* A full tile's LOADS keys of this thread, fp8 chunk f: from src, stepping
+ * `step` bytes a key, into the swizzled dst; nothing read (zeros) unless ok
+ * (fp8's fd_mma_copy_keys). */
+template <int D, int NW>
+static __device__ __forceinline__ void fd_mma_copy8_keys(unsigned char *dst, int k0, int f,
+                                                         const unsigned char *src, int64_t step,
+                                                         bool ok, const unsigned char *head) {
+#pragma unroll
+  for (int n = 0; n < fd_mma_copy<D, NW>::LOADS; n++) {
+    fd_cp_async16(dst + fd_swz8<D>(k0 + n, f), ok ? src : head, ok);
+    src += step;
+  }
+}
+
 /* Contiguous fp8 cache: as fd_mma_copy_contig; k_off / v_off hold the
  * thread's column byte (c % (CH / 2)) * 16, k_row / v_row are bytes; dK / dV
  * are the fp8 stage buffers ([KT][D] bytes, swizzled). */
@@ -221,12 +235,7 @@ static __device__ __forceinline__ void fd_mma_copy8_contig(const unsigned char *
   const int64_t row = is_v ? v_row : k_row;
   unsigned char *dst = is_v ? dV : dK;
   if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
-    const unsigned char *src = head + off;
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) {
-      fd_cp_async16(dst + fd_swz8<D>(k0 + n, f), col_ok ? src : head, col_ok);
-      src += row;
-    }
+    fd_mma_copy8_keys<D, NW>(dst, k0, f, head + off, row, col_ok, head);
     return;
   }
 #pragma unroll
@@ -263,13 +272,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
     const int pos = (key0 + k0) & (p.page_size - 1);
     const int64_t off = (int64_t)page * s0 + (int64_t)pos * s1 + f * 16;
     if (klo <= 0 && nkeys >= fd_mma_cfg<D, NW>::KT) { /* every key (block-uniform): no per-key test */
-      const bool ok = page_ok && col_ok;
-      const unsigned char *src = head + off;
-#pragma unroll
-      for (int n = 0; n < M::LOADS; n++) {
-        fd_cp_async16(dst + fd_swz8<D>(k0 + n, f), ok ? src : head, ok);
-        src += s1;
-      }
+      fd_mma_copy8_keys<D, NW>(dst, k0, f, head + off, s1, page_ok && col_ok, head);
       if (flags && c == 0) fd_mma_page_flags<M::LOADS>(valid + k0, page_ok);
       return !page_ok;
     }

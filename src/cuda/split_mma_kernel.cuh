@@ -260,6 +260,15 @@ static __device__ __forceinline__ void fd_mma_copy_tok(const fd_kernel_params &p
   fd_cp_async4(dst + KT + t, ok ? p.v_scale + at : p.v_scale, ok);
 }
 
+/* A score s in base-2 units: times `scale` (softmax_scale log2(e); fp8: with
+ * k_scale, per key for TOKEN scales), soft-capped when the call asks
+ * (block-uniform). */
+static __device__ __forceinline__ float fd_mma_score(const fd_kernel_params &p, float s,
+                                                     float scale) {
+  const float x = s * scale;
+  return p.cap_out != 0.0f ? fd_soft_cap_fast(x, p.cap_in, p.cap_out) : x;
+}
+
 /* The online softmax's step for one row whose tile max is mx: m becomes the
  * running max, *mu the value the tile's scores subtract (0 while the max
  * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */
@@ -622,17 +631,13 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       }
       }
 
-      /* Scale to base-2 units and mask (as the 16-bit path below, in this
-       * layout). */
+      /* Scale to base-2 units and mask (TILE MATH above). */
       const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
       const int kl0 = kw * 16 + g;                  /* tile-local key of sc[0] */
       if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float x = sc[e] * scale;
-          if constexpr (KV8 != 0)
-            if (tok) x = sc[e] * (scale * tTok[kl0 + 8 * (e >> 1)]); /* uniform */
-          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+          const float x = fd_mma_score(p, sc[e], KV8 != 0 && tok ? scale * tTok[kl0 + 8 * (e >> 1)] : scale);
           sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
         }
       } else {
@@ -648,10 +653,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           const int j = key0 + kl;
           bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
           if (bad_pages) vis = vis && tValid[kl] != 0;
-          float x = sc[e] * scale;
-          if constexpr (KV8 != 0)
-            if (tok) x = sc[e] * (scale * tTok[kl]); /* uniform */
-          if (p.cap_out != 0.0f) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out); /* uniform */
+          const float x = fd_mma_score(p, sc[e], KV8 != 0 && tok ? scale * tTok[kl] : scale);
           sc[e] = vis ? x : -INFINITY;
         }
       }
