@@ -20,7 +20,7 @@ qbuild() {
     cmake --build "$dir" -j "$(nproc)" >>"$log" 2>&1
 }
 # FD_QUICK_AB="cmake flags": a second tree, build-90a-b, with those flags (e.g.
-# "-DCMAKE_CUDA_FLAGS=-DFD_F32_COMPENSATED=0"), built beside the first; the
+# "-DCMAKE_CUDA_FLAGS=-DFD_MMA_WIDE_FP8=0" on branch fp8-wide), built beside the first; the
 # benchmark (FD_QUICK_BENCH) then runs on both, the second's files tagged ab.
 if [ -n "${FD_QUICK_AB:-}" ]; then
   # shellcheck disable=SC2086

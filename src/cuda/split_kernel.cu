@@ -84,12 +84,6 @@
 #include "pass_output.cuh"
 #include "split.h"
 
-/* 1: compensated O and l sums (the error does not grow with kv_len); 0: plain
- * sums, only for an A/B benchmark of what the compensation costs. */
-#ifndef FD_F32_COMPENSATED
-#define FD_F32_COMPENSATED 1
-#endif
-
 #define FD_SPLIT_THREADS 128
 #define FD_ROWS_PER_PASS 8
 #define FD_STAGES 3
@@ -350,9 +344,7 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
    * Per key and element one FMA, per tile five operations (the Kahan update
    * per key cost four a key: the fp32 rows ran ~2x slower, bench/NOTES.md).
    * l: the tile's p summed over the warp, added once a tile with Kahan's
-   * compensation lc. FD_F32_COMPENSATED = 0 (an A/B build for the
-   * benchmark; its long sums fail rel_trust) sums plainly into o and l. */
-  constexpr bool KAHAN = FD_F32_COMPENSATED != 0;
+   * compensation lc. */
   float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
   for (int r = 0; r < NR; r++)
@@ -451,9 +443,9 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
         }
         psum = fd_warp_sum(psum);
         {
-          const float base = l_run[i] * alpha, y = psum - (KAHAN ? lc[i] * alpha : 0.0f);
+          const float base = l_run[i] * alpha, y = psum - lc[i] * alpha;
           const float sum = base + y;
-          if (KAHAN) lc[i] = (sum - base) - y;
+          lc[i] = (sum - base) - y;
           l_run[i] = sum;
         }
         m_run[i] = m_new;
@@ -484,34 +476,25 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
       for (int e = 0; e < ELEMS; e++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-          if (KAHAN)
-            oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
-          else
-            o[r][e] = fmaf(pr[r], vf[e], o[r][e]);
-        }
+        for (int r = 0; r < NR; r++) oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
     }
     /* fold the tile into the running sum (Fast2Sum: oc keeps what rounding dropped) */
-    if (KAHAN) {
-#pragma unroll
-      for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int e = 0; e < ELEMS; e++) {
-          const float sum = o[r][e] + oc[r][e];
-          oc[r][e] -= sum - o[r][e];
-          o[r][e] = sum;
-        }
-    }
-  }
-  /* the compensated sums' values */
-  if (KAHAN) {
 #pragma unroll
     for (int r = 0; r < NR; r++)
 #pragma unroll
-      for (int e = 0; e < ELEMS; e++) o[r][e] += oc[r][e];
-#pragma unroll
-    for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
+      for (int e = 0; e < ELEMS; e++) {
+        const float sum = o[r][e] + oc[r][e];
+        oc[r][e] -= sum - o[r][e];
+        o[r][e] = sum;
+      }
   }
+  /* the compensated sums' values */
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) o[r][e] += oc[r][e];
+#pragma unroll
+  for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
   __syncthreads();      /* K/V area free for the merge */
 
