@@ -65,20 +65,21 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     export PYTHONPATH="$PYTHONPATH:/tmp/site" CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")") \
       FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fd-flashinfer-jit MAX_JOBS=$(nproc)
   fi
+  # qbench BUILD OUTDIR LOG [more bench_gpu.py flags]: the benchmark on BUILD's library
+  qbench() {
+    local b=$1 out=$2 log=$3; shift 3
+    # shellcheck disable=SC2086
+    FLASHDECODE_LIBRARY="$PWD/$b/libflashdecode.so" FD_READ_PROBE_LIBRARY="$PWD/$b/libfd_read_probe.so" \
+      timeout 300 python3 bench/bench_gpu.py --out-dir "$out" --traces bench/data \
+      --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" --log-dir "/tmp/fd-bench-logs-$b" \
+      $FD_QUICK_BENCH "$@" >"$log" 2>&1
+    echo "   exit $?"; sed -n '/^=====/,$p' "$log"
+  }
   echo "== bench_gpu.py $FD_QUICK_BENCH (t=$(( $(date +%s) - t0 ))s)"
-  # shellcheck disable=SC2086
-  FD_READ_PROBE_LIBRARY="$PWD/build-90a/libfd_read_probe.so" timeout 300 python3 bench/bench_gpu.py \
-    --out-dir "$OUT" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
-    --log-dir /tmp/fd-bench-logs $FD_QUICK_BENCH >/tmp/qbench.txt 2>&1
-  echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench.txt
+  qbench build-90a "$OUT" /tmp/qbench.txt
   if [ -n "${FD_QUICK_AB:-}" ]; then
     echo "== the same on build-90a-b ($FD_QUICK_AB) (t=$(( $(date +%s) - t0 ))s)"
-    # shellcheck disable=SC2086
-    FLASHDECODE_LIBRARY="$PWD/build-90a-b/libflashdecode.so" \
-      FD_READ_PROBE_LIBRARY="$PWD/build-90a-b/libfd_read_probe.so" timeout 300 python3 bench/bench_gpu.py \
-      --out-dir "$OUT/ab" --traces bench/data --commit "${FD_COMMIT:-$(git rev-parse --short HEAD)}" \
-      --log-dir /tmp/fd-bench-logs-b $FD_QUICK_BENCH --tag ab >/tmp/qbench-b.txt 2>&1
-    echo "   exit $?"; sed -n '/^=====/,$p' /tmp/qbench-b.txt
+    qbench build-90a-b "$OUT/ab" /tmp/qbench-b.txt --tag ab
     # one file for the second build's results: at most 8 files come back
     tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
