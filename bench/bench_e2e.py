@@ -242,6 +242,36 @@ def time_steps(step, steps, repeats, cuda):
     return statistics.median(times)
 
 
+def kernel_profile(model, cache, batch, device, context, impl, steps=3):
+    """--profile: ``steps`` eager steps under torch.profiler; logs the GPU kernels of one step
+    (launches and device microseconds a step, by kernel name, largest first) and their sum,
+    so that a gap between two implementations' graph times can be pinned to kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step = Step(model, cache, batch, device, graph=False)
+    cache.set_position(context)
+    step()
+    torch.cuda.synchronize()
+    cache.set_position(context)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((us / steps, e.count / steps, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    log("    profile %s B=%d ctx=%d: kernels %.1f us a step in %.0f launches" %
+        (impl, batch, context, total, sum(r[1] for r in rows)))
+    for us, n, name in rows[:14]:
+        log("      %9.1f us %6.1f x  %s" % (us, n, name[:110]))
+
+
 def run_config(model, cfg, batch, context, impls, args, device, dtype, deadline):
     cuda = device.type == "cuda"
     margin = 16 + args.steps * args.repeats + 8
@@ -268,6 +298,11 @@ def run_config(model, cfg, batch, context, impls, args, device, dtype, deadline)
                 ms = time_steps(step, args.steps, args.repeats, cuda)
             row["ms"] = ms
             row["tok_s"] = batch / (ms / 1e3)
+            if args.profile and cuda:
+                del step
+                step = None
+                with backend_context(impl):
+                    kernel_profile(model, cache, batch, device, context, impl)
             if impl == "fdecode" and not fh.stats.get("flashdecode"):
                 row["status"] = "FAIL: no flashdecode call (%s)" % dict(fh.stats)
         except Exception as exc:  # a backend that cannot run this shape: say why
@@ -383,6 +418,9 @@ def main():
     ap.add_argument("--steps", type=int, default=None, help="steps per timed run (default 20; tiny 3)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-graph", action="store_true", help="time eager steps, no CUDA graph")
+    ap.add_argument("--profile", action="store_true",
+                    help="also log each implementation's GPU kernels a step (torch.profiler, "
+                    "eager steps)")
     ap.add_argument("--budget-s", type=float, default=330,
                     help="skip the remaining measurements past this many seconds")
     ap.add_argument("--commit", default=None)
