@@ -23,8 +23,10 @@ qbuild() {
 # "-DCMAKE_CUDA_FLAGS=-DFD_MMA_WIDE_FP8=0" on branch fp8-wide), built beside the first; the
 # benchmark (FD_QUICK_BENCH) then runs on both, the second's files tagged ab.
 if [ -n "${FD_QUICK_AB:-}" ]; then
-  # shellcheck disable=SC2086
-  qbuild build-90a-b /tmp/qb-b.txt $FD_QUICK_AB & pb=$!
+  # read as shell words, so one flag may hold spaces:
+  # FD_QUICK_AB="'-DCMAKE_CUDA_FLAGS=-DA=0 -DB=0'"
+  eval "abflags=($FD_QUICK_AB)"
+  qbuild build-90a-b /tmp/qb-b.txt "${abflags[@]}" & pb=$!
 fi
 qbuild build-90a /tmp/qb.txt || { echo BUILD FAILED; tail -30 /tmp/qb.txt; exit 1; }
 if [ -n "${FD_QUICK_AB:-}" ]; then
