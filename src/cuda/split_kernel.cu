@@ -337,18 +337,14 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
   }
   /* O and l are two-level compensated sums, so their error does not grow
    * with the number of keys (4M identical keys: within 2e-6 of max|V|).
-   * O: oc collects the p v of FOLD tiles (16 keys a thread: KPG fused
-   * multiply-adds a tile, as a plain sum) on top of what the running sum o
-   * lost before; then it is folded into o by Fast2Sum (o is the larger term
-   * once a few folds are in), leaving in oc the part of the fold that
-   * rounding dropped. The plain part's relative error is bounded by its 16
-   * terms, whatever the length. Per key and element one FMA, per fold three
-   * operations (a fold every tile cost 7-9 % on the fp32 rows, a Kahan
-   * update per key ~2x: bench/NOTES.md). o and oc are rescaled only when
-   * the row's max moved (alpha != 1, the same for the whole block).
+   * O: oc collects the tile's p v (KPG fused multiply-adds a key, as a plain
+   * sum) on top of what the running sum o lost before; at the end of each
+   * tile it is folded into o by Fast2Sum (o is the larger term once a few
+   * tiles are in), leaving in oc the part of the fold that rounding dropped.
+   * Per key and element one FMA, per tile five operations (the Kahan update
+   * per key cost four a key: the fp32 rows ran ~2x slower, bench/NOTES.md).
    * l: the tile's p summed over the warp, added once a tile with Kahan's
    * compensation lc. */
-  constexpr int FOLD = KPG >= 16 ? 1 : 16 / KPG; /* tiles a fold */
   float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
   for (int r = 0; r < NR; r++)
@@ -462,12 +458,10 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
     for (int r = 0; r < NR; r++) {
       const float a = sAlpha[r];
-      if (a != 1.0f) { /* the same in the whole block */
 #pragma unroll
-        for (int e = 0; e < ELEMS; e++) {
-          o[r][e] *= a;
-          oc[r][e] *= a;
-        }
+      for (int e = 0; e < ELEMS; e++) {
+        o[r][e] *= a;
+        oc[r][e] *= a;
       }
     }
     const T *tV = sV + stage * KT * D;
@@ -484,18 +478,15 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
 #pragma unroll
         for (int r = 0; r < NR; r++) oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
     }
-    /* every FOLD tiles, fold into the running sum (Fast2Sum: oc keeps what
-     * rounding dropped); the last tiles' p v are added after the loop */
-    if ((it + 1) % FOLD == 0) {
+    /* fold the tile into the running sum (Fast2Sum: oc keeps what rounding dropped) */
 #pragma unroll
-      for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++)
 #pragma unroll
-        for (int e = 0; e < ELEMS; e++) {
-          const float sum = o[r][e] + oc[r][e];
-          oc[r][e] -= sum - o[r][e];
-          o[r][e] = sum;
-        }
-    }
+      for (int e = 0; e < ELEMS; e++) {
+        const float sum = o[r][e] + oc[r][e];
+        oc[r][e] -= sum - o[r][e];
+        o[r][e] = sum;
+      }
   }
   /* the compensated sums' values */
 #pragma unroll
