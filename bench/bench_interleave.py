@@ -13,7 +13,9 @@ in L2 from layer to layer), timed as CUDA graphs of
 and reports, per impl, the cost of an attention call inside the model, (both - gemm) / L,
 against its cost back to back, attn / L. impls: flashdecode (DecodePlan.run on a
 [B, S, Hkv, D] cache), sdpa-cudnn and sdpa-flash (exact-length [B, Hkv, S, D] K/V,
-enable_gqa). A gap only flashdecode shows points at what differs between the kernels in a
+enable_gqa); then the end-to-end benchmark's conditions: a head-major [B, Hkv, S + pad,
+D] static cache read through flashdecode.decode() or a DecodePlan, and cuDNN over its exact
+slice. A gap only flashdecode shows points at what differs between the kernels in a
 model's stream: the split kernel's large shared-memory carveout beside cuBLAS's, its second
 (combine) launch, programmatic dependent launch inside a graph.
 
@@ -60,6 +62,9 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--pad", type=int, default=84,
+                    help="the head-major rows' cache capacity beyond the context (bench_e2e's "
+                    "static cache: 84 keys at its defaults)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_interleave: needs a CUDA GPU", file=sys.stderr)
@@ -95,8 +100,37 @@ def main(argv=None):
                                                enable_gqa=True)
         return call
 
+    # the end-to-end benchmark's conditions: transformers' static cache, head-major
+    # [B, Hkv, capacity, D] with capacity = context + pad, kv_len on the device, and
+    # flashdecode.decode (the torch op flashdecode.hf calls) or a DecodePlan over it
+    cap = S + args.pad
+    KH = [torch.randn(B, HKV, cap, D, device=dev, dtype=dt, generator=g) for _ in range(L)]
+    VH = [torch.randn(B, HKV, cap, D, device=dev, dtype=dt, generator=g) for _ in range(L)]
+    plan_h = flashdecode.DecodePlan(batch=B, q_len=1, num_heads_q=HQ, num_heads_kv=HKV,
+                                    head_dim=D, dtype=dt, kv_capacity=cap, device=dev)
+
+    def fd_head_decode(l):
+        flashdecode.decode(q, KH[l].transpose(1, 2), VH[l].transpose(1, 2), kv_len)
+
+    def fd_head_plan(l):
+        plan_h.run(q, KH[l].transpose(1, 2), VH[l].transpose(1, 2), kv_len, out=out)
+
+    def fd_seq_decode(l):
+        flashdecode.decode(q, K[l], V[l], kv_len)
+
+    def sdpa_head(backend):
+        def call(l):
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(qs, KH[l][:, :, :S], VH[l][:, :, :S],
+                                               enable_gqa=True)
+        return call
+
     impls = {"flashdecode": fd, "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-             "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+             "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+             "fd decode()": fd_seq_decode,
+             "fd head-major plan": fd_head_plan,
+             "fd head-major decode()": fd_head_decode,
+             "sdpa-cudnn head-major": sdpa_head(SDPBackend.CUDNN_ATTENTION)}
     ys = [None] * L
 
     def gemm():
@@ -105,7 +139,8 @@ def main(argv=None):
 
     t_gemm = time_graph(gemm)
     print(f"bench_interleave: {torch.cuda.get_device_name()} B={B} context={S} layers={L} "
-          f"32/8 d128 bf16; flashdecode {flashdecode.version()} ({plan.num_splits} splits)")
+          f"32/8 d128 bf16; flashdecode {flashdecode.version()} ({plan.num_splits} splits; "
+          f"head-major capacity {cap}: {plan_h.num_splits} splits)")
     print(f"  gemm                     {t_gemm * 1e3 / L:8.2f} us a layer")
     for name, call in impls.items():
         def attn(call=call):
