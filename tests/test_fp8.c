@@ -204,7 +204,9 @@ static void test_cpu_widen(void **state) {
   for (int i = 0; i < 272; i++) codes[i] = (uint8_t)(i * 7 + 3);
   for (int k = 0; k < 2; k++) {
     float lut[256], got[272];
+    uint16_t lut16[256];
     fd_cpu_fp8_table(types[k], lut);
+    fd_cpu_fp8_table_bf16(lut, lut16);
     for (int i = 0; i < 256; i++)
       assert_true(k ? (isnan(lut[i]) ? isnan(fd_e5m2_to_f32((uint8_t)i)) : lut[i] == fd_e5m2_to_f32((uint8_t)i))
                     : (isnan(lut[i]) ? isnan(fd_e4m3_to_f32((uint8_t)i)) : lut[i] == fd_e4m3_to_f32((uint8_t)i)));
@@ -215,7 +217,7 @@ static void test_cpu_widen(void **state) {
         const void *ptrs[4];
         for (int r = 0; r < rows; r++) ptrs[r] = codes + r * (272 - D) / (rows > 1 ? rows - 1 : 1);
         for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)fd_cpu_isa_detect(); isa++) {
-          fd_cpu_widen_fp8(got, ptrs, 0, rows, D, lut, NULL, scales[si], (fd_cpu_isa)isa, k);
+          fd_cpu_widen_fp8(got, ptrs, 0, rows, D, lut, lut16, NULL, scales[si], (fd_cpu_isa)isa, k);
           for (int r = 0; r < rows; r++)
             for (int d = 0; d < D; d++) {
               const float w = lut[((const uint8_t *)ptrs[r])[d]] * scales[si], g = got[r * D + d];
@@ -229,12 +231,50 @@ static void test_cpu_widen(void **state) {
   }
 }
 
+/* The widening to bf16 bits (fd_cpu_widen_fp8_bf16, the path without
+ * per-token scales): every instruction set this machine has gives the
+ * table's lut16[code] for all 256 codes (NaN codes: a bf16 NaN), rows of
+ * 8..256 codes with 16- and 32-code tails, at an offset into each row. */
+static void test_cpu_widen_bf16(void **state) {
+  (void)state;
+  static const fd_dtype types[2] = {FD_DTYPE_E4M3, FD_DTYPE_E5M2};
+  uint8_t codes[300];
+  for (int i = 0; i < 300; i++) codes[i] = (uint8_t)(i * 7 + 3); /* every code: 7 is odd */
+  for (int k = 0; k < 2; k++) {
+    float lut[256];
+    uint16_t lut16[256], got[4 * 256 + 16];
+    fd_cpu_fp8_table(types[k], lut);
+    fd_cpu_fp8_table_bf16(lut, lut16);
+    const int dims[] = {8, 16, 40, 48, 64, 80, 96, 128, 136, 256};
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+      const int D = dims[di], rows = 4, off = 5;
+      const void *ptrs[4];
+      for (int r = 0; r < rows; r++) ptrs[r] = codes + r * (300 - D - off) / (rows - 1);
+      for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)fd_cpu_isa_detect(); isa++) {
+        memset(got, 0xA5, sizeof got);
+        fd_cpu_widen_fp8_bf16(got, ptrs, off, rows, D, lut16, (fd_cpu_isa)isa, k);
+        for (int r = 0; r < rows; r++)
+          for (int d = 0; d < D; d++) {
+            const uint8_t code = ((const uint8_t *)ptrs[r])[off + d];
+            const uint16_t w = lut16[code], g = got[r * D + d];
+            const int w_nan = (w & 0x7f80) == 0x7f80 && (w & 0x7f);
+            const int g_nan = (g & 0x7f80) == 0x7f80 && (g & 0x7f);
+            if (w_nan ? !g_nan : w != g)
+              fail_msg("%s isa %d D %d: code 0x%02x gives bf16 0x%04x, want 0x%04x",
+                       k ? "e5m2" : "e4m3", isa, D, code, g, w);
+          }
+        assert_int_equal(got[rows * D], 0xA5A5); /* nothing past the rows */
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_e4m3_widen),  cmocka_unit_test(test_e5m2_widen),
       cmocka_unit_test(test_e4m3_narrow), cmocka_unit_test(test_e5m2_narrow),
       cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_known),
-      cmocka_unit_test(test_cpu_widen),
+      cmocka_unit_test(test_cpu_widen),   cmocka_unit_test(test_cpu_widen_bf16),
   };
   return cmocka_run_group_tests_name("fp8", tests, NULL, NULL);
 }

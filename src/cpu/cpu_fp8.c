@@ -16,7 +16,9 @@
  * Without per-token scales the driver widens to bf16 instead (exact, no
  * scale: it folds k_scale into the softmax scale and v_scale into the
  * output) and runs the bf16 kernels, which read half the bytes of the
- * float32 ones; fd_cpu_widen_fp8_bf16 does that step.
+ * float32 ones; fd_cpu_widen_fp8_bf16 does that step: with AVX-512 BW a
+ * table lookup, 32 codes by two vpermi2w (the table's 128 sign-less
+ * entries in four registers); with AVX2 the fp16 path above.
  */
 #include <math.h>
 
@@ -83,6 +85,81 @@ __attribute__((target("avx2,f16c"))) static void widen_row_bf16_avx2(uint16_t *d
   }
 }
 
+/* dst[d] = lut16[src[d]] for d < n32 (a multiple of 32), AVX-512 BW: the
+ * table's first 128 entries (the positive codes) in four registers, looked
+ * up 32 codes at a time by two vpermi2w (index bits 0-5) and a blend on bit
+ * 6; the code's sign bit becomes bf16's. Needs lut16[c | 0x80] ==
+ * lut16[c] | 0x8000, which both formats' tables satisfy (NaNs: any NaN). */
+typedef struct widen_lut512 {
+  __m512i t[4]; /* lut16[0..127], 32 entries a register */
+} widen_lut512;
+
+__attribute__((target("avx512f,avx512bw"))) static inline widen_lut512
+widen_lut512_load(const uint16_t *lut16) {
+  widen_lut512 l;
+  for (int i = 0; i < 4; i++) l.t[i] = _mm512_loadu_si512((const void *)(lut16 + 32 * i));
+  return l;
+}
+
+/* The bf16 bits of the 32 codes at src. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i widen32_bf16_avx512(
+    const uint8_t *src, const widen_lut512 *l) {
+  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)src));
+  const __m512i lo = _mm512_permutex2var_epi16(l->t[0], w, l->t[1]); /* codes 0-63 (128-191) */
+  const __m512i hi = _mm512_permutex2var_epi16(l->t[2], w, l->t[3]); /* codes 64-127 (192-255) */
+  const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40)),
+                                            lo, hi);
+  /* v | ((w << 8) & sign) */
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000),
+                                   0xF8);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void widen_row_bf16_avx512(
+    uint16_t *dst, const uint8_t *src, int n32, const uint16_t *lut16) {
+  const widen_lut512 l = widen_lut512_load(lut16);
+  for (int d = 0; d < n32; d += 32)
+    _mm512_storeu_si512((void *)(dst + d), widen32_bf16_avx512(src + d, &l));
+}
+
+/* dst[d] = lut[src[d]] * s for d < n32 (a multiple of 32): the bf16 bits
+ * widened exactly to float32, then one rounding of the product. */
+__attribute__((target("avx512f,avx512bw"))) static void widen_row_avx512(
+    float *dst, const uint8_t *src, int n32, const uint16_t *lut16, float s) {
+  const widen_lut512 l = widen_lut512_load(lut16);
+  const __m512 mul = _mm512_set1_ps(s);
+  for (int d = 0; d < n32; d += 32) {
+    const __m512i v = widen32_bf16_avx512(src + d, &l);
+    const __m512i lo = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16);
+    const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16);
+    _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_castsi512_ps(lo), mul));
+    _mm512_storeu_ps(dst + d + 16, _mm512_mul_ps(_mm512_castsi512_ps(hi), mul));
+  }
+}
+
+/* dst[d] = value(src[d]) * s for d < n32 (a multiple of 32), e4m3 codes,
+ * AVX-512 BW: the fp16 path of widen16_avx2 at twice the width, NaN codes
+ * patched by a mask; mul = s * 2^8 (scales of 2^-100 .. 2^100). */
+__attribute__((target("avx512f,avx512bw"))) static void widen_row_e4m3_avx512(float *dst,
+                                                                             const uint8_t *src,
+                                                                             int n32, float s) {
+  const __m512 mul = _mm512_set1_ps(s * 256.0f), nan = _mm512_set1_ps(NAN);
+  const __m512i low7 = _mm512_set1_epi16(0x7f), sign = _mm512_set1_epi16((short)0x8000);
+  for (int d = 0; d < n32; d += 32) {
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + d)));
+    const __m512i m7 = _mm512_and_si512(w, low7);
+    /* ((w & 0x7f) << 7) | ((w << 8) & sign) */
+    const __m512i bits =
+        _mm512_ternarylogic_epi32(_mm512_slli_epi16(m7, 7), _mm512_slli_epi16(w, 8), sign, 0xF8);
+    const __mmask32 is_nan = _mm512_cmpeq_epi16_mask(m7, low7); /* S.1111.111 */
+    __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(bits)), mul);
+    __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(bits, 1)), mul);
+    lo = _mm512_mask_mov_ps(lo, (__mmask16)is_nan, nan);
+    hi = _mm512_mask_mov_ps(hi, (__mmask16)(is_nan >> 16), nan);
+    _mm512_storeu_ps(dst + d, lo);
+    _mm512_storeu_ps(dst + d + 16, hi);
+  }
+}
+
 #endif
 
 void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]) {
@@ -96,14 +173,21 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
   simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16;  /* the run's isa: AVX2 implies F16C (fd_cpu_isa_detect) */
 #endif
   (void)isa, (void)e5m2;
+#ifdef FD_FP8_AVX2
+  const int wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32; /* AVX-512 F + BW */
+#endif
   for (int j = 0; j < n; j++) {
     const uint8_t *src = (const uint8_t *)rows[j] + off;
     uint16_t *o = dst + (ptrdiff_t)j * head_dim;
     int d = 0;
 #ifdef FD_FP8_AVX2
-    if (simd) {
+    if (wide) {
+      d = head_dim & ~31;
+      widen_row_bf16_avx512(o, src, d, lut16);
+    }
+    if (simd && (head_dim & ~15) > d) {
+      widen_row_bf16_avx2(o + d, src + d, (head_dim & ~15) - d, e5m2);
       d = head_dim & ~15;
-      widen_row_bf16_avx2(o, src, d, e5m2);
     }
 #endif
     for (; d < head_dim; d++) o[d] = lut16[src[d]];
@@ -111,13 +195,16 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
 }
 
 void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
-                      const float *lut, const float *scales, float scale, fd_cpu_isa isa,
-                      int e5m2) {
+                      const float *lut, const uint16_t *lut16, const float *scales, float scale,
+                      fd_cpu_isa isa, int e5m2) {
   int simd = 0;
 #ifdef FD_FP8_AVX2
   simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16;  /* the run's isa: AVX2 implies F16C (fd_cpu_isa_detect) */
+  /* AVX-512 F + BW: the table for e4m3 (its AVX2 path patches NaNs by
+   * blends; e5m2's, a shift, measured faster than the table) */
+  const int wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32 && !e5m2;
 #endif
-  (void)isa, (void)e5m2;
+  (void)isa, (void)e5m2, (void)lut16;
   for (int j = 0; j < n; j++) {
     const uint8_t *src = (const uint8_t *)rows[j] + off;
     const float s = scales ? scales[j] : scale;
@@ -125,9 +212,16 @@ void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n,
     int d = 0;
 #ifdef FD_FP8_AVX2
     const float as = fabsf(s);
-    if (simd && as >= 0x1p-100f && as <= 0x1p100f) {
+    if (wide) {
+      d = head_dim & ~31;
+      if (as >= 0x1p-100f && as <= 0x1p100f)
+        widen_row_e4m3_avx512(o, src, d, s);
+      else /* the table: any scale (no power of two to fold) */
+        widen_row_avx512(o, src, d, lut16, s);
+    }
+    if (simd && as >= 0x1p-100f && as <= 0x1p100f && (head_dim & ~15) > d) {
+      widen_row_avx2(o + d, src + d, (head_dim & ~15) - d, e5m2, s);
       d = head_dim & ~15;
-      widen_row_avx2(o, src, d, e5m2, s);
     }
 #endif
     for (; d < head_dim; d++) o[d] = lut[src[d]] * s;
