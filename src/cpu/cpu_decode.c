@@ -57,7 +57,7 @@ typedef struct cpu_call {
                             scales folded) without per-token scales, else F32 (widened
                             times the scales) */
   const float *fp8_lut; /* fp8 caches: [256] the values of the kv_dtype's codes, else NULL */
-  const uint16_t *fp8_lut16; /* fp8 caches: [256] the codes' bf16 bits, else NULL */
+  const uint16_t *fp8_lut16; /* fp8 widened to bf16: [256] the codes' bf16 bits */
   fd_cpu_isa isa;       /* the instruction set the call runs */
   float *partial_o;   /* [rows][num_splits][head_dim], NULL when num_splits == 1 */
   float *partial_ml;  /* [rows][num_splits][2], NULL when num_splits == 1 */
@@ -152,7 +152,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
       break;
   }
   fd_cpu_widen_fp8(wide, values ? blk->values : blk->keys, values ? blk->value_off : blk->key_off, n,
-                   head_dim, c->fp8_lut, c->fp8_lut16, per_token, s, c->isa, e5m2);
+                   head_dim, c->fp8_lut, per_token, s, c->isa, e5m2);
   const int padded = (n + 31) & ~31;
   for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
   if (values) {
@@ -373,7 +373,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   float natural[256]; /* [head_dim] one row of acc in column order */
   for (int h = 0; h < heads; h++) {
     double v_fold = 1.0;
-    if (c->fp8_lut && c->kernel_dtype == FD_DTYPE_BF16 && p->kv_scale != FD_KV_SCALE_NONE)
+    if (c->fp8_lut16 && p->kv_scale != FD_KV_SCALE_NONE)
       v_fold = (double)t->v_scale[p->kv_scale == FD_KV_SCALE_HEAD ? h0 + h : 0];
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
@@ -486,11 +486,13 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.kernel_dtype = p->kv_dtype;
   if (fd_dtype_is_fp8(p->kv_dtype)) {
     fd_cpu_fp8_table(p->kv_dtype, lut);
-    fd_cpu_fp8_table_bf16(lut, lut16);
     c.fp8_lut = lut;
-    c.fp8_lut16 = lut16;
-    /* scales fold (none per token): the bf16 kernels, else the float32 ones */
-    c.kernel_dtype = p->kv_scale != FD_KV_SCALE_TOKEN ? FD_DTYPE_BF16 : FD_DTYPE_F32;
+    c.kernel_dtype = FD_DTYPE_F32;
+    if (p->kv_scale != FD_KV_SCALE_TOKEN) { /* scales fold: the bf16 kernels */
+      fd_cpu_fp8_table_bf16(lut, lut16);
+      c.fp8_lut16 = lut16;
+      c.kernel_dtype = FD_DTYPE_BF16;
+    }
   }
   if (!fd_cpu_kernels_get(isa, c.kernel_dtype, &c.kernels))
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: no kernels for instruction set %d, dtype %d",

@@ -11,7 +11,8 @@
  * set to NaN. Every value equals the table's lut[code] * scale: the power
  * of two folds into the one rounding of the product (scales of 2^-100 ..
  * 2^100, which keep 2^8 * scale exact and finite; others take the table).
- * Elsewhere (and for the tail of a row), the table.
+ * With AVX-512 BW e4m3 runs that path 32 codes at a time, NaNs set by a
+ * mask. Elsewhere (and for the tail of a row), the table.
  *
  * Without per-token scales the driver widens to bf16 instead (exact, no
  * scale: it folds k_scale into the softmax scale and v_scale into the
@@ -90,49 +91,19 @@ __attribute__((target("avx2,f16c"))) static void widen_row_bf16_avx2(uint16_t *d
  * up 32 codes at a time by two vpermi2w (index bits 0-5) and a blend on bit
  * 6; the code's sign bit becomes bf16's. Needs lut16[c | 0x80] ==
  * lut16[c] | 0x8000, which both formats' tables satisfy (NaNs: any NaN). */
-typedef struct widen_lut512 {
-  __m512i t[4]; /* lut16[0..127], 32 entries a register */
-} widen_lut512;
-
-__attribute__((target("avx512f,avx512bw"))) static inline widen_lut512
-widen_lut512_load(const uint16_t *lut16) {
-  widen_lut512 l;
-  for (int i = 0; i < 4; i++) l.t[i] = _mm512_loadu_si512((const void *)(lut16 + 32 * i));
-  return l;
-}
-
-/* The bf16 bits of the 32 codes at src. */
-__attribute__((target("avx512f,avx512bw"))) static inline __m512i widen32_bf16_avx512(
-    const uint8_t *src, const widen_lut512 *l) {
-  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)src));
-  const __m512i lo = _mm512_permutex2var_epi16(l->t[0], w, l->t[1]); /* codes 0-63 (128-191) */
-  const __m512i hi = _mm512_permutex2var_epi16(l->t[2], w, l->t[3]); /* codes 64-127 (192-255) */
-  const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40)),
-                                            lo, hi);
-  /* v | ((w << 8) & sign) */
-  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000),
-                                   0xF8);
-}
-
 __attribute__((target("avx512f,avx512bw"))) static void widen_row_bf16_avx512(
     uint16_t *dst, const uint8_t *src, int n32, const uint16_t *lut16) {
-  const widen_lut512 l = widen_lut512_load(lut16);
-  for (int d = 0; d < n32; d += 32)
-    _mm512_storeu_si512((void *)(dst + d), widen32_bf16_avx512(src + d, &l));
-}
-
-/* dst[d] = lut[src[d]] * s for d < n32 (a multiple of 32): the bf16 bits
- * widened exactly to float32, then one rounding of the product. */
-__attribute__((target("avx512f,avx512bw"))) static void widen_row_avx512(
-    float *dst, const uint8_t *src, int n32, const uint16_t *lut16, float s) {
-  const widen_lut512 l = widen_lut512_load(lut16);
-  const __m512 mul = _mm512_set1_ps(s);
+  __m512i t[4]; /* lut16[0..127], 32 entries a register */
+  for (int i = 0; i < 4; i++) t[i] = _mm512_loadu_si512((const void *)(lut16 + 32 * i));
+  const __m512i bit6 = _mm512_set1_epi16(0x40), sign = _mm512_set1_epi16((short)0x8000);
   for (int d = 0; d < n32; d += 32) {
-    const __m512i v = widen32_bf16_avx512(src + d, &l);
-    const __m512i lo = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16);
-    const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16);
-    _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_castsi512_ps(lo), mul));
-    _mm512_storeu_ps(dst + d + 16, _mm512_mul_ps(_mm512_castsi512_ps(hi), mul));
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + d)));
+    const __m512i lo = _mm512_permutex2var_epi16(t[0], w, t[1]); /* codes 0-63 (128-191) */
+    const __m512i hi = _mm512_permutex2var_epi16(t[2], w, t[3]); /* codes 64-127 (192-255) */
+    const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, bit6), lo, hi);
+    /* v | ((w << 8) & sign) */
+    _mm512_storeu_si512((void *)(dst + d),
+                        _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), sign, 0xF8));
   }
 }
 
@@ -195,16 +166,16 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
 }
 
 void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
-                      const float *lut, const uint16_t *lut16, const float *scales, float scale,
-                      fd_cpu_isa isa, int e5m2) {
-  int simd = 0;
+                      const float *lut, const float *scales, float scale, fd_cpu_isa isa,
+                      int e5m2) {
+  int simd = 0, wide = 0;
 #ifdef FD_FP8_AVX2
   simd = isa >= FD_CPU_ISA_AVX2 && head_dim >= 16;  /* the run's isa: AVX2 implies F16C (fd_cpu_isa_detect) */
-  /* AVX-512 F + BW: the table for e4m3 (its AVX2 path patches NaNs by
-   * blends; e5m2's, a shift, measured faster than the table) */
-  const int wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32 && !e5m2;
+  /* e4m3 with AVX-512 F + BW: the same fp16 path, twice as wide (its NaN
+   * patch a mask, not two blends); e5m2's AVX2 path is a shift already */
+  wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32 && !e5m2;
 #endif
-  (void)isa, (void)e5m2, (void)lut16;
+  (void)isa, (void)e5m2;
   for (int j = 0; j < n; j++) {
     const uint8_t *src = (const uint8_t *)rows[j] + off;
     const float s = scales ? scales[j] : scale;
@@ -212,16 +183,15 @@ void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n,
     int d = 0;
 #ifdef FD_FP8_AVX2
     const float as = fabsf(s);
-    if (wide) {
-      d = head_dim & ~31;
-      if (as >= 0x1p-100f && as <= 0x1p100f)
+    if (as >= 0x1p-100f && as <= 0x1p100f) {
+      if (wide) {
+        d = head_dim & ~31;
         widen_row_e4m3_avx512(o, src, d, s);
-      else /* the table: any scale (no power of two to fold) */
-        widen_row_avx512(o, src, d, lut16, s);
-    }
-    if (simd && as >= 0x1p-100f && as <= 0x1p100f && (head_dim & ~15) > d) {
-      widen_row_avx2(o + d, src + d, (head_dim & ~15) - d, e5m2, s);
-      d = head_dim & ~15;
+      }
+      if (simd && (head_dim & ~15) > d) {
+        widen_row_avx2(o + d, src + d, (head_dim & ~15) - d, e5m2, s);
+        d = head_dim & ~15;
+      }
     }
 #endif
     for (; d < head_dim; d++) o[d] = lut[src[d]] * s;

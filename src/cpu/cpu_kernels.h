@@ -209,11 +209,11 @@ void fd_cpu_fp8_table(fd_dtype dtype, float lut[256]);
 /* dst [n][head_dim] = lut[code] * (scales ? scales[j] : scale) for the
  * head_dim codes at (const uint8_t *)rows[j] + off, j < n: one rounding to
  * float32 per element, the same bits whichever isa (AVX2 + F16C from
- * FD_CPU_ISA_AVX2 on, AVX-512 BW from FD_CPU_ISA_AVX512; e5m2: the codes are
- * E5M2's, else E4M3's; lut16: fd_cpu_fp8_table_bf16 of lut). */
+ * FD_CPU_ISA_AVX2 on, e4m3 with AVX-512 BW from FD_CPU_ISA_AVX512; e5m2: the
+ * codes are E5M2's, else E4M3's). */
 void fd_cpu_widen_fp8(float *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
-                      const float *lut, const uint16_t *lut16, const float *scales, float scale,
-                      fd_cpu_isa isa, int e5m2);
+                      const float *lut, const float *scales, float scale, fd_cpu_isa isa,
+                      int e5m2);
 
 /* lut16[i] = the bf16 bits of lut[i] (exact for fp8 values). */
 void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]);
