@@ -269,6 +269,14 @@ static __device__ __forceinline__ float fd_mma_score(const fd_kernel_params &p, 
   return p.cap_out != 0.0f ? fd_soft_cap_fast(x, p.cap_in, p.cap_out) : x;
 }
 
+/* fp8: the byte offset fd_swz8<D>(row, c + sub) for an even chunk c, from
+ * base = row * D and y = sub ^ (the row's swizzle bits): the swizzle
+ * touches the low 3 bits of c (c >= 8 at head_dim 256), so one xor with a
+ * per-lane constant a load. */
+static __device__ __forceinline__ uint32_t fd_swz8_even(uint32_t base, int y, int c) {
+  return base + (uint32_t)(((c & ~7) | ((c & 7) ^ y)) << 4);
+}
+
 /* The online softmax's step for one row whose tile max is mx: m becomes the
  * running max, *mu the value the tile's scores subtract (0 while the max
  * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */
@@ -548,9 +556,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const int kr_sub = lane >> 4;
     const int vt_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
     const int vt_sub = (lane >> 3) & 1;
-    /* fp8: fd_swz8<D>(kr_row, c + kr_sub) for an even c is k8_base +
-     * (((c & ~7) | ((c & 7) ^ k8_y)) << 4) (the swizzle touches the low 3
-     * bits; c >= 8 at head_dim 256): one xor with a constant a load */
+    /* fp8: fd_swz8<D>(kr_row, c + kr_sub) = fd_swz8_even(k8_base, k8_y, c) */
     const uint32_t k8_base = (uint32_t)(kr_row * D);
     const int k8_y = kr_sub ^ (D == 64 ? (kr_row >> 1) & 3 : kr_row & 7);
 
@@ -615,20 +621,19 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
         }
       } else {
 #pragma unroll
-      for (int kp = 0; kp < (KS + 1) / 2; kp++) {
-        uint32_t kr[4];
-        const int c = 2 * kp; /* chunks c, c + 1 */
-        fd_ldmatrix_x4(kr, kt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+        for (int kp = 0; kp < (KS + 1) / 2; kp++) {
+          uint32_t kr[4]; /* chunks 2 kp, 2 kp + 1 */
+          fd_ldmatrix_x4(kr, kt_u + fd_swz8_even(k8_base, k8_y, 2 * kp));
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
-            uint32_t ka[4];
-            fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
-            fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
-            fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
+          for (int h = 0; h < 2; h++) {
+            if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
+              uint32_t ka[4];
+              fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
+              fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
+              fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
+            }
           }
         }
-      }
       }
 
       /* Scale to base-2 units and mask (TILE MATH above). */
@@ -729,8 +734,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #pragma unroll
         for (int cp = 0; cp < (NO + 1) / 2; cp++) {
           uint32_t vr[4];
-          const int c = dw * (C::DPW / 16) + 2 * cp; /* chunks c, c + 1 */
-          fd_ldmatrix_x4_trans(vr, vt_u + k8_base + (uint32_t)((((c & ~7) | ((c & 7) ^ k8_y))) << 4));
+          /* chunks dw * (C::DPW / 16) + 2 cp, + 1 */
+          fd_ldmatrix_x4_trans(vr, vt_u + fd_swz8_even(k8_base, k8_y, dw * (C::DPW / 16) + 2 * cp));
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
