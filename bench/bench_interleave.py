@@ -89,17 +89,6 @@ def main(argv=None):
                                   kv_len_hint=[S] * B)
     out = torch.empty_like(q)
     qs = q.transpose(1, 2)  # [B, HQ, 1, D]
-
-    def fd(l):
-        plan.run(q, K[l], V[l], kv_len, out=out)
-
-    def sdpa(backend):
-        def call(l):
-            with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(qs, K[l].transpose(1, 2), V[l].transpose(1, 2),
-                                               enable_gqa=True)
-        return call
-
     # the end-to-end benchmark's conditions: transformers' static cache, head-major
     # [B, Hkv, capacity, D] with capacity = context + pad, kv_len on the device, and
     # flashdecode.decode (the torch op flashdecode.hf calls) or a DecodePlan over it
@@ -108,29 +97,32 @@ def main(argv=None):
     VH = [torch.randn(B, HKV, cap, D, device=dev, dtype=dt, generator=g) for _ in range(L)]
     plan_h = flashdecode.DecodePlan(batch=B, q_len=1, num_heads_q=HQ, num_heads_kv=HKV,
                                     head_dim=D, dtype=dt, kv_capacity=cap, device=dev)
+    # each layer's (K, V) as flashdecode takes them ([B, S, Hkv, D]) and as SDPA does
+    # ([B, Hkv, S, D]; the head-major cache sliced to the context's keys)
+    seq_fd = list(zip(K, V))
+    seq_sdpa = [(k.transpose(1, 2), v.transpose(1, 2)) for k, v in seq_fd]
+    head_fd = [(k.transpose(1, 2), v.transpose(1, 2)) for k, v in zip(KH, VH)]
+    head_sdpa = [(k[:, :, :S], v[:, :, :S]) for k, v in zip(KH, VH)]
 
-    def fd_head_decode(l):
-        flashdecode.decode(q, KH[l].transpose(1, 2), VH[l].transpose(1, 2), kv_len)
+    def fd_plan(pl, kv):
+        return lambda l: pl.run(q, *kv[l], kv_len, out=out)
 
-    def fd_head_plan(l):
-        plan_h.run(q, KH[l].transpose(1, 2), VH[l].transpose(1, 2), kv_len, out=out)
+    def fd_decode(kv):
+        return lambda l: flashdecode.decode(q, *kv[l], kv_len)
 
-    def fd_seq_decode(l):
-        flashdecode.decode(q, K[l], V[l], kv_len)
-
-    def sdpa_head(backend):
+    def sdpa(backend, kv):
         def call(l):
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(qs, KH[l][:, :, :S], VH[l][:, :, :S],
-                                               enable_gqa=True)
+                F.scaled_dot_product_attention(qs, *kv[l], enable_gqa=True)
         return call
 
-    impls = {"flashdecode": fd, "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-             "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
-             "fd decode()": fd_seq_decode,
-             "fd head-major plan": fd_head_plan,
-             "fd head-major decode()": fd_head_decode,
-             "sdpa-cudnn head-major": sdpa_head(SDPBackend.CUDNN_ATTENTION)}
+    impls = {"flashdecode": fd_plan(plan, seq_fd),
+             "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, seq_sdpa),
+             "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION, seq_sdpa),
+             "fd decode()": fd_decode(seq_fd),
+             "fd head-major plan": fd_plan(plan_h, head_fd),
+             "fd head-major decode()": fd_decode(head_fd),
+             "sdpa-cudnn head-major": sdpa(SDPBackend.CUDNN_ATTENTION, head_sdpa)}
     ys = [None] * L
 
     def gemm():
