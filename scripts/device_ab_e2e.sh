@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# device_ab_e2e.sh — one device call that A/Bs builds of the library end to end:
+# each FD_AB entry "name|cmake flags" is built (sm_90a, library + CLI) in
+# build-ab-<name>; then, per build, `flashdecode bench` at the FD_AB_LENS
+# lengths (B=1 32/8 d128 bf16; graph replay, cold L2) and bench_e2e.py's
+# flashdecode rows (FD_AB_E2E flags), and once SDPA-cuDNN and no-attention.
+# FD_AB_TESTS=name: that build also gets tests (quick GPU grid, fp8 grid,
+# variants, Python CUDA tests, memcheck of the bf16 d128 cases).
+# Output: $OUT/ab-e2e.txt and $OUT/e2e-*.csv. Needs .deps carried.
+OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
+cd "$(dirname "$0")/.."
+DEPS="$PWD/.deps/root/usr"
+export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" PYTHONPATH="$PWD/python"
+t0=$(date +%s)
+el() { echo "t=$(( $(date +%s) - t0 ))s"; }
+IFS=';' read -r -a entries <<<"${FD_AB:?FD_AB=\"name|flags;name|flags\"}"
+pids=()
+for ent in "${entries[@]}"; do
+  name=${ent%%|*}; flags=${ent#*|}
+  tests=OFF; [ "${FD_AB_TESTS:-}" = "$name" ] && tests=ON
+  eval "fl=($flags)"
+  ( cmake -S . -B "build-ab-$name" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
+      -DFD_BUILD_TESTS=$tests -DFD_BUILD_READ_PROBE=OFF -DCMAKE_PREFIX_PATH="$DEPS" \
+      -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$DEPS/include" \
+      -DCMAKE_C_FLAGS="-I$DEPS/include" "${fl[@]}" >"/tmp/ab-$name.log" 2>&1 &&
+    cmake --build "build-ab-$name" -j "$(nproc)" >>"/tmp/ab-$name.log" 2>&1 ) || { echo "BUILD $name FAILED"; tail -20 "/tmp/ab-$name.log"; } &
+  pids+=($!)
+done
+wait "${pids[@]}"; echo "== built $(el)"
+if [ -n "${FD_AB_TESTS:-}" ]; then
+  b=build-ab-$FD_AB_TESTS
+  run() { local t=$1; shift; echo "== $* ($(el))"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -6; echo "   exit ${PIPESTATUS[0]}"; }
+  FD_TEST_QUICK=1 run 100 $b/tests/test_gpu_grid
+  run 40 $b/tests/test_gpu_fp8_grid
+  run 20 $b/tests/test_variants cuda
+  run 30 $b/tests/reliability/test_reliability_gpu capacity
+  FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 90 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 $b/tests/test_gpu_grid
+fi
+for ent in "${entries[@]}"; do
+  name=${ent%%|*}
+  echo "== flashdecode bench, build $name ($(el))"
+  for n in ${FD_AB_LENS:-1024 8192 8193 16384 32768 32769}; do
+    printf '%-8s n=%-6s ' "$name" "$n"
+    timeout 30 "build-ab-$name/flashdecode" bench --kv-len "$n" --iters 200 2>&1 | tail -1
+  done
+done
+first=${entries[0]%%|*}
+for ent in "${entries[@]}"; do
+  name=${ent%%|*}
+  impls=fdecode; [ "$name" = "$first" ] && impls=fdecode,sdpa-cudnn,no-attention
+  echo "== bench_e2e.py, build $name ($(el))"
+  FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 200 python3 bench/bench_e2e.py \
+    --impls $impls --steps 10 --budget-s 150 --out-dir "/tmp/e2e-$name" --commit "${FD_COMMIT:-?}-$name" \
+    ${FD_AB_E2E:---batches 1,16 --contexts 8192,32768} 2>&1 | grep -v '^#' | tail -14
+  cp /tmp/e2e-"$name"/*.csv "$OUT/e2e-$name.csv" 2>/dev/null
+done
+echo "== done ($(el))"
