@@ -6,6 +6,8 @@
 # flashdecode rows (FD_AB_E2E flags), and once SDPA-cuDNN and no-attention.
 # FD_AB_TESTS=name: that build also gets tests (quick GPU grid, fp8 grid,
 # variants, Python CUDA tests, memcheck of the bf16 d128 cases).
+# FD_AB_STEPS="tests bench" (default both): what runs after the builds (a
+# warm machine keeps the build trees: a second call rebuilds nothing).
 # Output: $OUT/ab-e2e.txt and $OUT/e2e-*.csv. Needs .deps carried.
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
@@ -28,16 +30,19 @@ for ent in "${entries[@]}"; do
   pids+=($!)
 done
 wait "${pids[@]}"; echo "== built $(el)"
-if [ -n "${FD_AB_TESTS:-}" ]; then
+STEPS=${FD_AB_STEPS:-tests bench}
+if [ -n "${FD_AB_TESTS:-}" ] && [[ " $STEPS " == *" tests "* ]]; then
   b=build-ab-$FD_AB_TESTS
   run() { local t=$1; shift; echo "== $* ($(el))"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -6; echo "   exit ${PIPESTATUS[0]}"; }
-  FD_TEST_QUICK=1 run 100 $b/tests/test_gpu_grid
+  FD_TEST_QUICK=1 run 90 $b/tests/test_gpu_grid
   run 40 $b/tests/test_gpu_fp8_grid
+  run 30 $b/tests/test_gpu_append
   run 20 $b/tests/test_variants cuda
   run 30 $b/tests/reliability/test_reliability_gpu capacity
-  FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 90 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py
+  FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 150 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py tests/python/test_cuda_variants.py tests/python/test_cuda_deterministic.py
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 $b/tests/test_gpu_grid
 fi
+[[ " $STEPS " == *" bench "* ]] || { echo "== done ($(el))"; exit 0; }
 for ent in "${entries[@]}"; do
   name=${ent%%|*}
   echo "== flashdecode bench, build $name ($(el))"
