@@ -46,11 +46,9 @@
  *
  *   Split boundaries are computed at run time from the kv_len the call
  *   really sees: with C = plan.chunk_len, S = plan.num_splits and
- *   L = kv_len[b], min(S, ceil(L / C)) splits hold keys: the floor(L / C)
- *   whole chunks of C keys are shared out among them as evenly as they go
- *   (split s begins at chunk ceil(s F / n), F whole chunks, n splits), the
- *   last also takes the partial chunk, and the splits past them are empty
- *   (the deterministic mode instead cuts pieces of a fixed length). So a plan made for kv_capacity serves every kv_len up to it (CUDA
+ *   L = kv_len[b], the keys are cut into ceil(L / C) chunks, each split takes
+ *   ceil(chunks / S) consecutive chunks, and splits past the last key are
+ *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
  *   graphs), and a plan made from the step's real lengths splits them well.
  *   With a sliding window the keys before the first row's window are never
  *   read: the splits cut keys [w0, L) instead, w0 = lo_0 rounded down to a
