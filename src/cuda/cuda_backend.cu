@@ -382,9 +382,6 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";
-#if defined(FD_COMBINE_PDL) && !FD_COMBINE_PDL /* A/B scaffolding */
-    kp.pdl = 0;
-#endif
     e = fd_combine_launch(&kp, s);
   }
   if (e != cudaSuccess) (void)cudaGetLastError();
