@@ -8,7 +8,7 @@
 # variants, Python CUDA tests, memcheck of the bf16 d128 cases).
 # FD_AB_STEPS="tests bench" (default both): what runs after the builds (a
 # warm machine keeps the build trees: a second call rebuilds nothing).
-# Output: $OUT/ab-e2e.txt and $OUT/e2e-*.csv. Needs .deps carried.
+# Output: $OUT/ab-e2e.txt and $OUT/e2e-csv.tgz. Needs .deps carried.
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
 cd "$(dirname "$0")/.."
@@ -51,14 +51,19 @@ for ent in "${entries[@]}"; do
     timeout 30 "build-ab-$name/flashdecode" bench --kv-len "$n" --iters 200 2>&1 | tail -1
   done
 done
+# FD_AB_ROUNDS=N: the end-to-end runs N times over the builds in turn (each round's first
+# build also times SDPA-cuDNN and no-attention), one process a run
 first=${entries[0]%%|*}
-for ent in "${entries[@]}"; do
-  name=${ent%%|*}
-  impls=fdecode; [ "$name" = "$first" ] && impls=fdecode,sdpa-cudnn,no-attention
-  echo "== bench_e2e.py, build $name ($(el))"
-  FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 200 python3 bench/bench_e2e.py \
-    --impls $impls --steps 10 --budget-s 150 --out-dir "/tmp/e2e-$name" --commit "${FD_COMMIT:-?}-$name" \
-    ${FD_AB_E2E:---batches 1,16 --contexts 8192,32768} 2>&1 | grep -v '^#' | tail -14
-  cp /tmp/e2e-"$name"/*.csv "$OUT/e2e-$name.csv" 2>/dev/null
+for round in $(seq "${FD_AB_ROUNDS:-1}"); do
+  for ent in "${entries[@]}"; do
+    name=${ent%%|*}
+    impls=fdecode; [ "$name" = "$first" ] && impls=fdecode,sdpa-cudnn,no-attention
+    echo "== bench_e2e.py, build $name, round $round ($(el))"
+    FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 200 python3 bench/bench_e2e.py \
+      --impls $impls --steps 10 --budget-s 150 --out-dir "/tmp/e2e-$name-$round" \
+      --commit "${FD_COMMIT:-?}-$name-r$round" \
+      ${FD_AB_E2E:---batches 1,16 --contexts 8192,32768} 2>&1 | grep -v '^#' | sed -n '/^impl /,/^wrote/p'
+  done
 done
+mkdir -p /tmp/e2e-all && cp /tmp/e2e-*/*.csv /tmp/e2e-all/ 2>/dev/null && tar czf "$OUT/e2e-csv.tgz" -C /tmp e2e-all
 echo "== done ($(el))"
