@@ -62,6 +62,11 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--between", default="gemm", choices=["gemm", "gemm+small"],
+                    help="a layer's other work: one GEMM, or the GEMM and then what a "
+                    "transformers layer runs just before attention: six small elementwise "
+                    "kernels (rotary's) and the new token's K and V written into the cache "
+                    "(index_copy_), so the attention follows kernels without shared memory")
     ap.add_argument("--pad", type=int, default=84,
                     help="the head-major rows' cache capacity beyond the context (bench_e2e's "
                     "static cache: 84 keys at its defaults)")
@@ -125,15 +130,27 @@ def main(argv=None):
              "sdpa-cudnn head-major": sdpa(SDPBackend.CUDNN_ATTENTION, head_sdpa)}
     ys = [None] * L
 
+    small = torch.randn(B, HQ, 1, D, device=dev, dtype=dt, generator=g)
+    pos = torch.tensor([S - 1], device=dev)
+    newk = torch.randn(B, HKV, 1, D, device=dev, dtype=dt, generator=g)
+
+    def other(l):
+        ys[l] = x @ W[l]
+        if args.between == "gemm+small":
+            for _ in range(6):
+                small.mul_(1.0)
+            KH[l].index_copy_(2, pos, newk)
+            VH[l].index_copy_(2, pos, newk)
+
     def gemm():
         for l in range(L):
-            ys[l] = x @ W[l]
+            other(l)
 
     t_gemm = time_graph(gemm)
     print(f"bench_interleave: {torch.cuda.get_device_name()} B={B} context={S} layers={L} "
           f"32/8 d128 bf16; flashdecode {flashdecode.version()} ({plan.num_splits} splits; "
           f"head-major capacity {cap}: {plan_h.num_splits} splits)")
-    print(f"  gemm                     {t_gemm * 1e3 / L:8.2f} us a layer")
+    print(f"  {args.between:24s} {t_gemm * 1e3 / L:8.2f} us a layer")
     for name, call in impls.items():
         def attn(call=call):
             for l in range(L):
@@ -141,7 +158,7 @@ def main(argv=None):
 
         def both(call=call):
             for l in range(L):
-                ys[l] = x @ W[l]
+                other(l)
                 call(l)
         try:
             t_attn, t_both = time_graph(attn), time_graph(both)
@@ -149,7 +166,7 @@ def main(argv=None):
             print(f"  {name:24s} unavailable: {type(exc).__name__}: {str(exc)[:100]}")
             continue
         alone, inside = t_attn * 1e3 / L, (t_both - t_gemm) * 1e3 / L
-        print(f"  {name:24s} back to back {alone:8.2f} us, between GEMMs {inside:8.2f} us "
+        print(f"  {name:24s} back to back {alone:8.2f} us, between layers ({args.between}) {inside:8.2f} us "
               f"(+{inside - alone:.2f})")
     return 0
 
