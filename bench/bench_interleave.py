@@ -62,11 +62,14 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--between", default="gemm", choices=["gemm", "gemm+small"],
+    ap.add_argument("--between", default="gemm",
+                    choices=["gemm", "gemm+small", "gemm+small+tinygemm"],
                     help="a layer's other work: one GEMM, or the GEMM and then what a "
                     "transformers layer runs just before attention: six small elementwise "
                     "kernels (rotary's) and the new token's K and V written into the cache "
-                    "(index_copy_), so the attention follows kernels without shared memory")
+                    "(index_copy_), so the attention follows kernels without shared memory; "
+                    "+tinygemm: then a [1, 128] x [128, 128] GEMM (cuBLAS, shared memory) "
+                    "right before the attention")
     ap.add_argument("--pad", type=int, default=84,
                     help="the head-major rows' cache capacity beyond the context (bench_e2e's "
                     "static cache: 84 keys at its defaults)")
@@ -134,13 +137,19 @@ def main(argv=None):
     pos = torch.tensor([S - 1], device=dev)
     newk = torch.randn(B, HKV, 1, D, device=dev, dtype=dt, generator=g)
 
+    tiny_a = torch.randn(1, 128, device=dev, dtype=dt, generator=g)
+    tiny_w = torch.randn(128, 128, device=dev, dtype=dt, generator=g)
+    tiny_out = [None] * L
+
     def other(l):
         ys[l] = x @ W[l]
-        if args.between == "gemm+small":
+        if args.between.startswith("gemm+small"):
             for _ in range(6):
                 small.mul_(1.0)
             KH[l].index_copy_(2, pos, newk)
             VH[l].index_copy_(2, pos, newk)
+        if args.between.endswith("+tinygemm"):
+            tiny_out[l] = tiny_a @ tiny_w
 
     def gemm():
         for l in range(L):
