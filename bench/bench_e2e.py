@@ -277,58 +277,29 @@ def graph_profile(step, impl, batch, context, out_dir, replays=3):
     kernel records (start, duration) of the last replay, logs the step's span, the kernels'
     time, the idle time between kernels, and by kernel name the device time and the idle
     time just before it, largest first; the kernel list goes to <out_dir>/graph-<impl>-B-ctx.csv."""
-    import json
-    import tempfile
-    from torch.profiler import ProfilerActivity, profile
+    from graphtrace import replay_kernels
 
-    step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        for _ in range(replays):
-            step()
-            torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)
-    os.unlink(path)
-    events = events.get("traceEvents", events) if isinstance(events, dict) else events
-    kernels = sorted((float(e["ts"]), float(e.get("dur", 0)), e.get("name", "?"))
-                     for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
-                     and "ts" in e)
-    if not kernels:
+    rows = replay_kernels(step, replays)
+    if not rows:
         log("    graph profile %s: no kernel records in the trace" % impl)
         return
-    # split into replays at the largest gaps (the host synchronises between replays)
-    gaps = sorted(range(1, len(kernels)), key=lambda i: kernels[i][0] - kernels[i - 1][0]
-                  - kernels[i - 1][1], reverse=True)[:replays - 1]
-    start = max(gaps) if gaps else 0
-    last = kernels[start:]
-    t0 = last[0][0]
-    busy = sum(d for _, d, _ in last)
-    span = last[-1][0] + last[-1][1] - t0
+    busy = sum(r[1] for r in rows)
+    span = max(r[0] + r[1] for r in rows)
     by = {}
-    rows = []
-    prev_end = t0
-    for ts, dur, name in last:
-        gap = max(0.0, ts - prev_end)
-        prev_end = max(prev_end, ts + dur)
-        short = name[:90]
-        b = by.setdefault(short, [0.0, 0.0, 0])
+    for _, dur, gap, name in rows:
+        b = by.setdefault(name[:90], [0.0, 0.0, 0])
         b[0] += dur
         b[1] += gap
         b[2] += 1
-        rows.append((ts - t0, dur, gap, short))
     log("    graph profile %s B=%d ctx=%d: one replay spans %.1f us: %d kernels busy %.1f us, "
-        "idle between them %.1f us" % (impl, batch, context, span, len(last), busy, span - busy))
+        "idle between them %.1f us" % (impl, batch, context, span, len(rows), busy, span - busy))
     for name, (dur, gap, n) in sorted(by.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:12]:
         log("      %9.1f us busy %8.1f us idle before  %4d x  %s" % (dur, gap, n, name[:80]))
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "graph-%s-B%d-ctx%d.csv" % (impl, batch, context)), "w") as f:
         f.write("start_us,dur_us,idle_before_us,kernel\n")
-        for r in rows:
-            f.write("%.2f,%.2f,%.2f,\"%s\"\n" % (r[0], r[1], r[2], r[3].replace('"', "'")))
+        for start, dur, gap, name in rows:
+            f.write("%.2f,%.2f,%.2f,\"%s\"\n" % (start, dur, gap, name[:90].replace('"', "'")))
 
 
 def run_config(model, cfg, batch, context, impls, args, device, dtype, deadline):

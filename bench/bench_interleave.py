@@ -31,8 +31,8 @@ import sys
 import torch
 
 
-def time_graph(fn, reps=20):
-    """Median ms of one replay of a CUDA graph of fn()."""
+def time_graph(fn, reps=20, graphs=None):
+    """Median ms of one replay of a CUDA graph of fn() (the graph appended to ``graphs``)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -53,7 +53,46 @@ def time_graph(fn, reps=20):
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e))
+    if graphs is not None:
+        graphs.append(g)
     return statistics.median(ts)
+
+
+ATTN_KERNELS = ("fd_", "cudnn", "flash", "sdpa", "fmha")
+
+
+def attention_calls(rows):
+    """Per attention call of a replay's kernels (graphtrace rows): (idle before it, its
+    kernels' durations, its span from first start to last end). A call starts at the first
+    attention kernel's name and takes the attention kernels that follow."""
+    attn = [any(k in r[3] for k in ATTN_KERNELS) for r in rows]
+    first = next((r[3] for r, a in zip(rows, attn) if a), None)
+    calls = []
+    for r, a in zip(rows, attn):
+        if not a:
+            if calls:
+                calls[-1]["closed"] = True
+            continue
+        if r[3] == first or not calls or calls[-1]["closed"]:
+            calls.append({"idle": r[2], "start": r[0], "end": r[0] + r[1], "durs": [r[1]],
+                          "closed": False})
+        else:
+            calls[-1]["durs"].append(r[1])
+            calls[-1]["end"] = max(calls[-1]["end"], r[0] + r[1])
+    return calls
+
+
+def profile_line(name, where, graph):
+    from graphtrace import replay_kernels
+    calls = attention_calls(replay_kernels(graph.replay))
+    if not calls:
+        return f"    profile {name:22s} {where}: no attention kernels in the trace"
+    med = statistics.median
+    n = max(len(c["durs"]) for c in calls)
+    durs = [med([c["durs"][i] for c in calls if len(c["durs"]) > i]) for i in range(n)]
+    return (f"    profile {name:22s} {where}: idle before {med([c['idle'] for c in calls]):5.2f}, "
+            f"kernels {' + '.join('%.2f' % d for d in durs)}, span "
+            f"{med([c['end'] - c['start'] for c in calls]):6.2f} us (medians of {len(calls)} calls)")
 
 
 def main(argv=None):
@@ -73,6 +112,9 @@ def main(argv=None):
     ap.add_argument("--pad", type=int, default=84,
                     help="the head-major rows' cache capacity beyond the context (bench_e2e's "
                     "static cache: 84 keys at its defaults)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one replay of each graph (torch.profiler): each attention "
+                    "call's kernels, the idle time before it and its span")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_interleave: needs a CUDA GPU", file=sys.stderr)
@@ -169,14 +211,21 @@ def main(argv=None):
             for l in range(L):
                 other(l)
                 call(l)
+        graphs = []
         try:
-            t_attn, t_both = time_graph(attn), time_graph(both)
+            t_attn, t_both = time_graph(attn, graphs=graphs), time_graph(both, graphs=graphs)
         except Exception as exc:  # a backend this torch build lacks
             print(f"  {name:24s} unavailable: {type(exc).__name__}: {str(exc)[:100]}")
             continue
         alone, inside = t_attn * 1e3 / L, (t_both - t_gemm) * 1e3 / L
         print(f"  {name:24s} back to back {alone:8.2f} us, between layers ({args.between}) {inside:8.2f} us "
               f"(+{inside - alone:.2f})")
+        if args.profile:
+            for where, graph in zip(("back to back", "between"), graphs):
+                try:
+                    print(profile_line(name, where, graph))
+                except Exception as exc:  # a diagnostic: never lose the timing for it
+                    print(f"    profile {name}: failed: {type(exc).__name__}: {exc}")
     return 0
 
 
