@@ -6,12 +6,15 @@
 # flashdecode rows (FD_AB_E2E flags), and once SDPA-cuDNN and no-attention.
 # FD_AB_TESTS=name: that build also gets tests (quick GPU grid, fp8 grid,
 # variants, Python CUDA tests, memcheck of the bf16 d128 cases).
-# FD_AB_STEPS="tests bench" (default both): what runs after the builds (a
-# warm machine keeps the build trees: a second call rebuilds nothing).
-# Output: $OUT/ab-e2e.txt and $OUT/e2e-csv.tgz. Needs .deps carried.
+# FD_AB_STEPS="tests interleave bench" (default "tests bench"): what runs after the
+# builds (a warm machine keeps the build trees: a second call rebuilds nothing).
+# Output: $OUT/ab-e2e.txt and $OUT/e2e-csv.tgz. E.g. the graph-replay profile with
+# and without PDL: FD_AB='pdl|;nopdl|"-DCMAKE_C_FLAGS=-I$DEPS/include -DFD_DISABLE_PDL"
+# -DCMAKE_CUDA_FLAGS=-DFD_DISABLE_PDL' FD_AB_STEPS=bench FD_AB_E2E="--batches 1 --contexts
+# 8192,32768 --graph-profile". Needs .deps carried.
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 DEPS="$PWD/.deps/root/usr"
 export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" PYTHONPATH="$PWD/python"
 t0=$(date +%s)
@@ -21,6 +24,7 @@ pids=()
 for ent in "${entries[@]}"; do
   name=${ent%%|*}; flags=${ent#*|}
   tests=OFF; [ "${FD_AB_TESTS:-}" = "$name" ] && tests=ON
+  fl=()
   eval "fl=($flags)"
   ( cmake -S . -B "build-ab-$name" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
       -DFD_BUILD_TESTS=$tests -DFD_BUILD_READ_PROBE=OFF -DCMAKE_PREFIX_PATH="$DEPS" \
@@ -34,13 +38,25 @@ STEPS=${FD_AB_STEPS:-tests bench}
 if [ -n "${FD_AB_TESTS:-}" ] && [[ " $STEPS " == *" tests "* ]]; then
   b=build-ab-$FD_AB_TESTS
   run() { local t=$1; shift; echo "== $* ($(el))"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -6; echo "   exit ${PIPESTATUS[0]}"; }
-  FD_TEST_QUICK=1 run 90 $b/tests/test_gpu_grid
-  run 40 $b/tests/test_gpu_fp8_grid
-  run 30 $b/tests/test_gpu_append
-  run 20 $b/tests/test_variants cuda
-  run 30 $b/tests/reliability/test_reliability_gpu capacity
+  FD_TEST_QUICK=1 run 90 "$b"/tests/test_gpu_grid
+  run 40 "$b"/tests/test_gpu_fp8_grid
+  run 30 "$b"/tests/test_gpu_append
+  run 20 "$b"/tests/test_variants cuda
+  run 30 "$b"/tests/reliability/test_reliability_gpu capacity
   FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 150 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py tests/python/test_cuda_variants.py tests/python/test_cuda_deterministic.py
-  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 $b/tests/test_gpu_grid
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$b"/tests/test_gpu_grid
+fi
+# FD_AB_STEPS with "interleave": bench_interleave.py --profile per build, once a
+# --between mode of FD_AB_BETWEEN (default "gemm gemm+small")
+if [[ " $STEPS " == *" interleave "* ]]; then
+  for ent in "${entries[@]}"; do
+    name=${ent%%|*}
+    for w in ${FD_AB_BETWEEN:-gemm gemm+small}; do
+      echo "== bench_interleave.py --between $w --profile, build $name ($(el))"
+      FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 90 python3 \
+        bench/bench_interleave.py --between "$w" --profile 2>&1 | tail -30
+    done
+  done
 fi
 [[ " $STEPS " == *" bench "* ]] || { echo "== done ($(el))"; exit 0; }
 for ent in "${entries[@]}"; do
@@ -59,11 +75,17 @@ for round in $(seq "${FD_AB_ROUNDS:-1}"); do
     name=${ent%%|*}
     impls=fdecode; [ "$name" = "$first" ] && impls=fdecode,sdpa-cudnn,no-attention
     echo "== bench_e2e.py, build $name, round $round ($(el))"
+    # shellcheck disable=SC2086  # FD_AB_E2E is a list of flags
     FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 200 python3 bench/bench_e2e.py \
       --impls $impls --steps 10 --budget-s 150 --out-dir "/tmp/e2e-$name-$round" \
       --commit "${FD_COMMIT:-?}-$name-r$round" \
       ${FD_AB_E2E:---batches 1,16 --contexts 8192,32768} 2>&1 | grep -v '^#' | sed -n '/^impl /,/^wrote/p'
   done
 done
-mkdir -p /tmp/e2e-all && cp /tmp/e2e-*/*.csv /tmp/e2e-all/ 2>/dev/null && tar czf "$OUT/e2e-csv.tgz" -C /tmp e2e-all
+# every run's CSVs (with --graph-profile, its graph-*.csv too), named by build and round
+mkdir -p /tmp/e2e-all
+for d in /tmp/e2e-*-[0-9]*; do
+  for f in "$d"/*.csv; do [ -e "$f" ] && cp "$f" "/tmp/e2e-all/${d#/tmp/e2e-}-$(basename "$f")"; done
+done
+tar czf "$OUT/e2e-csv.tgz" -C /tmp e2e-all
 echo "== done ($(el))"

@@ -1,6 +1,0 @@
-DEPS=$PWD/.deps/root/usr; export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-b(){ d=$1; shift; cmake -S . -B $d -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real -DFD_BUILD_TESTS=OFF -DFD_BUILD_CLI=OFF -DFD_BUILD_READ_PROBE=OFF "$@" >/tmp/$d.log 2>&1 && cmake --build $d -j 8 --target flashdecode >>/tmp/$d.log 2>&1 || { echo BUILD $d FAILED; tail -20 /tmp/$d.log; }; }
-b bA & b bB -DCMAKE_C_FLAGS=-DFD_DISABLE_PDL -DCMAKE_CUDA_FLAGS=-DFD_DISABLE_PDL & wait; echo built $SECONDS s
-PYTHONPATH=python FLASHDECODE_LIBRARY=bA/libflashdecode.so timeout 200 python3 bench/bench_e2e.py --batches 1 --contexts 8192,32768 --impls fdecode,sdpa-cudnn,no-attention --steps 10 --budget-s 150 --graph-profile --out-dir $OUT/gpA --commit $FD_COMMIT 2>&1 | tee $OUT/log-pdl-on.txt | grep -v '^#' | tail -80
-PYTHONPATH=python FLASHDECODE_LIBRARY=bB/libflashdecode.so timeout 120 python3 bench/bench_e2e.py --batches 1 --contexts 8192,32768 --impls fdecode,no-attention --steps 10 --budget-s 90 --graph-profile --out-dir $OUT/gpB --commit $FD_COMMIT-nopdl 2>&1 | tee $OUT/log-pdl-off.txt | grep -v '^#' | tail -40
-tar czf $OUT/graph-csv.tgz -C $OUT gpA gpB && rm -rf $OUT/gpA $OUT/gpB; echo done $SECONDS s
