@@ -31,8 +31,8 @@ import sys
 import torch
 
 
-def time_graph(fn, reps=20, graphs=None):
-    """Median ms of one replay of a CUDA graph of fn() (the graph appended to ``graphs``)."""
+def time_graph(fn, reps=20):
+    """(median ms of one replay, the graph) for a CUDA graph of fn()."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -53,32 +53,28 @@ def time_graph(fn, reps=20, graphs=None):
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e))
-    if graphs is not None:
-        graphs.append(g)
-    return statistics.median(ts)
+    return statistics.median(ts), g
 
 
 ATTN_KERNELS = ("fd_", "cudnn", "flash", "sdpa", "fmha")
 
 
 def attention_calls(rows):
-    """Per attention call of a replay's kernels (graphtrace rows): (idle before it, its
-    kernels' durations, its span from first start to last end). A call starts at the first
-    attention kernel's name and takes the attention kernels that follow."""
-    attn = [any(k in r[3] for k in ATTN_KERNELS) for r in rows]
-    first = next((r[3] for r, a in zip(rows, attn) if a), None)
-    calls = []
-    for r, a in zip(rows, attn):
-        if not a:
-            if calls:
-                calls[-1]["closed"] = True
-            continue
-        if r[3] == first or not calls or calls[-1]["closed"]:
-            calls.append({"idle": r[2], "start": r[0], "end": r[0] + r[1], "durs": [r[1]],
-                          "closed": False})
-        else:
-            calls[-1]["durs"].append(r[1])
-            calls[-1]["end"] = max(calls[-1]["end"], r[0] + r[1])
+    """The attention calls among a replay's kernels (graphtrace rows), each a dict: idle
+    (before its first kernel), durs (its kernels' durations), start and end (first start,
+    last end). A call starts at the first attention kernel's name, or after another kernel,
+    and takes the attention kernels that follow."""
+    first, calls, prev = None, [], False
+    for start, dur, idle, name in rows:
+        attn = any(k in name for k in ATTN_KERNELS)
+        if attn:
+            first = first or name
+            if name == first or not prev:
+                calls.append({"idle": idle, "start": start, "end": start + dur, "durs": [dur]})
+            else:
+                calls[-1]["durs"].append(dur)
+                calls[-1]["end"] = max(calls[-1]["end"], start + dur)
+        prev = attn
     return calls
 
 
@@ -197,7 +193,7 @@ def main(argv=None):
         for l in range(L):
             other(l)
 
-    t_gemm = time_graph(gemm)
+    t_gemm = time_graph(gemm)[0]
     print(f"bench_interleave: {torch.cuda.get_device_name()} B={B} context={S} layers={L} "
           f"32/8 d128 bf16; flashdecode {flashdecode.version()} ({plan.num_splits} splits; "
           f"head-major capacity {cap}: {plan_h.num_splits} splits)")
@@ -211,9 +207,8 @@ def main(argv=None):
             for l in range(L):
                 other(l)
                 call(l)
-        graphs = []
         try:
-            t_attn, t_both = time_graph(attn, graphs=graphs), time_graph(both, graphs=graphs)
+            (t_attn, g_attn), (t_both, g_both) = time_graph(attn), time_graph(both)
         except Exception as exc:  # a backend this torch build lacks
             print(f"  {name:24s} unavailable: {type(exc).__name__}: {str(exc)[:100]}")
             continue
@@ -221,7 +216,7 @@ def main(argv=None):
         print(f"  {name:24s} back to back {alone:8.2f} us, between layers ({args.between}) {inside:8.2f} us "
               f"(+{inside - alone:.2f})")
         if args.profile:
-            for where, graph in zip(("back to back", "between"), graphs):
+            for where, graph in (("back to back", g_attn), ("between", g_both)):
                 try:
                     print(profile_line(name, where, graph))
                 except Exception as exc:  # a diagnostic: never lose the timing for it
