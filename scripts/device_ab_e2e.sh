@@ -15,8 +15,9 @@
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
 cd "$(dirname "$0")/.." || exit 1
-DEPS="$PWD/.deps/root/usr"
-export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" PYTHONPATH="$PWD/python"
+# shellcheck source=scripts/device_env.sh
+. scripts/device_env.sh # DEPS, LD_LIBRARY_PATH, qbuild
+export PYTHONPATH="$PWD/python"
 t0=$(date +%s)
 el() { echo "t=$(( $(date +%s) - t0 ))s"; }
 IFS=';' read -r -a entries <<<"${FD_AB:?FD_AB=\"name|flags;name|flags\"}"
@@ -26,11 +27,8 @@ for ent in "${entries[@]}"; do
   tests=OFF; [ "${FD_AB_TESTS:-}" = "$name" ] && tests=ON
   fl=()
   eval "fl=($flags)"
-  ( cmake -S . -B "build-ab-$name" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
-      -DFD_BUILD_TESTS=$tests -DFD_BUILD_READ_PROBE=OFF -DCMAKE_PREFIX_PATH="$DEPS" \
-      -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$DEPS/include" \
-      -DCMAKE_C_FLAGS="-I$DEPS/include" "${fl[@]}" >"/tmp/ab-$name.log" 2>&1 &&
-    cmake --build "build-ab-$name" -j "$(nproc)" >>"/tmp/ab-$name.log" 2>&1 ) || { echo "BUILD $name FAILED"; tail -20 "/tmp/ab-$name.log"; } &
+  { qbuild "build-ab-$name" "/tmp/ab-$name.log" -DFD_BUILD_TESTS=$tests -DFD_BUILD_READ_PROBE=OFF \
+      "${fl[@]}" || { echo "BUILD $name FAILED"; tail -20 "/tmp/ab-$name.log"; }; } &
   pids+=($!)
 done
 wait "${pids[@]}"; echo "== built $(el)"

@@ -3,28 +3,20 @@
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
 # [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
-# [FD_QUICK_INTERLEAVE="bench_interleave.py flags;..."]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
-cd "$(dirname "$0")/.."
-DEPS="$PWD/.deps/root/usr"
-export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/device_env.sh
+. scripts/device_env.sh # DEPS, LD_LIBRARY_PATH, qbuild
 t0=$(date +%s)
-# qbuild DIR LOG [CMAKE FLAGS...]: configure and build an sm_90a-only tree
-qbuild() {
-  local dir=$1 log=$2; shift 2
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real \
-    -DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu" \
-    -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include" "$@" >"$log" 2>&1 &&
-    cmake --build "$dir" -j "$(nproc)" >>"$log" 2>&1
-}
 # FD_QUICK_AB="cmake flags": a second tree, build-90a-b, with those flags (e.g.
 # "-DCMAKE_CUDA_FLAGS=-DFD_MMA_WIDE_FP8=0" on branch fp8-wide), built beside the first; the
 # benchmark (FD_QUICK_BENCH) then runs on both, the second's files tagged ab.
 if [ -n "${FD_QUICK_AB:-}" ]; then
   # read as shell words, so one flag may hold spaces:
   # FD_QUICK_AB="'-DCMAKE_CUDA_FLAGS=-DA=0 -DB=0'"
+  abflags=()
   eval "abflags=($FD_QUICK_AB)"
   qbuild build-90a-b /tmp/qb-b.txt "${abflags[@]}" & pb=$!
 fi
@@ -85,15 +77,6 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     # one file for the second build's results: at most 8 files come back
     tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
-fi
-# FD_QUICK_INTERLEAVE="flags": bench/bench_interleave.py (attention between GEMMs), e.g.
-# "--context 8192" (run twice to see 32k: "--context 8192;--context 32768")
-if [ -n "${FD_QUICK_INTERLEAVE:-}" ]; then
-  IFS=';' read -r -a ilv <<<"$FD_QUICK_INTERLEAVE"
-  for a in "${ilv[@]}"; do
-    # shellcheck disable=SC2086
-    run 120 python3 bench/bench_interleave.py $a
-  done
 fi
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
 if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
