@@ -27,7 +27,16 @@ fi
 echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
-if [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then the 16-bit grid
+if [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_kernel.cu)
+  FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
+  FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
+  run 60 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
+  run 60 python3 examples/shared_prefix_decode.py --device cuda --batch 40 --q-len 2
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
+    compute-sanitizer --tool memcheck --error-exitcode 99 build-90a/tests/test_gpu_grid
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
+    compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_grid
+elif [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then the 16-bit grid
   run 60 build-90a/tests/test_gpu_fp8_grid
   run 30 build-90a/tests/test_gpu_append
   run 20 build-90a/tests/test_variants cuda

@@ -38,6 +38,11 @@ fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype, int3
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
 }
 
+int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim) {
+  (void)device, (void)dtype, (void)head_dim;
+  return 0;
+}
+
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err) {
   (void)plan, (void)t, (void)workspace, (void)stream;

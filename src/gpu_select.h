@@ -75,6 +75,23 @@ typedef enum fd_mma_config {
    (size_t)FD_MMA_KW(D, NW) * 16 * 8 + (size_t)16 * 8 +                                   \
    (size_t)FD_MMA_STAGES(D, NW, LEAN) * FD_MMA_KT(D, NW))
 
+/* The rows kernel (rows_mma_kernel.cu: many query rows a kv head, rows as
+ * the mma's M side): FD_ROWS_WARPS warps of 16 rows a block, FD_ROWS_KEYS
+ * keys a tile, FD_ROWS_STAGES cp.async stages; its shared memory: K and V
+ * stages | Q [16 * FD_ROWS_WARPS][D] | key flags [STAGES][KEYS]. */
+#define FD_ROWS_WARPS 4
+#define FD_ROWS_KEYS 64
+#define FD_ROWS_STAGES 3
+#define FD_ROWS_SMEM(D)                                                                 \
+  (2 * (size_t)FD_ROWS_STAGES * FD_ROWS_KEYS * (D) * 2 + (size_t)16 * FD_ROWS_WARPS * (D) * 2 + \
+   (size_t)FD_ROWS_STAGES * FD_ROWS_KEYS)
+
+/* Row tiles of the rows kernel for group * q_len rows a kv head. */
+static inline int32_t fd_rows_tiles(int32_t group, int32_t q_len) {
+  const int64_t rows = (int64_t)group * q_len;
+  return (int32_t)((rows + 16 * FD_ROWS_WARPS - 1) / (16 * FD_ROWS_WARPS));
+}
+
 /* The shared-memory row width of a CUDA head_dim (80 and 96 live in 128-wide rows). */
 static inline int32_t fd_mma_row_width(int32_t head_dim) {
   return head_dim == 80 || head_dim == 96 ? 128 : head_dim;

@@ -168,6 +168,27 @@ fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
 static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t split_keys) {
   return blocks <= sm_count && split_keys >= 128;
 }
+/* The fewest query rows a kv head (group x q_len) for which a non-causal
+ * call runs the rows kernel (rows_mma_kernel.cu): below it the split
+ * kernel's 8-row passes re-read little. */
+#define FD_ROWS_MIN 32
+/* Whether a resolved CUDA problem's shape runs the rows kernel: non-causal,
+ * fp16 or bf16 q over a cache of the same dtype, head_dim 64 or 128, at least
+ * FD_ROWS_MIN rows a kv head, a grid within CUDA's 65535 blocks in y. The
+ * device must hold its block too (fd_cuda_rows_fit). plan.c sizes the splits
+ * for it, cuda_backend.cu launches it; both ask this. */
+static inline int fd_rows_kernel_shape(const fd_problem *p) {
+  const fd_dtype kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
+  const int64_t rows = (int64_t)(p->num_heads_q / p->num_heads_kv) * p->q_len;
+  return p->non_causal && (p->dtype == FD_DTYPE_F16 || p->dtype == FD_DTYPE_BF16) &&
+         kv == p->dtype && (p->head_dim == 64 || p->head_dim == 128) && rows >= FD_ROWS_MIN &&
+         (int64_t)p->num_heads_kv * fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len) <=
+             65535;
+}
+/* Blocks of the rows kernel for dtype and head_dim that one multiprocessor
+ * of `device` holds (shared memory and registers), 0 when none: it is not
+ * run there. */
+int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim);
 /* fd_merge_states on device p->device (src/cuda/merge_backend.cu): checked
  * arguments as for fd_cpu_merge; enqueues one kernel on `stream`, no
  * allocation, no synchronisation. */

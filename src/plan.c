@@ -342,12 +342,24 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
      * through their side-by-side rows (a thread on one head of 8 reads a
      * third as fast: bench/NOTES.md, CPU backend), so there an item is a
      * (sequence, split) and the threads want >= one each. */
-    const int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
+    int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
     if (backend == FD_BACKEND_CPU)
       slots = cpu_slots(slots, 2.0 * (double)total * p.num_heads_kv * p.head_dim *
                                    (double)fd_dtype_size(p.kv_dtype));
-    splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
-                         blocks_per_sm, wide_ok);
+    /* The rows kernel (non-causal, many rows a kv head): a block per (kv
+     * head, row tile), its own occupancy, no 8-warp config. */
+    const int32_t rows_bps = backend == FD_BACKEND_CUDA && fd_rows_kernel_shape(&p)
+                                 ? fd_cuda_rows_fit(p.device, p.dtype, p.head_dim)
+                                 : 0;
+    if (rows_bps > 0) {
+      heads_per_item *= fd_rows_tiles(p.num_heads_q / p.num_heads_kv, p.q_len);
+      blocks_per_sm = rows_bps;
+      wide_ok = 0;
+    }
+    splits = rows_bps > 0 ? fd_num_splits_heuristic((int64_t)p.batch * heads_per_item,
+                                                    hint_chunks, slots, blocks_per_sm)
+                          : auto_splits(&p, backend, (int64_t)p.batch * heads_per_item,
+                                        hint_chunks, slots, blocks_per_sm, wide_ok);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
      * splits holds about half the keys (whole chunks) an even share of the
@@ -359,8 +371,10 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     if (total > 0 && longest * 2 * p.batch > 3 * total) {
       double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
       double want = ceil(2.0 * (double)longest / even);
-      const int32_t alone = auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
-                                        blocks_per_sm, wide_ok);
+      const int32_t alone =
+          rows_bps > 0 ? fd_num_splits_heuristic(heads_per_item, hint_chunks, slots, blocks_per_sm)
+                       : auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
+                                     blocks_per_sm, wide_ok);
       if (want > alone) want = alone;
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;

@@ -146,6 +146,15 @@ static const fd_case gpu_variants[] = {
     /* non-causal, GQA 8 with q_len 128: 1024 rows a kv head */
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 8, .num_heads_kv = 1, .batch = 1, .kv_len = {4099}, .q_len = 128, .with_lse = 1, .check_splits = 1, .non_causal = 1},
     {.dtype = F16, .head_dim = 256, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {4099, 1}, .q_len = 64, .page_size = 64, .num_splits = 7, .with_lse = 1, .non_causal = 1, .sinks = 1},
+    /* the rows kernel (rows_mma_kernel.cu: non-causal, >= 32 rows a kv head, head_dim 64 / 128):
+     * a last row tile of 16 rows, an empty sequence, soft-cap and sinks; one split (its own
+     * epilogue) with float32 out; paged with page_size 16 and 48 (not a power of two),
+     * non-contiguous; 32 rows (the smallest count it takes) */
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {4097, 0}, .q_len = 100, .num_splits = 5, .with_lse = 1, .check_splits = 1, .non_causal = 1, .logits_soft_cap = 30.0f, .sinks = 1},
+    {.dtype = F16, .head_dim = 128, .num_heads_q = 4, .num_heads_kv = 1, .batch = 2, .kv_len = {1, 129}, .q_len = 16, .num_splits = 1, .with_lse = 1, .non_causal = 1, .sinks = 1, .out_f32 = 1},
+    {.dtype = F16, .head_dim = 64, .num_heads_q = 12, .num_heads_kv = 4, .batch = 2, .kv_len = {1000, 64}, .q_len = 77, .page_size = 16, .layout = NONCONTIG, .with_lse = 1, .check_determinism = 1, .non_causal = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {333, 2049}, .q_len = 9, .page_size = 48, .num_splits = 3, .with_lse = 1, .check_splits = 1, .non_causal = 1, .input_scale = 2.0f},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 1, .kv_len = {8191}, .q_len = 8, .with_lse = 1, .non_causal = 1},
     /* long caches under a window: the split count planned for the window */
     {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {33000, 9000}, .q_len = 2, .with_lse = 1, .check_splits = 1, WIN(4095)},
     /* Gemma 2 (head_dim 256, window 4096, soft-cap 50), gpt-oss (head_dim 64, window 128, sinks) */

@@ -238,6 +238,26 @@ extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_
   return fd_ok(err);
 }
 
+extern "C" int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim) {
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  if (f->status != FD_STATUS_OK || (head_dim != 64 && head_dim != 128)) return 0;
+  const int32_t fit = fd_gpu_blocks_fit(&f->g, FD_ROWS_SMEM(head_dim));
+  if (fit < 1) return 0;
+  int current = 0, n = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = fd_rows_mma_occupancy((int)dtype, head_dim, &n);
+    if (current != device) (void)cudaSetDevice(current);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n < fit ? n : fit;
+}
+
 extern "C" fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err) {
   *ptr = NULL;
   const cudaError_t e = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
@@ -376,6 +396,10 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
   if (pr->dtype == FD_DTYPE_F32) {
     e = fd_split_launch(&kp, s);
+  } else if (fd_rows_kernel_shape(pr) &&
+             fd_gpu_blocks_fit(&f->g, FD_ROWS_SMEM(pr->head_dim)) >= 1) {
+    /* many rows a kv head (non-causal): rows as the mma's M side */
+    e = fd_rows_mma_launch(&kp, s);
   } else {
     const int cfg = mma_config(plan, &kp, &f->g);
     e = cfg < 0 ? cudaErrorInvalidConfiguration : fd_split_mma_launch(&kp, cfg, s);

@@ -94,6 +94,15 @@ cudaError_t fd_split_mma_launch(const fd_kernel_params *p, int cfg, cudaStream_t
 cudaError_t fd_split_mma_launch_fp8(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStream_t stream);
 
+/* Launch the rows kernel (rows_mma_kernel.cu: non-causal calls with many
+ * query rows a kv head; internal.h, fd_rows_kernel_shape) for p->dtype
+ * (fp16 or bf16, the cache the same) and p->head_dim (64 or 128) on
+ * `stream`; it writes what the split kernel writes (the combine follows when
+ * p->num_splits > 1). cudaErrorInvalidValue for a combination without an
+ * instance. Its blocks resident a multiprocessor: fd_rows_mma_occupancy. */
+cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
+cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
+
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */
 cudaError_t fd_split_occupancy(int head_dim, int *blocks_per_sm);

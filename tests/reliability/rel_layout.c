@@ -415,21 +415,25 @@ static void item6_huge_page_ids(void **state) {
  * kernels' 4 or 8 keys a thread, or not a power of two); head_dim 64, 128
  * and 256 (32 query heads on one kv head: two 16-row passes); one split, 3
  * and automatic; the 8-warp and (sm_count 1) 4-warp tensor-core kernels and
- * the fp32 kernel. CPU: the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
+ * the fp32 kernel; and non-causal calls of 16 rows a query head (64 a kv
+ * head: the rows kernel, rows_mma_kernel.cu), where every row sees every key
+ * too. CPU: the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
 static void item6_bad_page_ids(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   enum { B = 3 };
   const int32_t kv_len[B] = {1500, 777, 100};
-  const struct { fd_dtype dt; int d, hq, hkv; } kinds[4] = {
-      {BF16, 128, 8, 2}, {F16, 64, 8, 2}, {F32, 128, 8, 2}, {BF16, 256, 32, 1}};
+  const struct { fd_dtype dt; int d, hq, hkv, ql; } kinds[6] = {
+      {BF16, 128, 8, 2, 1}, {F16, 64, 8, 2, 1},   {F32, 128, 8, 2, 1},
+      {BF16, 256, 32, 1, 1}, {BF16, 128, 8, 2, 16}, {F16, 64, 8, 2, 16}};
   const int32_t page_sizes[5] = {16, 64, 1, 8, 48};
   const int32_t bad_vals[4] = {-1, 0 /* num_pages */, INT32_MAX, INT32_MIN};
   int runs = 0;
-  for (int ki = 0; ki < 4; ki++)
+  for (int ki = 0; ki < 6; ki++)
     for (int pi = 0; pi < 5; pi++) {
       const fd_dtype dt = kinds[ki].dt;
       const int D = kinds[ki].d, HQ = kinds[ki].hq, HKV = kinds[ki].hkv, P = page_sizes[pi];
+      const int QL = kinds[ki].ql; /* > 1: non-causal */
       /* FD_TEST_QUICK (compute-sanitizer runs, CUDA): page_size 16 and 1
        * (bf16 head_dim 128), 16 (the others) */
       if (rel_quick() && be == FD_BACKEND_CUDA && !(pi == 0 || (pi == 2 && ki == 0))) continue;
@@ -470,22 +474,23 @@ static void item6_bad_page_ids(void **state) {
           bt[i] = v == 0 ? num_pages : v;
         }
       const size_t pool_elems = (size_t)(good + 3) * page_elems;
-      unsigned char *k = malloc(pool_elems * es), *v = malloc(pool_elems * es), *q = malloc((size_t)B * HQ * D * es);
+      unsigned char *k = malloc(pool_elems * es), *v = malloc(pool_elems * es), *q = malloc((size_t)B * QL * HQ * D * es);
       assert_true(k && v && q);
       for (size_t i = 0; i < pool_elems; i++) {
         const int spare = i >= (size_t)good * page_elems;
         rel_store(dt, k, (int64_t)i, spare ? NAN : next_unit(&rng) * 2.0);
         rel_store(dt, v, (int64_t)i, spare ? NAN : next_unit(&rng));
       }
-      for (size_t i = 0; i < (size_t)B * HQ * D; i++) rel_store(dt, q, (int64_t)i, next_unit(&rng) * 2.0);
+      for (size_t i = 0; i < (size_t)B * QL * HQ * D; i++) rel_store(dt, q, (int64_t)i, next_unit(&rng) * 2.0);
 
       fd_problem p;
       memset(&p, 0, sizeof p);
       p.backend = be, p.dtype = dt, p.batch = B, p.num_heads_q = HQ, p.num_heads_kv = HKV, p.head_dim = D;
       p.page_size = P, p.max_pages_per_seq = maxp, p.num_pages = num_pages;
+      p.q_len = QL, p.non_causal = QL > 1;
       fd_tensors host;
       memset(&host, 0, sizeof host);
-      const int64_t q3[3] = {(int64_t)HQ * D, (int64_t)HQ * D, D}, k3[3] = {(int64_t)page_elems, (int64_t)HKV * D, D};
+      const int64_t q3[3] = {(int64_t)QL * HQ * D, (int64_t)HQ * D, D}, k3[3] = {(int64_t)page_elems, (int64_t)HKV * D, D};
       memcpy(host.q_strides, q3, sizeof q3), memcpy(host.k_strides, k3, sizeof k3),
           memcpy(host.v_strides, k3, sizeof k3);
       host.block_table_stride = maxp;
@@ -494,18 +499,18 @@ static void item6_bad_page_ids(void **state) {
       rel_oracle(&p, &host, &ref, &ref_lse);
 
       void *dk = rel_alloc(be, pool_elems * es), *dv = rel_alloc(be, pool_elems * es);
-      void *dq = rel_alloc(be, (size_t)B * HQ * D * es);
+      void *dq = rel_alloc(be, (size_t)B * QL * HQ * D * es);
       int32_t *dbt = rel_alloc(be, (size_t)B * maxp * sizeof *bt), *dkv = rel_alloc(be, sizeof kv_len);
       rel_put(be, dk, k, pool_elems * es);
       rel_put(be, dv, v, pool_elems * es);
-      rel_put(be, dq, q, (size_t)B * HQ * D * es);
+      rel_put(be, dq, q, (size_t)B * QL * HQ * D * es);
       rel_put(be, dbt, bt, (size_t)B * maxp * sizeof *bt);
       rel_put(be, dkv, kv_len, sizeof kv_len);
       fd_tensors t;
       memset(&t, 0, sizeof t);
       t.q = dq, t.k_cache = dk, t.v_cache = dv, t.kv_len = dkv, t.block_table = dbt;
-      unsigned char *out = malloc((size_t)B * HQ * D * es);
-      float *lse = malloc((size_t)B * HQ * sizeof *lse);
+      unsigned char *out = malloc((size_t)B * QL * HQ * D * es);
+      float *lse = malloc((size_t)B * QL * HQ * sizeof *lse);
       assert_true(out && lse);
       const int32_t splits[3] = {1, 3, 0};
       for (int si = 0; si < 3; si++)
@@ -518,9 +523,9 @@ static void item6_bad_page_ids(void **state) {
           fd_error err;
           if (fd_plan_init(&plan, &p, &err) != FD_STATUS_OK) fail_msg("plan: %s", err.message);
           char what[160];
-          snprintf(what, sizeof what, "%s d%d %d/%d heads page_size %d, %d bad pages, %d splits%s",
+          snprintf(what, sizeof what, "%s d%d %d/%d heads page_size %d, %d bad pages, %d splits%s%s",
                    dt == F32 ? "f32" : dt == F16 ? "f16" : "bf16", D, HQ, HKV, P, nbad, plan.num_splits,
-                   sm ? ", sm_count 1" : "");
+                   sm ? ", sm_count 1" : "", QL > 1 ? ", non-causal q_len 16" : "");
           const fd_status st = rel_run_private(&plan, &t, 0xff, NULL, out, lse, &err);
           if (be != FD_BACKEND_CUDA) {
             if (st != FD_STATUS_INVALID_ARGUMENT || !strstr(err.message, "block_table"))

@@ -1,0 +1,457 @@
+/*
+ * rows_mma_kernel.cu — the tensor-core split kernel for calls with many query
+ * rows a kv head: non-causal calls (a shared prefix, flashdecode.h) whose
+ * group * q_len rows number FD_ROWS_MIN or more, 16-bit caches, head_dim 64
+ * or 128 (fd_rows_kernel_shape, internal.h). The split kernel
+ * (split_mma_kernel.cuh) takes rows 8 at a time as the mma's N side and
+ * re-reads its split's K/V once per 8 rows; here rows are the mma's M side
+ * (the FlashAttention-2 orientation) and 64 rows share each K/V tile.
+ *
+ * GRID  (num_splits, num_heads_kv * row_tiles, batch), row_tiles =
+ *   ceil(group * q_len / 64); one block of 4 warps per (split s, kv head hk,
+ *   row tile rt, sequence b), over keys [begin, end) of fd_seq_split (split.h,
+ *   as the split kernel), for rows r = 64 rt .. 64 rt + 63 of kv head hk (row
+ *   r: query head hk * group + r / q_len, token r % q_len; rows past
+ *   group * q_len are zeros and write nothing). Warp w holds rows
+ *   64 rt + 16 w .. + 15. Every row sees every key of the split (non-causal).
+ *
+ * TILES  64 keys a tile; K and V tiles go global -> shared by cp.async.cg
+ *   (16 bytes a copy, chunk c of row k at c ^ (k & 7)) in 3 stages, one
+ *   barrier a tile; keys past the split's end, and (paged, num_pages known)
+ *   keys on a page id outside [0, num_pages), are zero-filled without a read
+ *   and masked (score -inf). Per warp and tile, mma.sync.m16n8k16 with fp32
+ *   accumulators:
+ *   S = Q K^T: Q's A fragments (16 rows x head_dim) are loaded once from
+ *     shared memory into registers; K's B fragments by ldmatrix.x4 (keys
+ *     x chunk pairs). Lane (g, qd) = (lane / 4, lane % 4) holds rows g and
+ *     g + 8, keys 8 n + 2 qd, + 1 of each 8-key n-tile.
+ *   Online softmax in base 2 (softmax_scale * log2(e) in fp32, soft-capped
+ *   when asked), a row's max over its 4 lanes; a row whose max is still
+ *   -inf subtracts 0 (never (-inf) - (-inf)); l sums the fp32 p per lane,
+ *   reduced at the end.
+ *   O += P V: P's A fragments are the score accumulators packed to 16 bits
+ *     in place (the m16n8 C layout is the m16n8k16 A layout), in a hi and a
+ *     lo part (two mma: P keeps ~16 bits, as in the split kernel;
+ *     FD_ROWS_P_SPLIT 0 builds one part for an A/B); V's B fragments by
+ *     ldmatrix.x4.trans.
+ *
+ * OUTPUT  From registers, as pass_output.cuh writes the split kernel's:
+ *   num_splits > 1: unnormalised O, (m ln 2, l) into the partials for the
+ *   combine (combine_kernel.cu); empty splits exit at once. num_splits == 1:
+ *   out = O / l (the sink joining l), lse. A row whose O holds a NaN or Inf
+ *   gets l = NaN in its partial / lse.
+ *
+ * SHARED MEMORY  K stages [3][64][D] | V stages [3][64][D] | Q [64][D] | key
+ *   flags [3][64]: 57,536 bytes (64), 114,880 (128); FD_ROWS_SMEM
+ *   (gpu_select.h) sizes it for the host.
+ *
+ * PDL  As the split kernel: wait for the previous kernel, then let the
+ *   combine be scheduled.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "device_util.cuh"
+#include "flashdecode.h"
+#include "gpu_select.h"
+#include "kernel_params.cuh"
+#include "mma_primitives.cuh"
+#include "split.h"
+
+#ifndef FD_ROWS_P_SPLIT
+#define FD_ROWS_P_SPLIT 1 /* P in a hi and a lo 16-bit part (0: one part, A/B builds only) */
+#endif
+
+template <int D>
+struct fd_rows_cfg {
+  static constexpr int NW = FD_ROWS_WARPS;
+  static constexpr int THREADS = 32 * NW;
+  static constexpr int BM = 16 * NW;          /* rows a block */
+  static constexpr int KT = FD_ROWS_KEYS;     /* keys a tile */
+  static constexpr int STAGES = FD_ROWS_STAGES;
+  static constexpr int CH = D / 8;            /* 16-byte chunks a row */
+  static constexpr int RSTEP = THREADS / CH;  /* rows one copy instruction covers */
+  static constexpr int LOADS = KT / RSTEP;    /* keys a thread copies a tile */
+  static constexpr int KS = D / 16;           /* k-steps of Q K^T */
+  static constexpr int NK = KT / 8;           /* score n-tiles */
+  static constexpr int ND = D / 8;            /* O n-tiles */
+  static constexpr size_t SMEM = FD_ROWS_SMEM(D);
+  static_assert(SMEM == 2 * (size_t)STAGES * KT * D * 2 + (size_t)BM * D * 2 + (size_t)STAGES * KT,
+                "gpu_select.h sizes the kernel the same way");
+  static_assert(D == 64 || D == 128, "head_dim");
+  static_assert(LOADS * RSTEP == KT, "copies");
+};
+
+/* Copies one tile (keys key0 .. key0 + nk - 1 of the sequence) into stage
+ * buffers sK / sV; keys >= nk and keys on bad pages are zero-filled, not
+ * read. Paged with num_pages known: each key's valid flag goes to `valid`. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_copy_tile(const fd_kernel_params &p, const T *k_head,
+                                                         const T *v_head, const int32_t *bt_row,
+                                                         int pshift, int b, int key0, int nk,
+                                                         T *sK, T *sV, unsigned char *valid) {
+  using C = fd_rows_cfg<D>;
+  const int c = (int)threadIdx.x % C::CH;
+  const int kr = (int)threadIdx.x / C::CH;
+  const bool check = bt_row != nullptr && p.num_pages > 0;
+#pragma unroll
+  for (int n = 0; n < C::LOADS; n++) {
+    const int kl = kr + n * C::RSTEP;
+    const int j = key0 + kl;
+    bool ok = kl < nk;
+    int64_t k_off, v_off;
+    if (bt_row != nullptr) {
+      const int page = ok ? __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size)) : 0;
+      const bool page_ok = !check || (page >= 0 && page < p.num_pages);
+      if (check && c == 0) valid[kl] = page_ok ? 1 : 0;
+      ok = ok && page_ok;
+      const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+      k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+      v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+    } else {
+      k_off = (int64_t)b * p.k_strides[0] + (int64_t)j * p.k_strides[1] + c * 8;
+      v_off = (int64_t)b * p.v_strides[0] + (int64_t)j * p.v_strides[1] + c * 8;
+    }
+    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
+    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
+  }
+}
+
+/* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
+ * o[n][e0], o[n][e0 + 1]); m in base 2, l the row's full sum, blown: its O
+ * holds a NaN or Inf. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_store(const fd_kernel_params &p, int b, int hk,
+                                                     int split, int row, const float (&o)[D / 8][4],
+                                                     int e0, float m, float l, bool blown) {
+  const int qd = (int)threadIdx.x & 3;
+  const int gi = row / p.q_len;
+  const int t = row - gi * p.q_len;
+  const int64_t h = (int64_t)hk * p.group + gi;
+  const float ln2 = 0.69314718055994531f;
+  const float l_out = blown ? __int_as_float(0x7fc00000) : l;
+  if (p.num_splits > 1) {
+    const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
+    float *dst = p.partial_o + (prow * p.num_splits + split) * D + 2 * qd;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+      *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(o[n][e0], o[n][e0 + 1]);
+    if (qd == 0)
+      *reinterpret_cast<float2 *>(p.partial_ml + (prow * p.num_splits + split) * 2) =
+          make_float2(m * ln2, l_out); /* -inf stays -inf */
+    return;
+  }
+  const bool has_sink = p.sinks != nullptr;
+  const float sink = has_sink ? p.sinks[h] : 0.0f;
+  float inv = l > 0.0f ? 1.0f / l : 0.0f, lse;
+  if (has_sink) fd_finish_row(m * ln2, l, true, sink, &inv, &lse);
+  const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
+                      h * p.out_strides[2] + 2 * qd;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const float x = o[n][e0] * inv, y = o[n][e0 + 1] * inv;
+    if (p.out_f32) {
+      *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + off + 8 * n) = make_float2(x, y);
+    } else {
+      const uint32_t v = fd_pack2<T>(x, y);
+      *reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + off + 8 * n) = v;
+    }
+  }
+  if (p.lse != nullptr && qd == 0) {
+    float scale_unused;
+    fd_finish_row(m * ln2, l_out, has_sink, sink, &scale_unused, &lse);
+    p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
+        lse;
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
+    fd_rows_mma_kernel(const __grid_constant__ fd_kernel_params p) {
+  using C = fd_rows_cfg<D>;
+  constexpr int KT = C::KT, ST = C::STAGES;
+  extern __shared__ __align__(128) unsigned char fd_rows_smem[];
+  fd_pdl_wait();
+  fd_pdl_launch_dependents();
+
+  const int rows_total = p.group * p.q_len;
+  const int row_tiles = (rows_total + C::BM - 1) / C::BM;
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y / row_tiles;
+  const int row_base = (blockIdx.y - hk * row_tiles) * C::BM;
+  const int b = blockIdx.z;
+  int kv = __ldg(p.kv_len + b);
+  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int begin, end;
+  fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+               &begin, &end);
+  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+
+  T *sK = reinterpret_cast<T *>(fd_rows_smem); /* [ST][KT][D] */
+  T *sV = sK + ST * KT * D;                    /* [ST][KT][D] */
+  T *sQ = sV + ST * KT * D;                    /* [BM][D] */
+  unsigned char *sValid = reinterpret_cast<unsigned char *>(sQ + C::BM * D); /* [ST][KT] */
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2, qd = lane & 3;
+  const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+  const bool paged = p.page_size > 0;
+  const bool check = paged && p.num_pages > 0;
+  const int pshift = paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+  const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
+
+  /* Q rows of the block (zeros past rows_total): commit group 0 */
+  for (int idx = tid; idx < C::BM * C::CH; idx += C::THREADS) {
+    const int r = idx / C::CH, c = idx % C::CH;
+    const int row = row_base + r;
+    const bool ok = row < rows_total;
+    const T *src = static_cast<const T *>(p.q);
+    if (ok) {
+      const int gi = row / p.q_len;
+      const int t = row - gi * p.q_len;
+      src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] +
+             ((int64_t)hk * p.group + gi) * p.q_strides[2] + c * 8;
+    }
+    fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
+  }
+  fd_cp_async_commit();
+
+  const int num_tiles = (end - begin + KT - 1) / KT;
+  /* prologue: tiles 0 .. ST-2, a commit group each (empty or not) */
+#pragma unroll
+  for (int s = 0; s < ST - 1; s++) {
+    if (s < num_tiles)
+      fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + s * KT,
+                              min(KT, end - (begin + s * KT)), sK + s * KT * D, sV + s * KT * D,
+                              sValid + s * KT);
+    fd_cp_async_commit();
+  }
+
+  /* Q's A fragments: rows 16 warp + (g, g + 8), k-step ks */
+  fd_cp_async_wait<ST - 1>(); /* group 0 (Q) landed for this thread */
+  __syncthreads();
+  uint32_t qa[C::KS][4];
+  {
+    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
+    const int mi = lane >> 3;
+    const int r = warp * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int ks = 0; ks < C::KS; ks++) {
+      const int c = 2 * ks + (mi >> 1);
+      fd_ldmatrix_x4(qa[ks], sQ_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+    }
+  }
+
+  float o[C::ND][4];
+#pragma unroll
+  for (int n = 0; n < C::ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY; /* rows g, g + 8 (base 2) */
+  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of their sums */
+  const float scale = p.scale_log2;
+  const bool capped = p.cap_out != 0.0f;
+
+  const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
+  const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
+  /* ldmatrix lane addresses: matrix mi = lane / 8, its row lane % 8 */
+  const int mi = lane >> 3;
+  const int k_row = (mi >> 1) * 8 + (lane & 7); /* K: keys (n-tile pair half), chunk + (mi & 1) */
+  const int v_row = (mi & 1) * 8 + (lane & 7);  /* V: keys (k half), chunk + (mi >> 1) */
+
+  int stage = 0;
+  for (int i = 0; i < num_tiles; i++) {
+    fd_cp_async_wait<ST - 2>(); /* tile i landed (this thread's copies) */
+    __syncthreads();            /* everyone's; and the stage tile i - 1 used is free */
+    {
+      const int nt = i + ST - 1; /* the next tile into the freed stage */
+      const int ns = nt % ST;
+      if (nt < num_tiles)
+        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + nt * KT,
+                                min(KT, end - (begin + nt * KT)), sK + ns * KT * D,
+                                sV + ns * KT * D, sValid + ns * KT);
+      fd_cp_async_commit();
+    }
+    const int key0 = begin + i * KT;
+    const int nk = min(KT, end - key0);
+    const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
+    const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
+
+    /* S = Q K^T */
+    float s[C::NK][4];
+#pragma unroll
+    for (int n = 0; n < C::NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < C::KS; ks++) {
+#pragma unroll
+      for (int np = 0; np < C::NK / 2; np++) {
+        uint32_t kb[4];
+        const int r = np * 16 + k_row;
+        const int c = 2 * ks + (mi & 1);
+        fd_ldmatrix_x4(kb, kt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+        fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
+        fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
+      }
+    }
+
+    /* scale, soft-cap, mask (keys past nk; bad pages) */
+    const bool full = nk == KT && !check; /* block-uniform */
+    const unsigned char *tValid = sValid + stage * KT;
+#pragma unroll
+    for (int n = 0; n < C::NK; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = s[n][e] * scale;
+        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
+        if (!full) {
+          const int kl = 8 * n + 2 * qd + (e & 1);
+          const bool vis = kl < nk && (!check || tValid[kl] != 0);
+          x = vis ? x : -INFINITY;
+        }
+        s[n][e] = x;
+      }
+    }
+
+    /* online softmax: rows g (e 0, 1) and g + 8 (e 2, 3) */
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < C::NK; n++) {
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0, mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
+    m0 = mn0;
+    m1 = mn1;
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < C::NK; n++) {
+      s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
+      s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
+      s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
+      s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
+      ps0 += s[n][0] + s[n][1];
+      ps1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < C::ND; n++) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+    }
+
+    /* O += P V, k-step kk = keys 16 kk .. + 15 (score n-tiles 2 kk, 2 kk + 1) */
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; kk++) {
+      uint32_t ph[4], pl[4];
+      fd_pack2_split<T>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      fd_pack2_split<T>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      fd_pack2_split<T>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      fd_pack2_split<T>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int dp = 0; dp < C::ND / 2; dp++) {
+        uint32_t vb[4];
+        const int r = kk * 16 + v_row;
+        const int c = 2 * dp + (mi >> 1);
+        fd_ldmatrix_x4_trans(vb, vt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+        fd_mma16816<T>(o[2 * dp], ph, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * dp + 1], ph, vb[2], vb[3]);
+        if (FD_ROWS_P_SPLIT) {
+          fd_mma16816<T>(o[2 * dp], pl, vb[0], vb[1]);
+          fd_mma16816<T>(o[2 * dp + 1], pl, vb[2], vb[3]);
+        }
+      }
+    }
+    stage = stage + 1 == ST ? 0 : stage + 1;
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain */
+
+  /* the rows' sums and NaN / Inf flags over their 4 lanes */
+  bool bad0 = false, bad1 = false;
+#pragma unroll
+  for (int n = 0; n < C::ND; n++) {
+    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
+    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
+    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
+  }
+  const int row0 = row_base + warp * 16 + g;
+  if (row0 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0, o, 0, m0, l0, bad0);
+  if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
+}
+
+template <typename T, int D>
+static cudaError_t fd_rows_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  using C = fd_rows_cfg<D>;
+  cudaError_t e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  const int row_tiles = (p->group * p->q_len + C::BM - 1) / C::BM;
+  return fd_launch(fd_rows_mma_kernel<T, D>, *p,
+                   dim3((unsigned)p->num_splits, (unsigned)(p->num_heads_kv * row_tiles),
+                        (unsigned)p->batch),
+                   dim3(C::THREADS), C::SMEM, stream, p->pdl);
+}
+
+cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
+  if (p->kv_dtype != 0 && p->kv_dtype != p->dtype) return cudaErrorInvalidValue;
+  const int64_t grid_y = (int64_t)p->num_heads_kv * fd_rows_tiles(p->group, p->q_len);
+  if (grid_y > 65535) return cudaErrorInvalidValue;
+  switch (p->dtype) {
+    case FD_DTYPE_F16:
+      if (p->head_dim == 64) return fd_rows_mma_launch_instance<__half, 64>(p, stream);
+      if (p->head_dim == 128) return fd_rows_mma_launch_instance<__half, 128>(p, stream);
+      break;
+    case FD_DTYPE_BF16:
+      if (p->head_dim == 64) return fd_rows_mma_launch_instance<__nv_bfloat16, 64>(p, stream);
+      if (p->head_dim == 128) return fd_rows_mma_launch_instance<__nv_bfloat16, 128>(p, stream);
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T, int D>
+static cudaError_t fd_rows_mma_occupancy_instance(int *blocks_per_sm) {
+  using C = fd_rows_cfg<D>;
+  const cudaError_t e = cudaFuncSetAttribute(
+      fd_rows_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_rows_mma_kernel<T, D>,
+                                                       C::THREADS, C::SMEM);
+}
+
+cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm) {
+  *blocks_per_sm = 0;
+  const bool bf16 = dtype == FD_DTYPE_BF16;
+  if (dtype != FD_DTYPE_F16 && !bf16) return cudaErrorInvalidValue;
+  if (head_dim == 64)
+    return bf16 ? fd_rows_mma_occupancy_instance<__nv_bfloat16, 64>(blocks_per_sm)
+                : fd_rows_mma_occupancy_instance<__half, 64>(blocks_per_sm);
+  if (head_dim == 128)
+    return bf16 ? fd_rows_mma_occupancy_instance<__nv_bfloat16, 128>(blocks_per_sm)
+                : fd_rows_mma_occupancy_instance<__half, 128>(blocks_per_sm);
+  return cudaErrorInvalidValue;
+}
