@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -27,14 +27,17 @@ fi
 echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
-if [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_kernel.cu)
+if [ "${FD_QUICK_ROWS:-0}" = 2 ]; then # the rows kernel's grid cases and bad page ids only
   FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
   FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
-  run 60 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
+elif [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_kernel.cu)
+  FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
+  FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
+  run 120 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
   run 60 python3 examples/shared_prefix_decode.py --device cuda --batch 40 --q-len 2
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
     compute-sanitizer --tool memcheck --error-exitcode 99 build-90a/tests/test_gpu_grid
-  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
+  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16*noncausal*' run 180 \
     compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_grid
 elif [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then the 16-bit grid
   run 60 build-90a/tests/test_gpu_fp8_grid
@@ -86,6 +89,19 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     # one file for the second build's results: at most 8 files come back
     tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
+fi
+# FD_QUICK_NCU=rows: Nsight Compute on the rows kernel (dev/cuda/profile.sh rows), both builds,
+# and the CLI's timing of that call
+if [ "${FD_QUICK_NCU:-0}" = rows ]; then
+  for b in build-90a build-90a-b; do
+    [ -x $b/flashdecode ] || continue
+    echo "== ncu rows $b (t=$(( $(date +%s) - t0 ))s)"
+    for ps in 16 0; do
+      $b/flashdecode bench --backend cuda --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size $ps
+    done
+    FD_BIN=$b/flashdecode bash dev/cuda/profile.sh /tmp/qncu-$b rows 2>&1 | tail -60
+    for f in /tmp/qncu-$b/ncu-*.txt; do echo "==== $b $(basename "$f")"; cat "$f"; done >>"$OUT/ncu-rows.txt"
+  done
 fi
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
 if [ "${FD_QUICK_NCU:-0}" = 1 ]; then

@@ -11,6 +11,8 @@
 #        CUDA-core kernel at B=64 8k (66 % of the ceiling, latency-bound?)
 #   bash dev/cuda/profile.sh OUTDIR fp8      B=64 8k 32/8 d128: bf16 cache against
 #        an e4m3 cache (per-tensor and per-token scales)
+#   bash dev/cuda/profile.sh OUTDIR rows     the rows kernel (rows_mma_kernel.cu) on
+#        a shared prefix's call: 64 sequences' rows over 16k keys, 32/8 d128
 #   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
 set -u
 OUT=${1:-/tmp/fd_prof}
@@ -30,6 +32,11 @@ if [ "${2:-}" = fp8 ]; then
   prof b64-bf16 --batch 64 --kv-len 8192 --dtype bf16
   prof b64-e4m3 --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3
   prof b64-e4m3-token --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3 --kv-scale token
+  exit 0
+fi
+if [ "${2:-}" = rows ]; then # the rows kernel on the shared-prefix row's prefix call
+  KREGEX=fd_rows_mma_kernel prof prefix-paged16 --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size 16
+  KREGEX=fd_rows_mma_kernel prof prefix-contig --batch 1 --q-len 64 --non-causal --kv-len 16384
   exit 0
 fi
 if [ "${2:-}" = paged ]; then

@@ -60,6 +60,9 @@
 #include "mma_primitives.cuh"
 #include "split.h"
 
+#ifndef FD_ROWS_PIPE
+#define FD_ROWS_PIPE 1 /* fragments loaded in groups ahead of their mma (0: one at a time, A/B) */
+#endif
 #ifndef FD_ROWS_P_SPLIT
 #define FD_ROWS_P_SPLIT 1 /* P in a hi and a lo 16-bit part (0: one part, A/B builds only) */
 #endif
@@ -72,8 +75,7 @@ struct fd_rows_cfg {
   static constexpr int KT = FD_ROWS_KEYS;     /* keys a tile */
   static constexpr int STAGES = FD_ROWS_STAGES;
   static constexpr int CH = D / 8;            /* 16-byte chunks a row */
-  static constexpr int RSTEP = THREADS / CH;  /* rows one copy instruction covers */
-  static constexpr int LOADS = KT / RSTEP;    /* keys a thread copies a tile */
+  static constexpr int LOADS = KT * CH / THREADS; /* consecutive keys a thread copies a tile */
   static constexpr int KS = D / 16;           /* k-steps of Q K^T */
   static constexpr int NK = KT / 8;           /* score n-tiles */
   static constexpr int ND = D / 8;            /* O n-tiles */
@@ -81,31 +83,40 @@ struct fd_rows_cfg {
   static_assert(SMEM == 2 * (size_t)STAGES * KT * D * 2 + (size_t)BM * D * 2 + (size_t)STAGES * KT,
                 "gpu_select.h sizes the kernel the same way");
   static_assert(D == 64 || D == 128, "head_dim");
-  static_assert(LOADS * RSTEP == KT, "copies");
+  static_assert(LOADS * THREADS == KT * CH, "copies");
 };
 
 /* Copies one tile (keys key0 .. key0 + nk - 1 of the sequence) into stage
- * buffers sK / sV; keys >= nk and keys on bad pages are zero-filled, not
- * read. Paged with num_pages known: each key's valid flag goes to `valid`. */
+ * buffers sK / sV: thread tid copies chunk tid % CH of the LOADS consecutive
+ * keys (tid / CH) * LOADS + n, so that with a power-of-two page_size >= LOADS
+ * its keys share one page id (one block_table read a tile). Keys >= nk and
+ * keys on bad pages are zero-filled, not read. Paged with num_pages known:
+ * each key's valid flag goes to `valid`; returns whether one of this
+ * thread's keys is on a bad page. */
 template <typename T, int D>
-static __device__ __forceinline__ void fd_rows_copy_tile(const fd_kernel_params &p, const T *k_head,
+static __device__ __forceinline__ bool fd_rows_copy_tile(const fd_kernel_params &p, const T *k_head,
                                                          const T *v_head, const int32_t *bt_row,
                                                          int pshift, int b, int key0, int nk,
                                                          T *sK, T *sV, unsigned char *valid) {
   using C = fd_rows_cfg<D>;
   const int c = (int)threadIdx.x % C::CH;
-  const int kr = (int)threadIdx.x / C::CH;
+  const int k0 = (int)threadIdx.x / C::CH * C::LOADS;
   const bool check = bt_row != nullptr && p.num_pages > 0;
+  const bool one_page = pshift >= 0 && p.page_size >= C::LOADS;
+  int page = 0;
+  if (bt_row != nullptr && one_page && k0 < nk) page = __ldg(bt_row + ((key0 + k0) >> pshift));
+  bool bad = false;
 #pragma unroll
   for (int n = 0; n < C::LOADS; n++) {
-    const int kl = kr + n * C::RSTEP;
+    const int kl = k0 + n;
     const int j = key0 + kl;
     bool ok = kl < nk;
     int64_t k_off, v_off;
     if (bt_row != nullptr) {
-      const int page = ok ? __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size)) : 0;
+      if (!one_page) page = ok ? __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size)) : 0;
       const bool page_ok = !check || (page >= 0 && page < p.num_pages);
       if (check && c == 0) valid[kl] = page_ok ? 1 : 0;
+      bad = bad || (ok && !page_ok);
       ok = ok && page_ok;
       const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
       k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
@@ -118,6 +129,7 @@ static __device__ __forceinline__ void fd_rows_copy_tile(const fd_kernel_params 
     fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
     fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
   }
+  return bad;
 }
 
 /* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
@@ -202,7 +214,6 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
   const bool paged = p.page_size > 0;
-  const bool check = paged && p.num_pages > 0;
   const int pshift = paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
   const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
 
@@ -224,12 +235,16 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 
   const int num_tiles = (end - begin + KT - 1) / KT;
   /* prologue: tiles 0 .. ST-2, a commit group each (empty or not) */
+  /* badq bit j: one of this thread's keys of tile i + j (i: the loop's
+   * tile) is on a bad page; OR-ed over the block at tile i's barrier */
+  uint32_t badq = 0;
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
-    if (s < num_tiles)
-      fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + s * KT,
-                              min(KT, end - (begin + s * KT)), sK + s * KT * D, sV + s * KT * D,
-                              sValid + s * KT);
+    if (s < num_tiles &&
+        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + s * KT,
+                                min(KT, end - (begin + s * KT)), sK + s * KT * D,
+                                sV + s * KT * D, sValid + s * KT))
+      badq |= 1u << s;
     fd_cp_async_commit();
   }
 
@@ -266,15 +281,18 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   int stage = 0;
   for (int i = 0; i < num_tiles; i++) {
     fd_cp_async_wait<ST - 2>(); /* tile i landed (this thread's copies) */
-    __syncthreads();            /* everyone's; and the stage tile i - 1 used is free */
+    /* everyone's; the stage tile i - 1 used is free; tile i's bad pages */
+    const bool bad_tile = __syncthreads_or((int)(badq & 1u)) != 0;
     {
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
-      if (nt < num_tiles)
-        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + nt * KT,
-                                min(KT, end - (begin + nt * KT)), sK + ns * KT * D,
-                                sV + ns * KT * D, sValid + ns * KT);
+      if (nt < num_tiles &&
+          fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + nt * KT,
+                                  min(KT, end - (begin + nt * KT)), sK + ns * KT * D,
+                                  sV + ns * KT * D, sValid + ns * KT))
+        badq |= 1u << (ST - 1);
       fd_cp_async_commit();
+      badq >>= 1;
     }
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
@@ -285,21 +303,32 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     float s[C::NK][4];
 #pragma unroll
     for (int n = 0; n < C::NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    /* a k-step's K fragments are all loaded before its mma (FD_ROWS_PIPE):
+     * one ldmatrix latency a k-step instead of one a fragment */
 #pragma unroll
     for (int ks = 0; ks < C::KS; ks++) {
+      uint32_t kb[C::NK / 2][4];
 #pragma unroll
       for (int np = 0; np < C::NK / 2; np++) {
-        uint32_t kb[4];
         const int r = np * 16 + k_row;
         const int c = 2 * ks + (mi & 1);
-        fd_ldmatrix_x4(kb, kt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
-        fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
-        fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
+        fd_ldmatrix_x4(kb[np], kt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+        if (!FD_ROWS_PIPE) {
+          fd_mma16816<T>(s[2 * np], qa[ks], kb[np][0], kb[np][1]);
+          fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[np][2], kb[np][3]);
+        }
+      }
+      if (FD_ROWS_PIPE) {
+#pragma unroll
+        for (int np = 0; np < C::NK / 2; np++) {
+          fd_mma16816<T>(s[2 * np], qa[ks], kb[np][0], kb[np][1]);
+          fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[np][2], kb[np][3]);
+        }
       }
     }
 
     /* scale, soft-cap, mask (keys past nk; bad pages) */
-    const bool full = nk == KT && !check; /* block-uniform */
+    const bool full = nk == KT && !bad_tile; /* block-uniform */
     const unsigned char *tValid = sValid + stage * KT;
 #pragma unroll
     for (int n = 0; n < C::NK; n++) {
@@ -309,7 +338,7 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
         if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
         if (!full) {
           const int kl = 8 * n + 2 * qd + (e & 1);
-          const bool vis = kl < nk && (!check || tValid[kl] != 0);
+          const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
           x = vis ? x : -INFINITY;
         }
         s[n][e] = x;
@@ -363,17 +392,30 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       fd_pack2_split<T>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
       fd_pack2_split<T>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
       fd_pack2_split<T>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      /* V fragments 4 column pairs at a time, loaded before their mma; the
+       * lo part's mma after all hi ones of the group (not right behind the
+       * hi mma of the same accumulator) */
+      constexpr int VG = FD_ROWS_PIPE ? 4 : 1;
 #pragma unroll
-      for (int dp = 0; dp < C::ND / 2; dp++) {
-        uint32_t vb[4];
-        const int r = kk * 16 + v_row;
-        const int c = 2 * dp + (mi >> 1);
-        fd_ldmatrix_x4_trans(vb, vt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
-        fd_mma16816<T>(o[2 * dp], ph, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * dp + 1], ph, vb[2], vb[3]);
+      for (int d0 = 0; d0 < C::ND / 2; d0 += VG) {
+        uint32_t vb[VG][4];
+#pragma unroll
+        for (int u = 0; u < VG; u++) {
+          const int r = kk * 16 + v_row;
+          const int c = 2 * (d0 + u) + (mi >> 1);
+          fd_ldmatrix_x4_trans(vb[u], vt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+        }
+#pragma unroll
+        for (int u = 0; u < VG; u++) {
+          fd_mma16816<T>(o[2 * (d0 + u)], ph, vb[u][0], vb[u][1]);
+          fd_mma16816<T>(o[2 * (d0 + u) + 1], ph, vb[u][2], vb[u][3]);
+        }
         if (FD_ROWS_P_SPLIT) {
-          fd_mma16816<T>(o[2 * dp], pl, vb[0], vb[1]);
-          fd_mma16816<T>(o[2 * dp + 1], pl, vb[2], vb[3]);
+#pragma unroll
+          for (int u = 0; u < VG; u++) {
+            fd_mma16816<T>(o[2 * (d0 + u)], pl, vb[u][0], vb[u][1]);
+            fd_mma16816<T>(o[2 * (d0 + u) + 1], pl, vb[u][2], vb[u][3]);
+          }
         }
       }
     }
