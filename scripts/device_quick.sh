@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -30,15 +30,21 @@ run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$
 if [ "${FD_QUICK_ROWS:-0}" = 2 ]; then # the rows kernel's grid cases and bad page ids only
   FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
   FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
-elif [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_kernel.cu)
-  FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
+elif [ "${FD_QUICK_ROWS:-0}" = 1 ] || [ "${FD_QUICK_ROWS:-0}" = 3 ]; then # after a rows-kernel change
+  # (rows_mma_kernel.cu); 3: without the grid and Python runs (FD_QUICK_CTEST=1 runs the grid)
+  if [ "$FD_QUICK_ROWS" = 1 ]; then
+    FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
+    run 120 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
+  fi
   FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
-  run 120 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
   run 60 python3 examples/shared_prefix_decode.py --device cuda --batch 40 --q-len 2
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
     compute-sanitizer --tool memcheck --error-exitcode 99 build-90a/tests/test_gpu_grid
-  FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16*noncausal*' run 180 \
-    compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_grid
+  # racecheck: two rows-kernel cases (page ids a key: page_size 48; one a tile: 16, head_dim 64)
+  for f in 'cuda/*/d128/h16:2/*noncausal*' 'cuda/*/d64/h12:4/*noncausal*'; do
+    FD_TEST_QUICK=1 FD_TEST_FILTER="$f" run 120 \
+      compute-sanitizer --tool racecheck --error-exitcode 99 build-90a/tests/test_gpu_grid
+  done
 elif [ "${FD_QUICK_FP8:-0}" = 1 ]; then # after an fp8 kernel change: fp8, then the 16-bit grid
   run 60 build-90a/tests/test_gpu_fp8_grid
   run 30 build-90a/tests/test_gpu_append
@@ -62,6 +68,11 @@ else
   run 30 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_fp8.py
   run 20 build-90a/tests/reliability/test_reliability_gpu variants
   run 20 build-90a/tests/reliability/test_reliability_gpu graphs
+fi
+# FD_QUICK_CTEST=1: then every GPU test of build-90a (ctest -L gpu)
+if [ "${FD_QUICK_CTEST:-0}" = 1 ]; then
+  echo "== ctest -L gpu (t=$(( $(date +%s) - t0 ))s)"
+  (cd build-90a && timeout 300 ctest -L gpu --output-on-failure 2>&1 | grep -E "Test +#|tests passed|FAIL|Error|error" | tail -40)
 fi
 # FD_QUICK_BENCH="bench_gpu.py flags": then the benchmark on build-90a (FlashInfer from
 # .whl/ when carried), its files under $OUT

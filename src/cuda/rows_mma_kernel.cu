@@ -86,45 +86,85 @@ struct fd_rows_cfg {
   static_assert(LOADS * THREADS == KT * CH, "copies");
 };
 
+/* The block_table entry of key j (paged caches). */
+static __device__ __forceinline__ int fd_rows_page(const fd_kernel_params &p, const int32_t *bt_row,
+                                                   int pshift, int j) {
+  return __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+}
+
+/* one_page: the block_table id of key j, a thread's first key of a tile (0
+ * past the keys, end, or without one_page). */
+static __device__ __forceinline__ int fd_rows_tile_page(const fd_kernel_params &p,
+                                                        const int32_t *bt_row, int pshift,
+                                                        bool one_page, int j, int end) {
+  return one_page && j < end ? fd_rows_page(p, bt_row, pshift, j) : 0;
+}
+
 /* Copies one tile (keys key0 .. key0 + nk - 1 of the sequence) into stage
  * buffers sK / sV: thread tid copies chunk tid % CH of the LOADS consecutive
- * keys (tid / CH) * LOADS + n, so that with a power-of-two page_size >= LOADS
- * its keys share one page id (one block_table read a tile). Keys >= nk and
- * keys on bad pages are zero-filled, not read. Paged with num_pages known:
- * each key's valid flag goes to `valid`; returns whether one of this
- * thread's keys is on a bad page. */
+ * keys k0 + n, k0 = (tid / CH) * LOADS. one_page (page_size a power of two
+ * >= LOADS): those keys share one page, whose id the caller read a tile
+ * ahead (page0, so that the block_table latency hides behind a tile of
+ * math); else one block_table read a key. Keys >= nk and keys on bad pages
+ * are zero-filled, not read. Paged with num_pages known: the keys' valid
+ * flags go to `valid`; returns whether one of this thread's keys is on a bad
+ * page. */
 template <typename T, int D>
 static __device__ __forceinline__ bool fd_rows_copy_tile(const fd_kernel_params &p, const T *k_head,
                                                          const T *v_head, const int32_t *bt_row,
-                                                         int pshift, int b, int key0, int nk,
-                                                         T *sK, T *sV, unsigned char *valid) {
+                                                         int pshift, bool one_page, int page0,
+                                                         int b, int key0, int nk, T *sK, T *sV,
+                                                         unsigned char *valid) {
   using C = fd_rows_cfg<D>;
   const int c = (int)threadIdx.x % C::CH;
   const int k0 = (int)threadIdx.x / C::CH * C::LOADS;
   const bool check = bt_row != nullptr && p.num_pages > 0;
-  const bool one_page = pshift >= 0 && p.page_size >= C::LOADS;
-  int page = 0;
-  if (bt_row != nullptr && one_page && k0 < nk) page = __ldg(bt_row + ((key0 + k0) >> pshift));
+  if (bt_row == nullptr || one_page) {
+    /* the thread's keys are rows k_row apart from k_off / v_off */
+    int64_t k_off, v_off;
+    bool page_ok = true;
+    if (bt_row != nullptr) {
+      page_ok = !check || (page0 >= 0 && page0 < p.num_pages);
+      const int pos = (key0 + k0) & (p.page_size - 1);
+      k_off = (int64_t)page0 * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+      v_off = (int64_t)page0 * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
+      if (check && c == 0) { /* LOADS flags in one store */
+        if constexpr (C::LOADS == 8)
+          *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
+        else
+          *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
+      }
+    } else {
+      k_off = (int64_t)b * p.k_strides[0] + (int64_t)(key0 + k0) * p.k_strides[1] + c * 8;
+      v_off = (int64_t)b * p.v_strides[0] + (int64_t)(key0 + k0) * p.v_strides[1] + c * 8;
+    }
+    const T *kp = k_head + k_off, *vp = v_head + v_off;
+#pragma unroll
+    for (int n = 0; n < C::LOADS; n++) {
+      const int kl = k0 + n;
+      const bool ok = kl < nk && page_ok;
+      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
+      fd_cp_async16(sK + soff, ok ? kp : k_head, ok);
+      fd_cp_async16(sV + soff, ok ? vp : v_head, ok);
+      kp += p.k_strides[1];
+      vp += p.v_strides[1];
+    }
+    return k0 < nk && !page_ok;
+  }
   bool bad = false;
 #pragma unroll
   for (int n = 0; n < C::LOADS; n++) {
     const int kl = k0 + n;
     const int j = key0 + kl;
     bool ok = kl < nk;
-    int64_t k_off, v_off;
-    if (bt_row != nullptr) {
-      if (!one_page) page = ok ? __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size)) : 0;
-      const bool page_ok = !check || (page >= 0 && page < p.num_pages);
-      if (check && c == 0) valid[kl] = page_ok ? 1 : 0;
-      bad = bad || (ok && !page_ok);
-      ok = ok && page_ok;
-      const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-      k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-      v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-    } else {
-      k_off = (int64_t)b * p.k_strides[0] + (int64_t)j * p.k_strides[1] + c * 8;
-      v_off = (int64_t)b * p.v_strides[0] + (int64_t)j * p.v_strides[1] + c * 8;
-    }
+    const int page = ok ? fd_rows_page(p, bt_row, pshift, j) : 0;
+    const bool page_ok = !check || (page >= 0 && page < p.num_pages);
+    if (check && c == 0) valid[kl] = page_ok ? 1 : 0;
+    bad = bad || (ok && !page_ok);
+    ok = ok && page_ok;
+    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
+    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
     const int soff = kl * D + ((c ^ (kl & 7)) << 3);
     fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
     fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
@@ -235,18 +275,27 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 
   const int num_tiles = (end - begin + KT - 1) / KT;
   /* prologue: tiles 0 .. ST-2, a commit group each (empty or not) */
+  /* one_page: the block_table id of this thread's keys of a tile (its first
+   * key k0 + the tile's), read a tile ahead of the copy (0 past the keys) */
+  const bool one_page = paged && pshift >= 0 && p.page_size >= C::LOADS;
+  const int k0 = tid / C::CH * C::LOADS;
   /* badq bit j: one of this thread's keys of tile i + j (i: the loop's
    * tile) is on a bad page; OR-ed over the block at tile i's barrier */
   uint32_t badq = 0;
+  int pgs[ST];
+#pragma unroll
+  for (int s = 0; s < ST; s++) /* one round trip for the prologue's ids */
+    pgs[s] = fd_rows_tile_page(p, bt_row, pshift, one_page, begin + s * KT + k0, end);
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
-        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + s * KT,
-                                min(KT, end - (begin + s * KT)), sK + s * KT * D,
+        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, one_page, pgs[s], b,
+                                begin + s * KT, min(KT, end - (begin + s * KT)), sK + s * KT * D,
                                 sV + s * KT * D, sValid + s * KT))
       badq |= 1u << s;
     fd_cp_async_commit();
   }
+  int pg_next = pgs[ST - 1]; /* tile ST - 1's, the loop's first copy */
 
   /* Q's A fragments: rows 16 warp + (g, g + 8), k-step ks */
   fd_cp_async_wait<ST - 1>(); /* group 0 (Q) landed for this thread */
@@ -287,12 +336,13 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
       if (nt < num_tiles &&
-          fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, b, begin + nt * KT,
-                                  min(KT, end - (begin + nt * KT)), sK + ns * KT * D,
-                                  sV + ns * KT * D, sValid + ns * KT))
+          fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, one_page, pg_next, b,
+                                  begin + nt * KT, min(KT, end - (begin + nt * KT)),
+                                  sK + ns * KT * D, sV + ns * KT * D, sValid + ns * KT))
         badq |= 1u << (ST - 1);
       fd_cp_async_commit();
       badq >>= 1;
+      pg_next = fd_rows_tile_page(p, bt_row, pshift, one_page, begin + (nt + 1) * KT + k0, end);
     }
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
