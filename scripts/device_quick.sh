@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -27,7 +27,9 @@ fi
 echo "== built in $(( $(date +%s) - t0 ))s"
 export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/python"
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
-if [ "${FD_QUICK_ROWS:-0}" = 2 ]; then # the rows kernel's grid cases and bad page ids only
+if [ "${FD_QUICK_TESTS:-1}" = 0 ]; then # FD_QUICK_TESTS=0: no tests (a benchmark-only call)
+  echo "== no tests (FD_QUICK_TESTS=0)"
+elif [ "${FD_QUICK_ROWS:-0}" = 2 ]; then # the rows kernel's grid cases and bad page ids only
   FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
   FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
 elif [ "${FD_QUICK_ROWS:-0}" = 1 ] || [ "${FD_QUICK_ROWS:-0}" = 3 ]; then # after a rows-kernel change
