@@ -45,14 +45,17 @@ if [ -n "${FD_AB_TESTS:-}" ] && [[ " $STEPS " == *" tests "* ]]; then
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$b"/tests/test_gpu_grid
 fi
 # FD_AB_STEPS with "interleave": bench_interleave.py --profile per build, once a
-# --between mode of FD_AB_BETWEEN (default "gemm gemm+small")
+# --between mode of FD_AB_BETWEEN (default "gemm gemm+small") and context of FD_AB_CONTEXTS
+# (default 8192)
 if [[ " $STEPS " == *" interleave "* ]]; then
   for ent in "${entries[@]}"; do
     name=${ent%%|*}
-    for w in ${FD_AB_BETWEEN:-gemm gemm+small}; do
-      echo "== bench_interleave.py --between $w --profile, build $name ($(el))"
-      FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 90 python3 \
-        bench/bench_interleave.py --between "$w" --profile 2>&1 | tail -30
+    for ctx in ${FD_AB_CONTEXTS:-8192}; do
+      for w in ${FD_AB_BETWEEN:-gemm gemm+small}; do
+        echo "== bench_interleave.py --context $ctx --between $w --profile, build $name ($(el))"
+        FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 90 python3 \
+          bench/bench_interleave.py --context "$ctx" --between "$w" --profile 2>&1 | tail -30
+      done
     done
   done
 fi
