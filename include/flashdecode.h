@@ -56,6 +56,15 @@
  *   window_left + q_len + C keys, so a windowed call costs what a call over
  *   the window's keys costs whatever kv_len is.
  *
+ *   CUDA, many query rows: a kv head's rows (group x q_len) share its K and
+ *   V. Decode calls take them 8 at a time in one block, re-reading the
+ *   split's K/V (mostly from L2) once per 8 rows. Non-causal calls of 16-bit
+ *   caches at head_dim 64 or 128 with 32 or more rows a kv head (a shared
+ *   prefix's packed batch) instead run a kernel that puts the rows on the
+ *   tensor cores' M side, 64 rows a block sharing each K/V tile (the
+ *   FlashAttention-2 orientation); the plan counts its row tiles when it
+ *   chooses num_splits. Same results within the documented accuracy.
+ *
  * FP8 KV CACHE
  *   k_cache and v_cache may hold 8-bit floats (fd_problem.kv_dtype) while q
  *   and out are fp16 or bf16 (fd_problem.dtype). Formats, from the OCP 8-bit
