@@ -138,8 +138,10 @@
  *   kernel variant whatever the grid. The cost: short single sequences get
  *   fewer splits (B = 1 at 16k keys: 8 splits instead of ~32); batches that
  *   fill the GPU run as fast (bench/NOTES.md has the measured cost).
- *   Results differ between backends and between deterministic and default
- *   plans (different summation orders, all within the documented accuracy).
+ *   Results differ (different summation orders, all within the documented
+ *   accuracy) between backends, between deterministic and default plans,
+ *   and on CUDA between GPUs whose shared memory holds different kernels
+ *   (the many-rows kernel, HOW below, needs ~115 KB a block at head_dim 128).
  *
  * THREAD SAFETY
  *   The library has no mutable global state. A plan is immutable after

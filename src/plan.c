@@ -384,9 +384,11 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     splits = p.num_splits;
   }
   if (backend == FD_BACKEND_CUDA && p.dtype != FD_DTYPE_F32 && !p.deterministic) {
-    /* bounded tensor-core sums (FD_MMA_MAX_SPLIT_KEYS, internal.h), for the
-     * longest sequence the plan expects (kv_len_hint when given) */
-    const int64_t need = ceil_div(longest, FD_MMA_MAX_SPLIT_KEYS);
+    /* bounded tensor-core sums (FD_MMA_MAX_SPLIT_KEYS, internal.h; the rows
+     * kernel's shapes FD_ROWS_MAX_SPLIT_KEYS), for the longest sequence the
+     * plan expects (kv_len_hint when given) */
+    const int64_t need = ceil_div(
+        longest, fd_rows_kernel_shape(&p) ? FD_ROWS_MAX_SPLIT_KEYS : FD_MMA_MAX_SPLIT_KEYS);
     if (need > splits) splits = need > FD_MAX_SPLITS ? FD_MAX_SPLITS : (int32_t)need;
   }
   if (splits > max_chunks) splits = (int32_t)max_chunks;

@@ -92,12 +92,18 @@ static __device__ __forceinline__ int fd_rows_page(const fd_kernel_params &p, co
   return __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
 }
 
-/* one_page: the block_table id of key j, a thread's first key of a tile (0
- * past the keys, end, or without one_page). */
+/* one_page: the block_table id of the first key of this thread (k0) in tile
+ * `tile` of the split's keys [begin, end), read only for tiles before
+ * num_tiles (so begin + tile * KT never passes end: no int overflow near
+ * 2^31 keys); 0 past the keys or without one_page. */
+template <int KT>
 static __device__ __forceinline__ int fd_rows_tile_page(const fd_kernel_params &p,
                                                         const int32_t *bt_row, int pshift,
-                                                        bool one_page, int j, int end) {
-  return one_page && j < end ? fd_rows_page(p, bt_row, pshift, j) : 0;
+                                                        bool one_page, int tile, int num_tiles,
+                                                        int begin, int k0, int end) {
+  if (!one_page || tile >= num_tiles) return 0;
+  const int j = begin + tile * KT + k0;
+  return j < end ? fd_rows_page(p, bt_row, pshift, j) : 0;
 }
 
 /* Copies one tile (keys key0 .. key0 + nk - 1 of the sequence) into stage
@@ -285,7 +291,7 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   int pgs[ST];
 #pragma unroll
   for (int s = 0; s < ST; s++) /* one round trip for the prologue's ids */
-    pgs[s] = fd_rows_tile_page(p, bt_row, pshift, one_page, begin + s * KT + k0, end);
+    pgs[s] = fd_rows_tile_page<KT>(p, bt_row, pshift, one_page, s, num_tiles, begin, k0, end);
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
@@ -342,7 +348,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
         badq |= 1u << (ST - 1);
       fd_cp_async_commit();
       badq >>= 1;
-      pg_next = fd_rows_tile_page(p, bt_row, pshift, one_page, begin + (nt + 1) * KT + k0, end);
+      pg_next =
+          fd_rows_tile_page<KT>(p, bt_row, pshift, one_page, nt + 1, num_tiles, begin, k0, end);
     }
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
