@@ -1,0 +1,53 @@
+#!/bin/bash
+# profile.sh — Nsight Compute on the split kernel for a few shapes, from the
+# repository root after the CMake build (build/flashdecode): warp-state
+# (stall reasons), scheduler, throughput and memory sections of one launch of
+# the tensor-core split kernel per shape, contiguous against paged. Writes
+# OUTDIR/ncu-<tag>.txt and prints the lines that compare them.
+#   bash dev/cuda/profile.sh OUTDIR          the shapes below
+#   bash dev/cuda/profile.sh OUTDIR paged    B=1 16k, one split (8 blocks of the
+#        8-warp kernel): contiguous against page_size 16 and 64, where the
+#        page walk costs a lone block 38-64 % (bench/NOTES.md); and the fp32
+#        CUDA-core kernel at B=64 8k (66 % of the ceiling, latency-bound?)
+#   bash dev/cuda/profile.sh OUTDIR fp8      B=64 8k 32/8 d128: bf16 cache against
+#        an e4m3 cache (per-tensor and per-token scales)
+#   bash dev/cuda/profile.sh OUTDIR rows     the rows kernel (rows_mma_kernel.cu) on
+#        a shared prefix's call: 64 sequences' rows over 16k keys, 32/8 d128
+#   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
+set -u
+OUT=${1:-/tmp/fd_prof}
+mkdir -p "$OUT"
+prof() { # prof TAG ARGS...
+  local tag=$1; shift
+  timeout 120 ncu -k regex:${KREGEX:-fd_split_mma_kernel} --launch-skip 5 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    --section SourceCounters --print-details all \
+    "${FD_BIN:-./build/flashdecode}" bench --backend cuda --iters 2 "$@" >"$OUT/ncu-$tag.txt" 2>&1
+  echo "== $tag ($*)"
+  grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
+    "$OUT/ncu-$tag.txt" | head -40
+}
+if [ "${2:-}" = fp8 ]; then
+  prof b64-bf16 --batch 64 --kv-len 8192 --dtype bf16
+  prof b64-e4m3 --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3
+  prof b64-e4m3-token --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3 --kv-scale token
+  exit 0
+fi
+if [ "${2:-}" = rows ]; then # the rows kernel on the shared-prefix row's prefix call
+  KREGEX=fd_rows_mma_kernel prof prefix-paged16 --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size 16
+  KREGEX=fd_rows_mma_kernel prof prefix-contig --batch 1 --q-len 64 --non-causal --kv-len 16384
+  exit 0
+fi
+if [ "${2:-}" = paged ]; then
+  prof b1-1split-contig --batch 1 --kv-len 16384 --num-splits 1
+  prof b1-1split-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 1
+  prof b1-1split-paged64 --batch 1 --kv-len 16384 --page-size 64 --num-splits 1
+  KREGEX=fd_split_kernel prof b64-fp32 --batch 64 --kv-len 8192 --dtype f32
+  exit 0
+fi
+prof b32-contig --batch 32 --kv-len 4096
+prof b32-paged16 --batch 32 --kv-len 4096 --page-size 16
+prof b1-16k-contig --batch 1 --kv-len 16384 --num-splits 32
+prof b1-16k-paged16 --batch 1 --kv-len 16384 --page-size 16 --num-splits 32
+prof b1-1k-contig --batch 1 --kv-len 1024 --num-splits 16
