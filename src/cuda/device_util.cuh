@@ -163,6 +163,17 @@ static __device__ __forceinline__ float fd_exp2_ftz(float x) {
   return y;
 }
 
+/* The online softmax's step for one row whose tile max is mx: m becomes the
+ * running max, *mu the value the tile's scores subtract (0 while the max
+ * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */
+static __device__ __forceinline__ float fd_softmax_step(float &m, float mx, float *mu) {
+  const float mn = fmaxf(m, mx);
+  *mu = mn == -INFINITY ? 0.0f : mn;
+  const float a = fd_exp2_ftz(m - *mu);
+  m = mn;
+  return a;
+}
+
 /* The same for the 16-bit kernel: tanh(u) = sign(u) (1 - 2 / (e^(2|u|) + 1))
  * with one exp2 and one approximate division, no branch (tanhf is a longer
  * sequence with a branch; measured +6.4 % at head_dim 256 group 2,

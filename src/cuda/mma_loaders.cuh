@@ -351,4 +351,38 @@ static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uin
   }
 }
 
+/* One tile's copies into the stage buffers dK / dV (bytes: a [KT][D] T tile,
+ * or an fp8 [KT][D] byte tile when KV8): keys key0 .. key0 + nk - 1, those
+ * below klo zero-filled; paged through the page ids pg (returns whether one
+ * of this thread's keys is on a bad page; flags into `valid`), else from the
+ * running offsets k_off / v_off, then advanced a tile. */
+template <typename T, int D, int NW, int DV, int KV8>
+static __device__ __forceinline__ bool fd_mma_copy_tile(
+    const fd_kernel_params &p, const void *k_head, const void *v_head, bool paged, int pshift,
+    bool one_page, int key0, int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS],
+    unsigned char *dK, unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off,
+    int64_t k_tile, int64_t v_tile) {
+  using U8 = const unsigned char *;
+  if (paged) {
+    if constexpr (KV8 != 0)
+      return fd_mma_copy8_paged<D, NW, DV>(p, static_cast<U8>(k_head), static_cast<U8>(v_head),
+                                           pshift, one_page, key0, klo, nk, pg, dK, dV, valid);
+    else
+      return fd_mma_copy_paged<T, D, NW, DV>(p, static_cast<const T *>(k_head),
+                                             static_cast<const T *>(v_head), pshift, one_page, key0,
+                                             klo, nk, pg, reinterpret_cast<T *>(dK),
+                                             reinterpret_cast<T *>(dV), valid);
+  }
+  if constexpr (KV8 != 0)
+    fd_mma_copy8_contig<D, NW, DV>(static_cast<U8>(k_head), static_cast<U8>(v_head), k_off, v_off,
+                                   p.k_strides[1], p.v_strides[1], dK, dV, klo, nk);
+  else
+    fd_mma_copy_contig<T, D, NW, DV>(static_cast<const T *>(k_head), static_cast<const T *>(v_head),
+                                     k_off, v_off, p.k_strides[1], p.v_strides[1],
+                                     reinterpret_cast<T *>(dK), reinterpret_cast<T *>(dV), klo, nk);
+  k_off += k_tile;
+  v_off += v_tile;
+  return false;
+}
+
 #endif /* FD_CUDA_MMA_LOADERS_CUH */

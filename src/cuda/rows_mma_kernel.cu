@@ -15,12 +15,14 @@
  *   group * q_len are zeros and write nothing). Warp w holds rows
  *   64 rt + 16 w .. + 15. Every row sees every key of the split (non-causal).
  *
- * TILES  64 keys a tile; K and V tiles go global -> shared by cp.async.cg
- *   (16 bytes a copy, chunk c of row k at c ^ (k & 7)) in 3 stages, one
- *   barrier a tile; keys past the split's end, and (paged, num_pages known)
- *   keys on a page id outside [0, num_pages), are zero-filled without a read
- *   and masked (score -inf). Per warp and tile, mma.sync.m16n8k16 with fp32
- *   accumulators:
+ * TILES  64 keys a tile, the split kernel's 4-warp tiles: K and V go global
+ *   -> shared through its loaders (mma_loaders.cuh, fd_mma_copy_tile:
+ *   cp.async, chunk c of row k at c ^ (k & 7); paged caches through page
+ *   ids read a tile ahead) in 3 stages, one barrier a tile; keys past the
+ *   split's end, and (paged, num_pages known) keys on a page id outside
+ *   [0, num_pages), are zero-filled without a read and masked (score -inf;
+ *   a tile's bad pages are OR-ed at its barrier, so only such tiles read the
+ *   key flags). Per warp and tile, mma.sync.m16n8k16 with fp32 accumulators:
  *   S = Q K^T: Q's A fragments (16 rows x head_dim) are loaded once from
  *     shared memory into registers; K's B fragments by ldmatrix.x4 (keys
  *     x chunk pairs). Lane (g, qd) = (lane / 4, lane % 4) holds rows g and
@@ -31,9 +33,8 @@
  *   reduced at the end.
  *   O += P V: P's A fragments are the score accumulators packed to 16 bits
  *     in place (the m16n8 C layout is the m16n8k16 A layout), in a hi and a
- *     lo part (two mma: P keeps ~16 bits, as in the split kernel;
- *     FD_ROWS_P_SPLIT 0 builds one part for an A/B); V's B fragments by
- *     ldmatrix.x4.trans.
+ *     lo part (two mma: P keeps ~16 bits, as in the split kernel);
+ *     V's B fragments by ldmatrix.x4.trans.
  *
  * OUTPUT  From registers, as pass_output.cuh writes the split kernel's:
  *   num_splits > 1: unnormalised O, (m ln 2, l) into the partials for the
@@ -57,15 +58,9 @@
 #include "flashdecode.h"
 #include "gpu_select.h"
 #include "kernel_params.cuh"
+#include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
 #include "split.h"
-
-#ifndef FD_ROWS_PIPE
-#define FD_ROWS_PIPE 1 /* fragments loaded in groups ahead of their mma (0: one at a time, A/B) */
-#endif
-#ifndef FD_ROWS_P_SPLIT
-#define FD_ROWS_P_SPLIT 1 /* P in a hi and a lo 16-bit part (0: one part, A/B builds only) */
-#endif
 
 template <int D>
 struct fd_rows_cfg {
@@ -75,7 +70,6 @@ struct fd_rows_cfg {
   static constexpr int KT = FD_ROWS_KEYS;     /* keys a tile */
   static constexpr int STAGES = FD_ROWS_STAGES;
   static constexpr int CH = D / 8;            /* 16-byte chunks a row */
-  static constexpr int LOADS = KT * CH / THREADS; /* consecutive keys a thread copies a tile */
   static constexpr int KS = D / 16;           /* k-steps of Q K^T */
   static constexpr int NK = KT / 8;           /* score n-tiles */
   static constexpr int ND = D / 8;            /* O n-tiles */
@@ -83,100 +77,12 @@ struct fd_rows_cfg {
   static_assert(SMEM == 2 * (size_t)STAGES * KT * D * 2 + (size_t)BM * D * 2 + (size_t)STAGES * KT,
                 "gpu_select.h sizes the kernel the same way");
   static_assert(D == 64 || D == 128, "head_dim");
-  static_assert(LOADS * THREADS == KT * CH, "copies");
+  /* K/V tiles are the split kernel's 4-warp tiles (keys a tile, threads,
+   * swizzled rows): its loaders (mma_loaders.cuh) copy them */
+  static_assert(fd_mma_cfg<D, NW>::KT == KT && fd_mma_cfg<D, NW>::THREADS == THREADS &&
+                    fd_mma_cfg<D, NW>::CH == CH,
+                "the loaders' tile");
 };
-
-/* The block_table entry of key j (paged caches). */
-static __device__ __forceinline__ int fd_rows_page(const fd_kernel_params &p, const int32_t *bt_row,
-                                                   int pshift, int j) {
-  return __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
-}
-
-/* one_page: the block_table id of the first key of this thread (k0) in tile
- * `tile` of the split's keys [begin, end), read only for tiles before
- * num_tiles (so begin + tile * KT never passes end: no int overflow near
- * 2^31 keys); 0 past the keys or without one_page. */
-template <int KT>
-static __device__ __forceinline__ int fd_rows_tile_page(const fd_kernel_params &p,
-                                                        const int32_t *bt_row, int pshift,
-                                                        bool one_page, int tile, int num_tiles,
-                                                        int begin, int k0, int end) {
-  if (!one_page || tile >= num_tiles) return 0;
-  const int j = begin + tile * KT + k0;
-  return j < end ? fd_rows_page(p, bt_row, pshift, j) : 0;
-}
-
-/* Copies one tile (keys key0 .. key0 + nk - 1 of the sequence) into stage
- * buffers sK / sV: thread tid copies chunk tid % CH of the LOADS consecutive
- * keys k0 + n, k0 = (tid / CH) * LOADS. one_page (page_size a power of two
- * >= LOADS): those keys share one page, whose id the caller read a tile
- * ahead (page0, so that the block_table latency hides behind a tile of
- * math); else one block_table read a key. Keys >= nk and keys on bad pages
- * are zero-filled, not read. Paged with num_pages known: the keys' valid
- * flags go to `valid`; returns whether one of this thread's keys is on a bad
- * page. */
-template <typename T, int D>
-static __device__ __forceinline__ bool fd_rows_copy_tile(const fd_kernel_params &p, const T *k_head,
-                                                         const T *v_head, const int32_t *bt_row,
-                                                         int pshift, bool one_page, int page0,
-                                                         int b, int key0, int nk, T *sK, T *sV,
-                                                         unsigned char *valid) {
-  using C = fd_rows_cfg<D>;
-  const int c = (int)threadIdx.x % C::CH;
-  const int k0 = (int)threadIdx.x / C::CH * C::LOADS;
-  const bool check = bt_row != nullptr && p.num_pages > 0;
-  if (bt_row == nullptr || one_page) {
-    /* the thread's keys are rows k_row apart from k_off / v_off */
-    int64_t k_off, v_off;
-    bool page_ok = true;
-    if (bt_row != nullptr) {
-      page_ok = !check || (page0 >= 0 && page0 < p.num_pages);
-      const int pos = (key0 + k0) & (p.page_size - 1);
-      k_off = (int64_t)page0 * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-      v_off = (int64_t)page0 * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-      if (check && c == 0) { /* LOADS flags in one store */
-        if constexpr (C::LOADS == 8)
-          *reinterpret_cast<uint64_t *>(valid + k0) = page_ok ? 0x0101010101010101ull : 0ull;
-        else
-          *reinterpret_cast<uint32_t *>(valid + k0) = page_ok ? 0x01010101u : 0u;
-      }
-    } else {
-      k_off = (int64_t)b * p.k_strides[0] + (int64_t)(key0 + k0) * p.k_strides[1] + c * 8;
-      v_off = (int64_t)b * p.v_strides[0] + (int64_t)(key0 + k0) * p.v_strides[1] + c * 8;
-    }
-    const T *kp = k_head + k_off, *vp = v_head + v_off;
-#pragma unroll
-    for (int n = 0; n < C::LOADS; n++) {
-      const int kl = k0 + n;
-      const bool ok = kl < nk && page_ok;
-      const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-      fd_cp_async16(sK + soff, ok ? kp : k_head, ok);
-      fd_cp_async16(sV + soff, ok ? vp : v_head, ok);
-      kp += p.k_strides[1];
-      vp += p.v_strides[1];
-    }
-    return k0 < nk && !page_ok;
-  }
-  bool bad = false;
-#pragma unroll
-  for (int n = 0; n < C::LOADS; n++) {
-    const int kl = k0 + n;
-    const int j = key0 + kl;
-    bool ok = kl < nk;
-    const int page = ok ? fd_rows_page(p, bt_row, pshift, j) : 0;
-    const bool page_ok = !check || (page >= 0 && page < p.num_pages);
-    if (check && c == 0) valid[kl] = page_ok ? 1 : 0;
-    bad = bad || (ok && !page_ok);
-    ok = ok && page_ok;
-    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-    const int64_t k_off = (int64_t)page * p.k_strides[0] + (int64_t)pos * p.k_strides[1] + c * 8;
-    const int64_t v_off = (int64_t)page * p.v_strides[0] + (int64_t)pos * p.v_strides[1] + c * 8;
-    const int soff = kl * D + ((c ^ (kl & 7)) << 3);
-    fd_cp_async16(sK + soff, ok ? k_head + k_off : k_head, ok);
-    fd_cp_async16(sV + soff, ok ? v_head + v_off : v_head, ok);
-  }
-  return bad;
-}
 
 /* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
  * o[n][e0], o[n][e0 + 1]); m in base 2, l the row's full sum, blown: its O
@@ -279,29 +185,43 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   }
   fd_cp_async_commit();
 
+  /* K/V copies (mma_loaders.cuh, fd_mma_copy_tile): contiguous from running
+   * offsets, paged through page ids read a tile ahead (the prologue's
+   * together: one block_table round trip) */
+  using M = fd_mma_copy<D, C::NW>;
   const int num_tiles = (end - begin + KT - 1) / KT;
-  /* prologue: tiles 0 .. ST-2, a commit group each (empty or not) */
-  /* one_page: the block_table id of this thread's keys of a tile (its first
-   * key k0 + the tile's), read a tile ahead of the copy (0 past the keys) */
-  const bool one_page = paged && pshift >= 0 && p.page_size >= C::LOADS;
-  const int k0 = tid / C::CH * C::LOADS;
-  /* badq bit j: one of this thread's keys of tile i + j (i: the loop's
-   * tile) is on a bad page; OR-ed over the block at tile i's barrier */
-  uint32_t badq = 0;
-  int pgs[ST];
+  const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
+  const int k0 = tid / C::CH * M::LOADS, cc = tid % C::CH;
+  int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
+  int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
+  const int64_t k_tile = (int64_t)KT * p.k_strides[1], v_tile = (int64_t)KT * p.v_strides[1];
+  int pgp[ST][M::LOADS];
 #pragma unroll
-  for (int s = 0; s < ST; s++) /* one round trip for the prologue's ids */
-    pgs[s] = fd_rows_tile_page<KT>(p, bt_row, pshift, one_page, s, num_tiles, begin, k0, end);
+  for (int s = 0; s < ST; s++) {
+#pragma unroll
+    for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
+    if (paged && s < num_tiles)
+      fd_mma_page_ids<D, C::NW>(bt_row, p.page_size, pshift, one_page, begin + s * KT,
+                                min(KT, end - (begin + s * KT)), pgp[s]);
+  }
+  /* prologue: tiles 0 .. ST-2, a commit group each (empty or not). badq bit
+   * j: one of this thread's keys of tile i + j (i: the loop's tile) is on a
+   * bad page; OR-ed over the block at tile i's barrier */
+  uint32_t badq = 0;
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
-        fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, one_page, pgs[s], b,
-                                begin + s * KT, min(KT, end - (begin + s * KT)), sK + s * KT * D,
-                                sV + s * KT * D, sValid + s * KT))
+        fd_mma_copy_tile<T, D, C::NW, D, 0>(
+            p, k_head, v_head, paged, pshift, one_page, begin + s * KT, 0,
+            min(KT, end - (begin + s * KT)), pgp[s], reinterpret_cast<unsigned char *>(sK + s * KT * D),
+            reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, k_off, v_off,
+            k_tile, v_tile))
       badq |= 1u << s;
     fd_cp_async_commit();
   }
-  int pg_next = pgs[ST - 1]; /* tile ST - 1's, the loop's first copy */
+  int pg[M::LOADS]; /* the ids of the loop's next copy */
+#pragma unroll
+  for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[ST - 1][n];
 
   /* Q's A fragments: rows 16 warp + (g, g + 8), k-step ks */
   fd_cp_async_wait<ST - 1>(); /* group 0 (Q) landed for this thread */
@@ -313,8 +233,7 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     const int r = warp * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int ks = 0; ks < C::KS; ks++) {
-      const int c = 2 * ks + (mi >> 1);
-      fd_ldmatrix_x4(qa[ks], sQ_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
+      fd_ldmatrix_x4(qa[ks], sQ_u + fd_swz<D>(r, 2 * ks + (mi >> 1)));
     }
   }
 
@@ -342,14 +261,18 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
       if (nt < num_tiles &&
-          fd_rows_copy_tile<T, D>(p, k_head, v_head, bt_row, pshift, one_page, pg_next, b,
-                                  begin + nt * KT, min(KT, end - (begin + nt * KT)),
-                                  sK + ns * KT * D, sV + ns * KT * D, sValid + ns * KT))
+          fd_mma_copy_tile<T, D, C::NW, D, 0>(
+              p, k_head, v_head, paged, pshift, one_page, begin + nt * KT, 0,
+              min(KT, end - (begin + nt * KT)), pg,
+              reinterpret_cast<unsigned char *>(sK + ns * KT * D),
+              reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, k_off, v_off,
+              k_tile, v_tile))
         badq |= 1u << (ST - 1);
       fd_cp_async_commit();
       badq >>= 1;
-      pg_next =
-          fd_rows_tile_page<KT>(p, bt_row, pshift, one_page, nt + 1, num_tiles, begin, k0, end);
+      if (paged && nt + 1 < num_tiles) /* the next copy's ids, a tile ahead */
+        fd_mma_page_ids<D, C::NW>(bt_row, p.page_size, pshift, one_page, begin + (nt + 1) * KT,
+                                  min(KT, end - (begin + (nt + 1) * KT)), pg);
     }
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
@@ -360,27 +283,14 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     float s[C::NK][4];
 #pragma unroll
     for (int n = 0; n < C::NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    /* a k-step's K fragments are all loaded before its mma (FD_ROWS_PIPE):
-     * one ldmatrix latency a k-step instead of one a fragment */
 #pragma unroll
     for (int ks = 0; ks < C::KS; ks++) {
-      uint32_t kb[C::NK / 2][4];
 #pragma unroll
       for (int np = 0; np < C::NK / 2; np++) {
-        const int r = np * 16 + k_row;
-        const int c = 2 * ks + (mi & 1);
-        fd_ldmatrix_x4(kb[np], kt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
-        if (!FD_ROWS_PIPE) {
-          fd_mma16816<T>(s[2 * np], qa[ks], kb[np][0], kb[np][1]);
-          fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[np][2], kb[np][3]);
-        }
-      }
-      if (FD_ROWS_PIPE) {
-#pragma unroll
-        for (int np = 0; np < C::NK / 2; np++) {
-          fd_mma16816<T>(s[2 * np], qa[ks], kb[np][0], kb[np][1]);
-          fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[np][2], kb[np][3]);
-        }
+        uint32_t kb[4];
+        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(np * 16 + k_row, 2 * ks + (mi & 1)));
+        fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
+        fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
       }
     }
 
@@ -414,11 +324,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
     }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0, mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float a0 = fd_exp2_ftz(m0 - mu0), a1 = fd_exp2_ftz(m1 - mu1);
-    m0 = mn0;
-    m1 = mn1;
+    float mu0, mu1;
+    const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
     float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
     for (int n = 0; n < C::NK; n++) {
@@ -449,31 +356,14 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       fd_pack2_split<T>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
       fd_pack2_split<T>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
       fd_pack2_split<T>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      /* V fragments 4 column pairs at a time, loaded before their mma; the
-       * lo part's mma after all hi ones of the group (not right behind the
-       * hi mma of the same accumulator) */
-      constexpr int VG = FD_ROWS_PIPE ? 4 : 1;
 #pragma unroll
-      for (int d0 = 0; d0 < C::ND / 2; d0 += VG) {
-        uint32_t vb[VG][4];
-#pragma unroll
-        for (int u = 0; u < VG; u++) {
-          const int r = kk * 16 + v_row;
-          const int c = 2 * (d0 + u) + (mi >> 1);
-          fd_ldmatrix_x4_trans(vb[u], vt_u + (uint32_t)((r * D + ((c ^ (r & 7)) << 3)) * 2));
-        }
-#pragma unroll
-        for (int u = 0; u < VG; u++) {
-          fd_mma16816<T>(o[2 * (d0 + u)], ph, vb[u][0], vb[u][1]);
-          fd_mma16816<T>(o[2 * (d0 + u) + 1], ph, vb[u][2], vb[u][3]);
-        }
-        if (FD_ROWS_P_SPLIT) {
-#pragma unroll
-          for (int u = 0; u < VG; u++) {
-            fd_mma16816<T>(o[2 * (d0 + u)], pl, vb[u][0], vb[u][1]);
-            fd_mma16816<T>(o[2 * (d0 + u) + 1], pl, vb[u][2], vb[u][3]);
-          }
-        }
+      for (int dp = 0; dp < C::ND / 2; dp++) {
+        uint32_t vb[4];
+        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(kk * 16 + v_row, 2 * dp + (mi >> 1)));
+        fd_mma16816<T>(o[2 * dp], ph, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * dp + 1], ph, vb[2], vb[3]);
+        fd_mma16816<T>(o[2 * dp], pl, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * dp + 1], pl, vb[2], vb[3]);
       }
     }
     stage = stage + 1 == ST ? 0 : stage + 1;

@@ -189,40 +189,6 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
     fd_row_keys((row0 + r) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, lo, hi);
 }
 
-/* One tile's copies into the stage buffers dK / dV (bytes: a [KT][D] T tile,
- * or an fp8 [KT][D] byte tile when KV8): keys key0 .. key0 + nk - 1, those
- * below klo zero-filled; paged through the page ids pg (returns whether one
- * of this thread's keys is on a bad page; flags into `valid`), else from the
- * running offsets k_off / v_off, then advanced a tile. */
-template <typename T, int D, int NW, int DV, int KV8>
-static __device__ __forceinline__ bool fd_mma_copy_tile(
-    const fd_kernel_params &p, const void *k_head, const void *v_head, bool paged, int pshift,
-    bool one_page, int key0, int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS],
-    unsigned char *dK, unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off,
-    int64_t k_tile, int64_t v_tile) {
-  using U8 = const unsigned char *;
-  if (paged) {
-    if constexpr (KV8 != 0)
-      return fd_mma_copy8_paged<D, NW, DV>(p, static_cast<U8>(k_head), static_cast<U8>(v_head),
-                                           pshift, one_page, key0, klo, nk, pg, dK, dV, valid);
-    else
-      return fd_mma_copy_paged<T, D, NW, DV>(p, static_cast<const T *>(k_head),
-                                             static_cast<const T *>(v_head), pshift, one_page, key0,
-                                             klo, nk, pg, reinterpret_cast<T *>(dK),
-                                             reinterpret_cast<T *>(dV), valid);
-  }
-  if constexpr (KV8 != 0)
-    fd_mma_copy8_contig<D, NW, DV>(static_cast<U8>(k_head), static_cast<U8>(v_head), k_off, v_off,
-                                   p.k_strides[1], p.v_strides[1], dK, dV, klo, nk);
-  else
-    fd_mma_copy_contig<T, D, NW, DV>(static_cast<const T *>(k_head), static_cast<const T *>(v_head),
-                                     k_off, v_off, p.k_strides[1], p.v_strides[1],
-                                     reinterpret_cast<T *>(dK), reinterpret_cast<T *>(dV), klo, nk);
-  k_off += k_tile;
-  v_off += v_tile;
-  return false;
-}
-
 /* fp8 TOKEN: the page id of key j for fd_mma_copy_tok (read a tile ahead of
  * the copy, as the tiles' ids), or -1: contiguous, past pass_end, or a
  * thread past the tile's keys (t >= KT). */
@@ -275,17 +241,6 @@ static __device__ __forceinline__ float fd_mma_score(const fd_kernel_params &p, 
  * per-lane constant a load. */
 static __device__ __forceinline__ uint32_t fd_swz8_even(uint32_t base, int y, int c) {
   return base + (uint32_t)(((c & ~7) | ((c & 7) ^ y)) << 4);
-}
-
-/* The online softmax's step for one row whose tile max is mx: m becomes the
- * running max, *mu the value the tile's scores subtract (0 while the max
- * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */
-static __device__ __forceinline__ float fd_softmax_step(float &m, float mx, float *mu) {
-  const float mn = fmaxf(m, mx);
-  *mu = mn == -INFINITY ? 0.0f : mn;
-  const float a = fd_exp2_ftz(m - *mu);
-  m = mn;
-  return a;
 }
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
