@@ -29,15 +29,10 @@ export FLASHDECODE_LIBRARY="$PWD/build-90a/libflashdecode.so" PYTHONPATH="$PWD/p
 run() { local t=$1; shift; echo "== $* (t=$(( $(date +%s) - t0 ))s)"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -25; echo "   exit ${PIPESTATUS[0]}"; }
 if [ "${FD_QUICK_TESTS:-1}" = 0 ]; then # FD_QUICK_TESTS=0: no tests (a benchmark-only call)
   echo "== no tests (FD_QUICK_TESTS=0)"
-elif [ "${FD_QUICK_ROWS:-0}" = 2 ]; then # the rows kernel's grid cases and bad page ids only
-  FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
-  FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
-elif [ "${FD_QUICK_ROWS:-0}" = 1 ] || [ "${FD_QUICK_ROWS:-0}" = 3 ]; then # after a rows-kernel change
-  # (rows_mma_kernel.cu); 3: without the grid and Python runs (FD_QUICK_CTEST=1 runs the grid)
-  if [ "$FD_QUICK_ROWS" = 1 ]; then
-    FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
-    run 120 python3 -m pytest -x -q --tb=short -p no:cacheprovider tests/python/test_cuda_variants.py
-  fi
+elif [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_kernel.cu)
+  # its grid cases (FD_QUICK_CTEST=1 runs the whole grid later), bad page ids, the cascade example,
+  # memcheck and racecheck
+  [ "${FD_QUICK_CTEST:-0}" = 1 ] || FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
   FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
   run 60 python3 examples/shared_prefix_decode.py --device cuda --batch 40 --q-len 2
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
