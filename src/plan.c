@@ -73,11 +73,13 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel
  * measured faster with the occupancy count. Paged caches too until their
  * copies shared one page id per thread (9160d37 sweep: B=1 16k, page_size
- * 16 / 64: 16 splits 24.7 / 23.7 us, 32 splits 25.0 / 24.3). */
+ * 16 / 64: 16 splits 24.7 / 23.7 us, 32 splits 25.0 / 24.3). The rows
+ * kernel (rows_kernel: items count its row tiles) has no such config: the
+ * heuristic alone. */
 static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
-                           int32_t slots, int32_t blocks_per_sm, int wide_ok) {
+                           int32_t slots, int32_t blocks_per_sm, int wide_ok, int rows_kernel) {
   int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
-  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32) {
+  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32 && !rows_kernel) {
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
     const int wide = wide_ok && fd_cuda_wide_kernel(items * one, slots, keys);
@@ -356,10 +358,8 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
       blocks_per_sm = rows_bps;
       wide_ok = 0;
     }
-    splits = rows_bps > 0 ? fd_num_splits_heuristic((int64_t)p.batch * heads_per_item,
-                                                    hint_chunks, slots, blocks_per_sm)
-                          : auto_splits(&p, backend, (int64_t)p.batch * heads_per_item,
-                                        hint_chunks, slots, blocks_per_sm, wide_ok);
+    splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
+                         blocks_per_sm, wide_ok, rows_bps > 0);
     /* Ragged batches (the longest hint above 1.5x the mean): the longest
      * sequence's splits are the critical path. Cut it so that each of its
      * splits holds about half the keys (whole chunks) an even share of the
@@ -371,10 +371,8 @@ fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) 
     if (total > 0 && longest * 2 * p.batch > 3 * total) {
       double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
       double want = ceil(2.0 * (double)longest / even);
-      const int32_t alone =
-          rows_bps > 0 ? fd_num_splits_heuristic(heads_per_item, hint_chunks, slots, blocks_per_sm)
-                       : auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
-                                     blocks_per_sm, wide_ok);
+      const int32_t alone = auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
+                                        blocks_per_sm, wide_ok, rows_bps > 0);
       if (want > alone) want = alone;
       if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
       if (want > hint_chunks) want = (double)hint_chunks;
