@@ -108,6 +108,12 @@ def main(argv=None):
     ap.add_argument("--pad", type=int, default=84,
                     help="the head-major rows' cache capacity beyond the context (bench_e2e's "
                     "static cache: 84 keys at its defaults)")
+    ap.add_argument("--splits", default="",
+                    help="comma-separated split counts: one more flashdecode row per count "
+                    "(a DecodePlan with num_splits=N), to find the count a model's stream "
+                    "prefers (the automatic count was tuned back to back)")
+    ap.add_argument("--impls", default="",
+                    help="comma-separated names of the rows to run (default: all)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile one replay of each graph (torch.profiler): each attention "
                     "call's kernels, the idle time before it and its span")
@@ -169,6 +175,14 @@ def main(argv=None):
              "fd head-major plan": fd_plan(plan_h, head_fd),
              "fd head-major decode()": fd_decode(head_fd),
              "sdpa-cudnn head-major": sdpa(SDPBackend.CUDNN_ATTENTION, head_sdpa)}
+    for n in [int(v) for v in args.splits.split(",") if v]:
+        pl = flashdecode.DecodePlan(batch=B, q_len=1, num_heads_q=HQ, num_heads_kv=HKV,
+                                    head_dim=D, dtype=dt, kv_capacity=S, device=dev,
+                                    num_splits=n)
+        impls["fd splits=%d" % n] = fd_plan(pl, seq_fd)
+    if args.impls:
+        keep = args.impls.split(",") + ["fd splits=%s" % v for v in args.splits.split(",") if v]
+        impls = {k: v for k, v in impls.items() if k in keep}
     ys = [None] * L
 
     small = torch.randn(B, HQ, 1, D, device=dev, dtype=dt, generator=g)

@@ -2,7 +2,8 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0]
+# [FD_QUICK_INTERLEAVE="bench_interleave.py flags;..."] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/quick.txt") 2>&1
@@ -97,6 +98,17 @@ if [ -n "${FD_QUICK_BENCH:-}" ]; then
     # one file for the second build's results: at most 8 files come back
     tar -C "$OUT" -czf "$OUT/ab.tgz" ab && rm -rf "$OUT/ab"
   fi
+fi
+# FD_QUICK_INTERLEAVE="flags[;flags...]": bench_interleave.py once per ';'-separated flag set
+# (a model's GEMM and small kernels between attention calls), on build-90a
+if [ -n "${FD_QUICK_INTERLEAVE:-}" ]; then
+  IFS=';' read -ra isets <<<"$FD_QUICK_INTERLEAVE"
+  for fl in "${isets[@]}"; do
+    echo "== bench_interleave.py $fl (t=$(( $(date +%s) - t0 ))s)"
+    # shellcheck disable=SC2086
+    PYTHONPATH="$PYTHONPATH:bench" timeout 240 python3 bench/bench_interleave.py $fl 2>&1 |
+      grep -v "UserWarning\|_warn_once"
+  done
 fi
 # FD_QUICK_NCU=rows: Nsight Compute on the rows kernel (dev/cuda/profile.sh rows), both builds,
 # and the CLI's timing of that call
