@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows|<profile.sh mode>] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0]
 # [FD_QUICK_INTERLEAVE="bench_interleave.py flags;..."] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
@@ -123,6 +123,15 @@ if [ "${FD_QUICK_NCU:-0}" = rows ]; then
     for f in /tmp/qncu-$b/ncu-*.txt; do echo "==== $b $(basename "$f")"; cat "$f"; done >>"$OUT/ncu-rows.txt"
   done
 fi
+# FD_QUICK_NCU=<mode> (d64, paged, ...): dev/cuda/profile.sh's mode of that name, output kept
+case "${FD_QUICK_NCU:-0}" in
+  0 | 1 | rows) ;;
+  *)
+    echo "== profile.sh $FD_QUICK_NCU (t=$(( $(date +%s) - t0 ))s)"
+    FD_BIN=build-90a/flashdecode bash dev/cuda/profile.sh /tmp/qncu-m "$FD_QUICK_NCU" 2>&1 | tail -120
+    for f in /tmp/qncu-m/ncu-*.txt; do echo "==== $(basename "$f")"; cat "$f"; done >"$OUT/ncu-$FD_QUICK_NCU.txt"
+    ;;
+esac
 # FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
 if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
   echo "== ncu (t=$(( $(date +%s) - t0 ))s)"

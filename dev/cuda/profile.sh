@@ -13,6 +13,9 @@
 #        an e4m3 cache (per-tensor and per-token scales)
 #   bash dev/cuda/profile.sh OUTDIR rows     the rows kernel (rows_mma_kernel.cu) on
 #        a shared prefix's call: 64 sequences' rows over 16k keys, 32/8 d128
+#   bash dev/cuda/profile.sh OUTDIR d64      B=1 head_dim 64 (gpt-oss 64/8 16k, MHA 32/32
+#        4k; 32/8 d128 16k beside them): the CLI's time at forced split counts, then
+#        Nsight Compute on the automatic plan's split kernel
 #   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
 set -u
 OUT=${1:-/tmp/fd_prof}
@@ -32,6 +35,20 @@ if [ "${2:-}" = fp8 ]; then
   prof b64-bf16 --batch 64 --kv-len 8192 --dtype bf16
   prof b64-e4m3 --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3
   prof b64-e4m3-token --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3 --kv-scale token
+  exit 0
+fi
+if [ "${2:-}" = d64 ]; then
+  for shape in "64 8 64 16384" "32 32 64 4096" "32 8 128 16384"; do
+    set -- "$OUT" d64 $shape
+    for sp in 0 8 12 16 17 24 32 33 48 64; do
+      printf 'hq %s hkv %s d %s kv %s splits %2s: ' "$3" "$4" "$5" "$6" "$sp"
+      "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch 1 --num-heads-q "$3" \
+        --num-heads-kv "$4" --head-dim "$5" --kv-len "$6" --num-splits "$sp" 2>&1 | tail -1
+    done
+  done
+  prof gptoss-d64-16k --batch 1 --num-heads-q 64 --num-heads-kv 8 --head-dim 64 --kv-len 16384
+  prof mha-d64-4k --batch 1 --num-heads-q 32 --num-heads-kv 32 --head-dim 64 --kv-len 4096
+  prof b1-d128-16k --batch 1 --kv-len 16384
   exit 0
 fi
 if [ "${2:-}" = rows ]; then # the rows kernel on the shared-prefix row's prefix call
