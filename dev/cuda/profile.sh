@@ -45,7 +45,7 @@ if [ "${2:-}" = d64 ]; then
       "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch 1 --num-heads-q "$3" \
         --num-heads-kv "$4" --head-dim "$5" --kv-len "$6" --num-splits "$sp" 2>&1 | tail -1
     done
-  done
+  done | tee "$OUT/ncu-0sweep.txt"
   prof gptoss-d64-16k --batch 1 --num-heads-q 64 --num-heads-kv 8 --head-dim 64 --kv-len 16384
   prof mha-d64-4k --batch 1 --num-heads-q 32 --num-heads-kv 32 --head-dim 64 --kv-len 4096
   prof b1-d128-16k --batch 1 --kv-len 16384

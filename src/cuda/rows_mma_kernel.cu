@@ -132,7 +132,7 @@ static __device__ __forceinline__ void fd_rows_store(const fd_kernel_params &p, 
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int PG>
 __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     fd_rows_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   using C = fd_rows_cfg<D>;
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   const int g = lane >> 2, qd = lane & 3;
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
-  const bool paged = p.page_size > 0;
+  constexpr bool paged = PG != 0; /* the loader, a template constant (page_size > 0) */
   const int pshift = paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
   const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
 
@@ -389,20 +389,27 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
 }
 
-template <typename T, int D>
+template <typename T, int D, int PG>
 static cudaError_t fd_rows_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
   using C = fd_rows_cfg<D>;
-  cudaError_t e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D>,
+  cudaError_t e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D, PG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
   if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  e = cudaFuncSetAttribute(fd_rows_mma_kernel<T, D, PG>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            (int)cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   const int row_tiles = (p->group * p->q_len + C::BM - 1) / C::BM;
-  return fd_launch(fd_rows_mma_kernel<T, D>, *p,
+  return fd_launch(fd_rows_mma_kernel<T, D, PG>, *p,
                    dim3((unsigned)p->num_splits, (unsigned)(p->num_heads_kv * row_tiles),
                         (unsigned)p->batch),
                    dim3(C::THREADS), C::SMEM, stream, p->pdl);
+}
+
+/* The loader as a template constant (PG): paged (page_size > 0) or contiguous. */
+template <typename T, int D>
+static cudaError_t fd_rows_mma_launch_layout(const fd_kernel_params *p, cudaStream_t stream) {
+  return p->page_size > 0 ? fd_rows_mma_launch_instance<T, D, 1>(p, stream)
+                          : fd_rows_mma_launch_instance<T, D, 0>(p, stream);
 }
 
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
@@ -411,12 +418,12 @@ cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
   if (grid_y > 65535) return cudaErrorInvalidValue;
   switch (p->dtype) {
     case FD_DTYPE_F16:
-      if (p->head_dim == 64) return fd_rows_mma_launch_instance<__half, 64>(p, stream);
-      if (p->head_dim == 128) return fd_rows_mma_launch_instance<__half, 128>(p, stream);
+      if (p->head_dim == 64) return fd_rows_mma_launch_layout<__half, 64>(p, stream);
+      if (p->head_dim == 128) return fd_rows_mma_launch_layout<__half, 128>(p, stream);
       break;
     case FD_DTYPE_BF16:
-      if (p->head_dim == 64) return fd_rows_mma_launch_instance<__nv_bfloat16, 64>(p, stream);
-      if (p->head_dim == 128) return fd_rows_mma_launch_instance<__nv_bfloat16, 128>(p, stream);
+      if (p->head_dim == 64) return fd_rows_mma_launch_layout<__nv_bfloat16, 64>(p, stream);
+      if (p->head_dim == 128) return fd_rows_mma_launch_layout<__nv_bfloat16, 128>(p, stream);
       break;
   }
   return cudaErrorInvalidValue;
@@ -426,9 +433,9 @@ template <typename T, int D>
 static cudaError_t fd_rows_mma_occupancy_instance(int *blocks_per_sm) {
   using C = fd_rows_cfg<D>;
   const cudaError_t e = cudaFuncSetAttribute(
-      fd_rows_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+      fd_rows_mma_kernel<T, D, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_rows_mma_kernel<T, D>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fd_rows_mma_kernel<T, D, 0>,
                                                        C::THREADS, C::SMEM);
 }
 

@@ -54,7 +54,7 @@ cudaError_t fd_split_mma_code_arch(int *arch) {
   *arch = 0;
   cudaFuncAttributes a;
   memset(&a, 0, sizeof a);
-  const cudaError_t e = cudaFuncGetAttributes(&a, fd_split_mma_kernel<__half, 64, 4, 64, 0, 0>);
+  const cudaError_t e = cudaFuncGetAttributes(&a, fd_split_mma_kernel<__half, 64, 4, 64, 0, 0, 0>);
   if (e == cudaSuccess) *arch = a.ptxVersion;
   return e;
 }

@@ -245,7 +245,7 @@ static __device__ __forceinline__ uint32_t fd_swz8_even(uint32_t base, int y, in
 
 /* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
  * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8, int PG>
 static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
                                                          int split, int kv, int begin, int end,
                                                          int row0, int pass_rows,
@@ -371,7 +371,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* Copy state. Contiguous: element offsets of this thread's first key of
      * the next tile to issue, advanced a tile at a time. Paged: the page ids
      * of the next tile to issue, fetched one iteration ahead. */
-    const bool paged = p.page_size > 0;
+    /* PG (a template constant, from page_size > 0): each instance holds one
+     * loader, so the contiguous kernel carries no page code */
+    constexpr bool paged = PG != 0;
     const bool check_pages = paged && p.num_pages > 0;
     const int pshift =
         paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
@@ -796,7 +798,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
 #define FD_MMA_LEAN_BUILT 1
 #endif
 
-template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8, int PG>
 __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_split_mma_kernel(const __grid_constant__ fd_kernel_params p) {
   extern __shared__ __align__(128) unsigned char fd_mma_smem[];
@@ -824,29 +826,29 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     const int rows_total = p.group * p.q_len;
     constexpr int PR = 8; /* rows a pass: the mma's N (TILE MATH) */
     for (int row0 = 0; row0 < rows_total; row0 += PR)
-      fd_split_mma_pass<T, D, NW, DV, LEAN, KV8>(p, b, hk, split, kv, begin, end, row0,
+      fd_split_mma_pass<T, D, NW, DV, LEAN, KV8, PG>(p, b, hk, split, kv, begin, end, row0,
                                             min(PR, rows_total - row0), fd_mma_smem);
   }
 }
 
-template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8, int PG>
 static cudaError_t fd_split_mma_prepare(void) {
   constexpr size_t smem = fd_mma_cfg<D, NW, LEAN>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
+  cudaError_t e = cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8, PG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   /* All of the unified L1/shared array as shared memory (two 4-warp blocks
    * or one 8-warp block per SM). */
-  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>,
+  return cudaFuncSetAttribute(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8, PG>,
                               cudaFuncAttributePreferredSharedMemoryCarveout,
                               (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+template <typename T, int D, int NW, int DV, int LEAN, int KV8, int PG>
 static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN, KV8>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, NW, DV, LEAN, KV8, PG>();
   if (e != cudaSuccess) return e;
-  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8>, *p,
+  return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8, PG>, *p,
                    dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch),
                    dim3(fd_mma_cfg<D, NW, LEAN>::THREADS), fd_mma_cfg<D, NW, LEAN>::SMEM, stream,
                    p->pdl);
@@ -854,10 +856,10 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
 
 template <typename T, int D, int DV, int LEAN>
 static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
-  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN, 0>();
+  const cudaError_t e = fd_split_mma_prepare<T, D, 4, DV, LEAN, 0, 0>();
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm,
-                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN, 0>,
+                                                       fd_split_mma_kernel<T, D, 4, DV, LEAN, 0, 0>,
                                                        fd_mma_cfg<D, 4, LEAN>::THREADS,
                                                        fd_mma_cfg<D, 4, LEAN>::SMEM);
 }
@@ -867,30 +869,38 @@ static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
  * KV8 (an fp8 cache, either format: the kernel reads p->kv_dtype): FD_MMA_4W
  * and FD_MMA_LEAN only (cuda_backend.cu never picks the 8-warp config for
  * it), the shared memory of the 16-bit instance. */
-template <typename T, int D, int DV, int KV8>
+template <typename T, int D, int DV, int KV8, int PG>
 static cudaError_t fd_split_mma_launch_cfg(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (cfg) {
-    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0, KV8>(p, stream);
+    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0, KV8, PG>(p, stream);
     case FD_MMA_WIDE:
-      if constexpr (KV8 == 0) return fd_split_mma_launch_instance<T, D, 8, DV, 0, 0>(p, stream);
+      if constexpr (KV8 == 0) return fd_split_mma_launch_instance<T, D, 8, DV, 0, 0, PG>(p, stream);
       break;
     case FD_MMA_LEAN:
-      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1, KV8>(p, stream);
+      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1, KV8, PG>(p, stream);
       break;
   }
   return cudaErrorInvalidValue;
+}
+
+/* The loader as a template constant (PG): paged (page_size > 0) or contiguous. */
+template <typename T, int D, int DV, int KV8>
+static cudaError_t fd_split_mma_launch_layout(const fd_kernel_params *p, int cfg,
+                                              cudaStream_t stream) {
+  return p->page_size > 0 ? fd_split_mma_launch_cfg<T, D, DV, KV8, 1>(p, cfg, stream)
+                          : fd_split_mma_launch_cfg<T, D, DV, KV8, 0>(p, cfg, stream);
 }
 
 template <typename T, int KV8>
 static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_cfg<T, 64, 64, KV8>(p, cfg, stream);
-    case 80: return fd_split_mma_launch_cfg<T, 128, 80, KV8>(p, cfg, stream);
-    case 96: return fd_split_mma_launch_cfg<T, 128, 96, KV8>(p, cfg, stream);
-    case 128: return fd_split_mma_launch_cfg<T, 128, 128, KV8>(p, cfg, stream);
-    case 256: return fd_split_mma_launch_cfg<T, 256, 256, KV8>(p, cfg, stream);
+    case 64: return fd_split_mma_launch_layout<T, 64, 64, KV8>(p, cfg, stream);
+    case 80: return fd_split_mma_launch_layout<T, 128, 80, KV8>(p, cfg, stream);
+    case 96: return fd_split_mma_launch_layout<T, 128, 96, KV8>(p, cfg, stream);
+    case 128: return fd_split_mma_launch_layout<T, 128, 128, KV8>(p, cfg, stream);
+    case 256: return fd_split_mma_launch_layout<T, 256, 256, KV8>(p, cfg, stream);
   }
   return cudaErrorInvalidValue;
 }
