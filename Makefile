@@ -37,9 +37,9 @@ run: build
 test: build cuda-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# cuobjdump for test_fatbin (tests/check_fatbin.sh) when nvcc is here without
+# cuobjdump for test_fatbin and test_code_size (tests/check_fatbin.sh, check_code_size.sh) when nvcc is here without
 # it: NVIDIA's PyPI wheel nvidia-cuda-cuobjdump (0.3 MB) for nvcc's CUDA major
-# version, into $(BUILD)/tools. Never fails: without it test_fatbin skips.
+# version, into $(BUILD)/tools. Never fails: without it both tests skip.
 cuda-tools: configure
 	@if command -v nvcc >/dev/null 2>&1 && ! command -v cuobjdump >/dev/null 2>&1 && \
 	  [ ! -x "$$(dirname "$$(command -v nvcc)")/cuobjdump" ] && \

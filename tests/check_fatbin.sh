@@ -9,31 +9,13 @@
 # Usage: check_fatbin.sh "SASS list" "PTX list" OBJECTS LIBRARY...
 #   lists as CMake gives them ("sm_80;sm_90a", "compute_80"; may be empty),
 #   OBJECTS: the number of CUDA objects (.cu files) in the library.
-# cuobjdump: $CUOBJDUMP, else on PATH, else next to nvcc, else the PyPI
-# wheel nvidia-cuda-cuobjdump that `make test` installs into
-# $FD_TOOLS_DIR/cuobjdump (the build folder's tools/). Without it: exit 77
-# (ctest: skipped).
+# cuobjdump: see find_cuobjdump.sh (without it: exit 77, ctest: skipped).
 set -u
 SASS_WANT=$1 PTX_WANT=$2 OBJECTS=$3
 shift 3
 
-tool=${CUOBJDUMP:-}
-if [ -z "$tool" ]; then tool=$(command -v cuobjdump 2>/dev/null); fi
-if [ -z "$tool" ] && command -v nvcc >/dev/null 2>&1; then
-  cand="$(dirname "$(command -v nvcc)")/cuobjdump"
-  [ -x "$cand" ] && tool=$cand
-fi
-if [ -z "$tool" ] && [ -n "${FD_TOOLS_DIR:-}" ]; then
-  for cand in "$FD_TOOLS_DIR"/cuobjdump/nvidia/*/bin/cuobjdump; do
-    [ -x "$cand" ] && tool=$cand && break
-  done
-fi
-if [ -z "$tool" ]; then
-  echo "SKIP: no cuobjdump (not on PATH, not next to nvcc, not in ${FD_TOOLS_DIR:-<no tools dir>};" \
-       "\`make test\` installs it from PyPI: nvidia-cuda-cuobjdump)"
-  exit 77
-fi
-echo "cuobjdump: $tool ($("$tool" --version 2>/dev/null | tail -1))"
+# shellcheck source=tests/find_cuobjdump.sh
+. "$(dirname "$0")/find_cuobjdump.sh" # sets tool, or exits 77
 
 status=0
 fail() { echo "FAIL: $*"; status=1; }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# check_code_size.sh — the size of the tensor-core kernels' sm_90a code, which
+# their speed depends on: a kernel whose code is larger than the SMs'
+# instruction caches stalls on instruction fetch, most in a model's stream,
+# where other kernels have evicted it from L2 (bench/NOTES.md, 2026-12-02: a
+# 123 KB split kernel spent ~5 cycles an instruction in "no instruction"
+# stalls; with one loader an instance, 56 KB, 0.5, and 5-6 us a call less
+# between a model's GEMMs). Bounds, in KB of SASS (16 bytes an instruction):
+#   fd_split_mma_kernel, contiguous loader (template PG = 0)   <= 72
+#   fd_rows_mma_kernel, contiguous loader (PG = 0)             <= 96
+#   every other instance of either (paged loaders)              <= 160
+# Usage: check_code_size.sh LIBRARY. Exit 77 (ctest: skipped) without
+# cuobjdump (find_cuobjdump.sh) or without sm_90a code in the library.
+set -u
+lib=$1
+# shellcheck source=tests/find_cuobjdump.sh
+. "$(dirname "$0")/find_cuobjdump.sh" # sets tool, or exits 77
+if ! "$tool" --list-elf "$lib" 2>/dev/null | grep -q 'sm_90a\.cubin'; then
+  echo "SKIP: $lib holds no sm_90a code (FD_CUDA_ARCHS without 90a)"
+  exit 77
+fi
+# one line a kernel: instructions, name (cuobjdump prints each instruction
+# as /*offset*/ OPCODE ...)
+sizes=$("$tool" -sass -arch sm_90a "$lib" 2>/dev/null | awk '
+  /Function : / { if (f != "") print n, f; f = $3; n = 0; next }
+  /^[ \t]+\/\*[0-9a-f]+\*\/[ \t]/ { n++ }
+  END { if (f != "") print n, f }')
+status=0
+checked=0
+while read -r n name; do
+  case "$name" in
+    *fd_split_mma_kernel*|*fd_rows_mma_kernel*) ;;
+    *) continue ;;
+  esac
+  kb=$(( n * 16 / 1024 ))
+  pg=$(sed -n 's/.*Li\([0-9]*\)EEv16fd_kernel_params$/\1/p' <<<"$name")
+  limit=160
+  if [ "$pg" = 0 ]; then
+    case "$name" in
+      *fd_split_mma_kernel*) limit=72 ;;
+      *) limit=96 ;;
+    esac
+  fi
+  checked=$((checked + 1))
+  if [ "$kb" -gt "$limit" ]; then
+    echo "FAIL: $name: $kb KB of sm_90a SASS, bound $limit KB"
+    status=1
+  fi
+done < <(sort -k2 -u <<<"$sizes")
+if [ "$checked" -eq 0 ]; then
+  echo "FAIL: no fd_split_mma_kernel / fd_rows_mma_kernel code found in $lib"
+  exit 1
+fi
+echo "$checked kernels checked; the largest:"
+sort -rn <<<"$sizes" | grep -E 'fd_(split|rows)_mma_kernel' | head -4 |
+  awk '{printf "  %4d KB %s\n", $1 * 16 / 1024, $2}'
+[ $status -eq 0 ] && echo "PASS"
+exit $status
