@@ -42,6 +42,10 @@
  *   out = O / l (the sink joining l), lse. A row whose O holds a NaN or Inf
  *   gets l = NaN in its partial / lse.
  *
+ * CODE SIZE  As the split kernel's: the loader is a template constant (PG: 0
+ *   contiguous, 1 paged, from page_size at launch), one copy path an
+ *   instance (tests/check_code_size.sh bounds the contiguous one).
+ *
  * SHARED MEMORY  K stages [3][64][D] | V stages [3][64][D] | Q [64][D] | key
  *   flags [3][64]: 57,536 bytes (64), 114,880 (128); FD_ROWS_SMEM
  *   (gpu_select.h) sizes it for the host.

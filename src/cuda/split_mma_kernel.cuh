@@ -150,6 +150,14 @@
  *   public launch, occupancy), split_mma_fp8.cu (e4m3) and split_mma_e5m2.cu
  *   (e5m2).
  *
+ * CODE SIZE  The loader is a template constant (PG: 0 contiguous, 1 paged,
+ *   from page_size at launch), so an instance holds one copy path: the
+ *   contiguous bf16 head_dim 128 instance is ~55 KB of sm_90a SASS where one
+ *   holding both loaders was 123 KB. Size is speed here: with two warps a
+ *   scheduler, a larger tile loop stalled on instruction fetch (~5 cycles an
+ *   instruction), worst in a model's stream where the GEMMs evict the code
+ *   from L2 (bench/NOTES.md, 2026-12-02). tests/check_code_size.sh bounds it.
+ *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
  *   without the attribute, gpu_select.h fd_gpu_pdl_ok):
