@@ -37,18 +37,23 @@ run: build
 test: build cuda-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# cuobjdump for test_fatbin and test_code_size (tests/check_fatbin.sh, check_code_size.sh) when nvcc is here without
-# it: NVIDIA's PyPI wheel nvidia-cuda-cuobjdump (0.3 MB) for nvcc's CUDA major
-# version, into $(BUILD)/tools. Never fails: without it both tests skip.
+# cuobjdump for test_fatbin and test_code_size (tests/check_fatbin.sh,
+# check_code_size.sh), and nvdisasm, which cuobjdump runs to print SASS for
+# test_code_size, when nvcc is here without them: NVIDIA's PyPI wheels
+# nvidia-cuda-cuobjdump (0.3 MB) and nvidia-cuda-nvdisasm (5 MB) for nvcc's CUDA
+# major version, into $(BUILD)/tools. Never fails: without them the tests skip.
 cuda-tools: configure
-	@if command -v nvcc >/dev/null 2>&1 && ! command -v cuobjdump >/dev/null 2>&1 && \
-	  [ ! -x "$$(dirname "$$(command -v nvcc)")/cuobjdump" ] && \
-	  ! ls $(BUILD)/tools/cuobjdump/nvidia/*/bin/cuobjdump >/dev/null 2>&1; then \
+	@if command -v nvcc >/dev/null 2>&1; then \
 	  major=$$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p'); \
-	  echo "installing cuobjdump (PyPI nvidia-cuda-cuobjdump, CUDA $$major) into $(BUILD)/tools"; \
-	  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps \
-	    --target $(BUILD)/tools/cuobjdump "nvidia-cuda-cuobjdump>=$$major,<$$((major + 1))" || \
-	    echo "(no cuobjdump: test_fatbin skips)"; \
+	  for t in cuobjdump nvdisasm; do \
+	    if ! command -v $$t >/dev/null 2>&1 && [ ! -x "$$(dirname "$$(command -v nvcc)")/$$t" ] && \
+	      ! ls $(BUILD)/tools/$$t/nvidia/*/bin/$$t >/dev/null 2>&1; then \
+	      echo "installing $$t (PyPI nvidia-cuda-$$t, CUDA $$major) into $(BUILD)/tools"; \
+	      python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps \
+	        --target $(BUILD)/tools/$$t "nvidia-cuda-$$t>=$$major,<$$((major + 1))" || \
+	        echo "(no $$t: the tests that need it skip)"; \
+	    fi; \
+	  done; \
 	fi
 
 install: build

@@ -15,13 +15,29 @@ set -u
 lib=$1
 # shellcheck source=tests/find_cuobjdump.sh
 . "$(dirname "$0")/find_cuobjdump.sh" # sets tool, or exits 77
+# cuobjdump prints SASS through nvdisasm: on PATH, next to cuobjdump or nvcc,
+# or the PyPI wheel `make test` installs into $FD_TOOLS_DIR/nvdisasm
+dis=$(command -v nvdisasm 2>/dev/null)
+for cand in "$(dirname "$tool")/nvdisasm" \
+            "$(dirname "$(command -v nvcc 2>/dev/null || echo /none/nvcc)")/nvdisasm" \
+            "${FD_TOOLS_DIR:-/none}"/nvdisasm/nvidia/*/bin/nvdisasm; do
+  [ -z "$dis" ] && [ -x "$cand" ] && dis=$cand
+done
+if [ -z "$dis" ]; then
+  echo "SKIP: no nvdisasm, which cuobjdump needs to print SASS (\`make test\` installs it from" \
+       "PyPI: nvidia-cuda-nvdisasm)"
+  exit 77
+fi
+export PATH="$(dirname "$dis"):$PATH"
 if ! "$tool" --list-elf "$lib" 2>/dev/null | grep -q 'sm_90a\.cubin'; then
   echo "SKIP: $lib holds no sm_90a code (FD_CUDA_ARCHS without 90a)"
   exit 77
 fi
 # one line a kernel: instructions, name (cuobjdump prints each instruction
 # as /*offset*/ OPCODE ...)
-sizes=$("$tool" -sass -arch sm_90a "$lib" 2>/dev/null | awk '
+errs=$(mktemp)
+trap 'rm -f "$errs"' EXIT
+sizes=$("$tool" -sass -arch sm_90a "$lib" 2>"$errs" | awk '
   /Function : / { if (f != "") print n, f; f = $3; n = 0; next }
   /^[ \t]+\/\*[0-9a-f]+\*\/[ \t]/ { n++ }
   END { if (f != "") print n, f }')
@@ -49,6 +65,7 @@ while read -r n name; do
 done < <(sort -k2 -u <<<"$sizes")
 if [ "$checked" -eq 0 ]; then
   echo "FAIL: no fd_split_mma_kernel / fd_rows_mma_kernel code found in $lib"
+  cat "$errs"
   exit 1
 fi
 echo "$checked kernels checked; the largest:"
