@@ -353,17 +353,19 @@ static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uin
 
 /* One tile's copies into the stage buffers dK / dV (bytes: a [KT][D] T tile,
  * or an fp8 [KT][D] byte tile when KV8): keys key0 .. key0 + nk - 1, those
- * below klo zero-filled; paged through the page ids pg (returns whether one
+ * below klo zero-filled; PAGED: through the page ids pg (returns whether one
  * of this thread's keys is on a bad page; flags into `valid`), else from the
- * running offsets k_off / v_off, then advanced a tile. */
-template <typename T, int D, int NW, int DV, int KV8>
+ * running offsets k_off / v_off, then advanced a tile. PAGED is a template
+ * constant, so a kernel instance holds one loader (the kernels' PG: their
+ * code size is their speed, split_mma_kernel.cuh CODE SIZE). */
+template <typename T, int D, int NW, int DV, int KV8, bool PAGED>
 static __device__ __forceinline__ bool fd_mma_copy_tile(
-    const fd_kernel_params &p, const void *k_head, const void *v_head, bool paged, int pshift,
+    const fd_kernel_params &p, const void *k_head, const void *v_head, int pshift,
     bool one_page, int key0, int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS],
     unsigned char *dK, unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off,
     int64_t k_tile, int64_t v_tile) {
   using U8 = const unsigned char *;
-  if (paged) {
+  if constexpr (PAGED) {
     if constexpr (KV8 != 0)
       return fd_mma_copy8_paged<D, NW, DV>(p, static_cast<U8>(k_head), static_cast<U8>(v_head),
                                            pshift, one_page, key0, klo, nk, pg, dK, dV, valid);

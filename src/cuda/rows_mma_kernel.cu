@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
-        fd_mma_copy_tile<T, D, C::NW, D, 0>(
-            p, k_head, v_head, paged, pshift, one_page, begin + s * KT, 0,
+        fd_mma_copy_tile<T, D, C::NW, D, 0, paged>(
+            p, k_head, v_head, pshift, one_page, begin + s * KT, 0,
             min(KT, end - (begin + s * KT)), pgp[s], reinterpret_cast<unsigned char *>(sK + s * KT * D),
             reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, k_off, v_off,
             k_tile, v_tile))
@@ -265,8 +265,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
       if (nt < num_tiles &&
-          fd_mma_copy_tile<T, D, C::NW, D, 0>(
-              p, k_head, v_head, paged, pshift, one_page, begin + nt * KT, 0,
+          fd_mma_copy_tile<T, D, C::NW, D, 0, paged>(
+              p, k_head, v_head, pshift, one_page, begin + nt * KT, 0,
               min(KT, end - (begin + nt * KT)), pg,
               reinterpret_cast<unsigned char *>(sK + ns * KT * D),
               reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, k_off, v_off,

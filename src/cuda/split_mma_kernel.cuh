@@ -430,8 +430,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     for (int s = 0; s < ST - 1; s++) {
       if (s < num_tiles) {
         const int key0 = kbeg + s * KT;
-        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8>(
-            p, k_head, v_head, paged, pshift, one_page, key0,
+        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8, paged>(
+            p, k_head, v_head, pshift, one_page, key0,
             pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
             pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
         if constexpr (KV8 != 0)
@@ -545,8 +545,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold
            * keys below pass_lo (not so with 2 stages of 32 keys: then this
            * tile's keys below it are zero-filled, not read) */
-          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8>(
-              p, k_head, v_head, paged, pshift, one_page, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
+          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8, paged>(
+              p, k_head, v_head, pshift, one_page, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
               min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
               sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
           if constexpr (KV8 != 0)
