@@ -2,7 +2,7 @@
 # device_quick.sh — a short check on the GPU machine after a fix: build-90a
 # (sm_90a SASS only), then the tests named below, each bounded; output in
 # $OUT/quick.txt. Usage: [FD_QUICK_FP8=1] [FD_QUICK_BENCH="bench_gpu.py flags"]
-# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=1|rows|<profile.sh mode>] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0]
+# [FD_QUICK_AB="cmake flags"] [FD_QUICK_NCU=<profile.sh mode>] [FD_QUICK_CTEST=1] [FD_QUICK_TESTS=0]
 # [FD_QUICK_INTERLEAVE="bench_interleave.py flags;..."] [FD_QUICK_REL="groups"] [FD_QUICK_MEMCHECK=1]
 # scripts/device_quick.sh (needs .deps/ carried; .whl/ for FlashInfer peers).
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
@@ -110,33 +110,17 @@ if [ -n "${FD_QUICK_INTERLEAVE:-}" ]; then
       grep -v "UserWarning\|_warn_once"
   done
 fi
-# FD_QUICK_NCU=rows: Nsight Compute on the rows kernel (dev/cuda/profile.sh rows), both builds,
-# and the CLI's timing of that call
-if [ "${FD_QUICK_NCU:-0}" = rows ]; then
+# FD_QUICK_NCU=<mode> (fp8, rows, d64, paged, ...; 1 = fp8): Nsight Compute through
+# dev/cuda/profile.sh's mode of that name, on build-90a and on build-90a-b when FD_QUICK_AB
+# built it; everything the mode wrote goes to $OUT/ncu-<mode>.txt
+if [ "${FD_QUICK_NCU:-0}" != 0 ]; then
+  mode=$FD_QUICK_NCU; [ "$mode" = 1 ] && mode=fp8
   for b in build-90a build-90a-b; do
     [ -x $b/flashdecode ] || continue
-    echo "== ncu rows $b (t=$(( $(date +%s) - t0 ))s)"
-    for ps in 16 0; do
-      $b/flashdecode bench --backend cuda --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size $ps
-    done
-    FD_BIN=$b/flashdecode bash dev/cuda/profile.sh /tmp/qncu-$b rows 2>&1 | tail -60
-    for f in /tmp/qncu-$b/ncu-*.txt; do echo "==== $b $(basename "$f")"; cat "$f"; done >>"$OUT/ncu-rows.txt"
+    echo "== profile.sh $mode, $b (t=$(( $(date +%s) - t0 ))s)"
+    FD_BIN=$b/flashdecode bash dev/cuda/profile.sh /tmp/qncu-$b "$mode" 2>&1 | tail -120
+    for f in /tmp/qncu-$b/ncu-*.txt; do echo "==== $b $(basename "$f")"; cat "$f"; done >>"$OUT/ncu-$mode.txt"
   done
-fi
-# FD_QUICK_NCU=<mode> (d64, paged, ...): dev/cuda/profile.sh's mode of that name, output kept
-case "${FD_QUICK_NCU:-0}" in
-  0 | 1 | rows) ;;
-  *)
-    echo "== profile.sh $FD_QUICK_NCU (t=$(( $(date +%s) - t0 ))s)"
-    FD_BIN=build-90a/flashdecode bash dev/cuda/profile.sh /tmp/qncu-m "$FD_QUICK_NCU" 2>&1 | tail -120
-    for f in /tmp/qncu-m/ncu-*.txt; do echo "==== $(basename "$f")"; cat "$f"; done >"$OUT/ncu-$FD_QUICK_NCU.txt"
-    ;;
-esac
-# FD_QUICK_NCU=1: Nsight Compute, bf16 against e4m3 caches (dev/cuda/profile.sh fp8)
-if [ "${FD_QUICK_NCU:-0}" = 1 ]; then
-  echo "== ncu (t=$(( $(date +%s) - t0 ))s)"
-  FD_BIN=build-90a/flashdecode bash dev/cuda/profile.sh /tmp/qncu fp8 2>&1 | tail -80
-  for f in /tmp/qncu/ncu-*.txt; do echo "==== $(basename "$f")"; cat "$f"; done >"$OUT/ncu-fp8.txt"
 fi
 # FD_QUICK_FP8=1, last: the 16-bit GPU grid, until FD_QUICK_END_S (default 330) seconds
 if [ "${FD_QUICK_FP8:-0}" = 1 ]; then

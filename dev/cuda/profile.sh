@@ -12,7 +12,8 @@
 #   bash dev/cuda/profile.sh OUTDIR fp8      B=64 8k 32/8 d128: bf16 cache against
 #        an e4m3 cache (per-tensor and per-token scales)
 #   bash dev/cuda/profile.sh OUTDIR rows     the rows kernel (rows_mma_kernel.cu) on
-#        a shared prefix's call: 64 sequences' rows over 16k keys, 32/8 d128
+#        a shared prefix's call: 64 sequences' rows over 16k keys, 32/8 d128 (the CLI's
+#        time, then Nsight Compute; paged 16 and contiguous)
 #   bash dev/cuda/profile.sh OUTDIR d64      B=1 head_dim 64 (gpt-oss 64/8 16k, MHA 32/32
 #        4k; 32/8 d128 16k beside them): the CLI's time at forced split counts, then
 #        Nsight Compute on the automatic plan's split kernel
@@ -39,11 +40,11 @@ if [ "${2:-}" = fp8 ]; then
 fi
 if [ "${2:-}" = d64 ]; then
   for shape in "64 8 64 16384" "32 32 64 4096" "32 8 128 16384"; do
-    set -- "$OUT" d64 $shape
+    read -r hq hkv d kv <<<"$shape"
     for sp in 0 8 12 16 17 24 32 33 48 64; do
-      printf 'hq %s hkv %s d %s kv %s splits %2s: ' "$3" "$4" "$5" "$6" "$sp"
-      "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch 1 --num-heads-q "$3" \
-        --num-heads-kv "$4" --head-dim "$5" --kv-len "$6" --num-splits "$sp" 2>&1 | tail -1
+      printf 'hq %s hkv %s d %s kv %s splits %2s: ' "$hq" "$hkv" "$d" "$kv" "$sp"
+      "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch 1 --num-heads-q "$hq" \
+        --num-heads-kv "$hkv" --head-dim "$d" --kv-len "$kv" --num-splits "$sp" 2>&1 | tail -1
     done
   done | tee "$OUT/ncu-0sweep.txt"
   prof gptoss-d64-16k --batch 1 --num-heads-q 64 --num-heads-kv 8 --head-dim 64 --kv-len 16384
@@ -52,6 +53,10 @@ if [ "${2:-}" = d64 ]; then
   exit 0
 fi
 if [ "${2:-}" = rows ]; then # the rows kernel on the shared-prefix row's prefix call
+  for ps in 16 0; do # the CLI's time of that call, paged and contiguous
+    "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch 1 --q-len 64 --non-causal \
+      --kv-len 16384 --page-size $ps 2>&1 | tail -1
+  done | tee "$OUT/ncu-0cli.txt"
   KREGEX=fd_rows_mma_kernel prof prefix-paged16 --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size 16
   KREGEX=fd_rows_mma_kernel prof prefix-contig --batch 1 --q-len 64 --non-causal --kv-len 16384
   exit 0
