@@ -29,14 +29,37 @@
  * both K and V. A warp's copy instruction still covers whole rows (its 32
  * threads are 4, 2 or 1 kr by CH = 8, 16 or 32 chunks), and a thread's keys
  * of a tile sit on one page whenever page_size is a power of two >= LOADS
- * (measured: with keys RSTEP rows apart each needed its own page lookup,
- * ~28 instructions a key, bench/NOTES.md). */
+ * (the PG 1 loader, fd_mma_loader_pg; measured: with keys RSTEP rows apart
+ * each needed its own page lookup, ~28 instructions a key, bench/NOTES.md). */
 template <int D, int NW>
 struct fd_mma_copy {
   static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* row groups */
   static constexpr int LOADS = fd_mma_cfg<D, NW>::KT / RSTEP; /* keys per thread */
   static_assert(LOADS == 4 || LOADS == 8, "keys per thread: tiles start at multiples of LOADS");
 };
+
+/* The loader of a launch, the kernels' template constant PG, from page_size
+ * and the config's keys per thread (loads = fd_mma_copy<D, NW>::LOADS):
+ *   0  contiguous cache (page_size <= 0);
+ *   1  paged, page_size a power of two >= loads: a thread's keys of a tile
+ *      share a page, one page id a tile (ONE_PAGE below);
+ *   2  paged, any other page_size (not a power of two, or below loads): a
+ *      page id a key, its position by a shift or a division.
+ * Each instance holds one of the three copy paths (split_mma_kernel.cuh CODE
+ * SIZE). */
+static inline int fd_mma_loader_pg(int page_size, int loads) {
+  if (page_size <= 0) return 0;
+  return (page_size & (page_size - 1)) == 0 && page_size >= loads ? 1 : 2;
+}
+
+/* log2(page_size) when it is a power of two (always so under PG 1), else -1
+ * (PG 0: unused). */
+template <int PG>
+static __device__ __forceinline__ int fd_mma_page_shift(int page_size) {
+  if constexpr (PG == 1) return __ffs(page_size) - 1;
+  else if constexpr (PG == 2) return (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+  else return -1;
+}
 
 /* A full tile's LOADS keys of this thread, chunk c: K from kp, V from vp,
  * stepping k_row / v_row elements a key; nothing read (zeros) unless ok. */
@@ -85,26 +108,26 @@ static __device__ __forceinline__ void fd_mma_copy_contig(const T *k_head, const
 
 /* Paged cache: the page ids of this thread's keys of the tile at key0 (-1 for
  * keys >= nkeys), loaded one tile ahead of their use so that the
- * block_table latency hides behind a tile of math. one_page (page_size a
- * power of two >= LOADS): the thread's keys share one page, only pg[0] is
- * loaded. pshift = log2(page_size) when it is a power of two, else -1. */
-template <int D, int NW>
+ * block_table latency hides behind a tile of math. ONE_PAGE (PG 1: page_size
+ * a power of two >= LOADS, a template constant): the thread's keys share one
+ * page, only pg[0] is loaded. pshift = log2(page_size) when it is a power of
+ * two, else -1 (fd_mma_page_shift). */
+template <int D, int NW, bool ONE_PAGE>
 static __device__ __forceinline__ void fd_mma_page_ids(const int32_t *bt_row, int page_size,
-                                                       int pshift, bool one_page, int key0,
-                                                       int nkeys,
+                                                       int pshift, int key0, int nkeys,
                                                        int (&pg)[fd_mma_copy<D, NW>::LOADS]) {
   using M = fd_mma_copy<D, NW>;
   const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
 #pragma unroll
   for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
-  if (one_page) {
+  if constexpr (ONE_PAGE) {
     if (k0 < nkeys) pg[0] = __ldg(bt_row + ((key0 + k0) >> pshift));
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int n = 0; n < M::LOADS; n++) {
-    const int j = key0 + k0 + n;
-    if (k0 + n < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
+    for (int n = 0; n < M::LOADS; n++) {
+      const int j = key0 + k0 + n;
+      if (k0 + n < nkeys) pg[n] = __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / page_size));
+    }
   }
 }
 
@@ -122,12 +145,12 @@ static __device__ __forceinline__ void fd_mma_page_flags(unsigned char *valid, b
  * (num_pages > 0) is zero-filled and reads nothing. With num_pages > 0 the
  * keys' validity goes to the byte flags `valid` (a score reads them only in a
  * tile with a bad page) and the return value says whether any of this
- * thread's keys sits on a bad page. */
-template <typename T, int D, int NW, int DV>
+ * thread's keys sits on a bad page. ONE_PAGE as in fd_mma_page_ids: an
+ * instance holds either the one-page copy or the per-key one. */
+template <typename T, int D, int NW, int DV, bool ONE_PAGE>
 static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params &p,
                                                          const T *k_head, const T *v_head,
-                                                         int pshift, bool one_page, int key0,
-                                                         int klo, int nkeys,
+                                                         int pshift, int key0, int klo, int nkeys,
                                                          const int (&pg)[fd_mma_copy<D, NW>::LOADS],
                                                          T *sK, T *sV, unsigned char *valid) {
   using M = fd_mma_copy<D, NW>;
@@ -135,7 +158,7 @@ static __device__ __forceinline__ bool fd_mma_copy_paged(const fd_kernel_params 
   const int k0 = (int)threadIdx.x / fd_mma_cfg<D, NW>::CH * M::LOADS;
   const bool flags = p.num_pages > 0;
   const bool col_ok = DV == D || c < DV / 8; /* padded columns: zeros, no read */
-  if (one_page) {
+  if constexpr (ONE_PAGE) {
     const int page = pg[0];
     const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
     const int pos = (key0 + k0) & (p.page_size - 1);
@@ -246,12 +269,12 @@ static __device__ __forceinline__ void fd_mma_copy8_contig(const unsigned char *
   }
 }
 
-/* Paged fp8 cache: as fd_mma_copy_paged (same page ids, flags and return
- * value), fp8 chunks as in fd_mma_copy8_contig. */
-template <int D, int NW, int DV>
+/* Paged fp8 cache: as fd_mma_copy_paged (same page ids, ONE_PAGE, flags and
+ * return value), fp8 chunks as in fd_mma_copy8_contig. */
+template <int D, int NW, int DV, bool ONE_PAGE>
 static __device__ __forceinline__ bool fd_mma_copy8_paged(
     const fd_kernel_params &p, const unsigned char *k_head, const unsigned char *v_head,
-    int pshift, bool one_page, int key0, int klo, int nkeys,
+    int pshift, int key0, int klo, int nkeys,
     const int (&pg)[fd_mma_copy<D, NW>::LOADS], unsigned char *dK, unsigned char *dV,
     unsigned char *valid) {
   using M = fd_mma_copy<D, NW>;
@@ -266,7 +289,7 @@ static __device__ __forceinline__ bool fd_mma_copy8_paged(
   const int64_t s0 = is_v ? p.v_strides[0] : p.k_strides[0];
   const int64_t s1 = is_v ? p.v_strides[1] : p.k_strides[1];
   unsigned char *dst = is_v ? dV : dK;
-  if (one_page) {
+  if constexpr (ONE_PAGE) {
     const int page = pg[0];
     const bool page_ok = !flags || (page >= 0 && page < p.num_pages);
     const int pos = (key0 + k0) & (p.page_size - 1);
@@ -353,27 +376,30 @@ static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uin
 
 /* One tile's copies into the stage buffers dK / dV (bytes: a [KT][D] T tile,
  * or an fp8 [KT][D] byte tile when KV8): keys key0 .. key0 + nk - 1, those
- * below klo zero-filled; PAGED: through the page ids pg (returns whether one
- * of this thread's keys is on a bad page; flags into `valid`), else from the
- * running offsets k_off / v_off, then advanced a tile. PAGED is a template
- * constant, so a kernel instance holds one loader (the kernels' PG: their
- * code size is their speed, split_mma_kernel.cuh CODE SIZE). */
-template <typename T, int D, int NW, int DV, int KV8, bool PAGED>
+ * below klo zero-filled; paged (PG 1, 2: fd_mma_loader_pg): through the page
+ * ids pg (returns whether one of this thread's keys is on a bad page; flags
+ * into `valid`), else (PG 0) from the running offsets k_off / v_off, then
+ * advanced a tile. PG is a template constant, so a kernel instance holds one
+ * copy path (the kernels' PG: their code size is their speed,
+ * split_mma_kernel.cuh CODE SIZE). */
+template <typename T, int D, int NW, int DV, int KV8, int PG>
 static __device__ __forceinline__ bool fd_mma_copy_tile(
-    const fd_kernel_params &p, const void *k_head, const void *v_head, int pshift,
-    bool one_page, int key0, int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS],
-    unsigned char *dK, unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off,
-    int64_t k_tile, int64_t v_tile) {
+    const fd_kernel_params &p, const void *k_head, const void *v_head, int pshift, int key0,
+    int klo, int nk, const int (&pg)[fd_mma_copy<D, NW>::LOADS], unsigned char *dK,
+    unsigned char *dV, unsigned char *valid, int64_t &k_off, int64_t &v_off, int64_t k_tile,
+    int64_t v_tile) {
   using U8 = const unsigned char *;
-  if constexpr (PAGED) {
+  static_assert(PG >= 0 && PG <= 2, "loader: fd_mma_loader_pg");
+  if constexpr (PG != 0) {
+    constexpr bool ONE_PAGE = PG == 1;
     if constexpr (KV8 != 0)
-      return fd_mma_copy8_paged<D, NW, DV>(p, static_cast<U8>(k_head), static_cast<U8>(v_head),
-                                           pshift, one_page, key0, klo, nk, pg, dK, dV, valid);
+      return fd_mma_copy8_paged<D, NW, DV, ONE_PAGE>(p, static_cast<U8>(k_head),
+                                                     static_cast<U8>(v_head), pshift, key0, klo,
+                                                     nk, pg, dK, dV, valid);
     else
-      return fd_mma_copy_paged<T, D, NW, DV>(p, static_cast<const T *>(k_head),
-                                             static_cast<const T *>(v_head), pshift, one_page, key0,
-                                             klo, nk, pg, reinterpret_cast<T *>(dK),
-                                             reinterpret_cast<T *>(dV), valid);
+      return fd_mma_copy_paged<T, D, NW, DV, ONE_PAGE>(
+          p, static_cast<const T *>(k_head), static_cast<const T *>(v_head), pshift, key0, klo, nk,
+          pg, reinterpret_cast<T *>(dK), reinterpret_cast<T *>(dV), valid);
   }
   if constexpr (KV8 != 0)
     fd_mma_copy8_contig<D, NW, DV>(static_cast<U8>(k_head), static_cast<U8>(v_head), k_off, v_off,

@@ -42,9 +42,11 @@
  *   out = O / l (the sink joining l), lse. A row whose O holds a NaN or Inf
  *   gets l = NaN in its partial / lse.
  *
- * CODE SIZE  As the split kernel's: the loader is a template constant (PG: 0
- *   contiguous, 1 paged, from page_size at launch), one copy path an
- *   instance (tests/check_code_size.sh bounds the contiguous one).
+ * CODE SIZE  As the split kernel's: the loader is a template constant (PG,
+ *   fd_mma_loader_pg at launch: 0 contiguous, 1 paged with page_size a power
+ *   of two >= the 8 or 4 keys a thread copies a tile, one page id a tile, 2
+ *   any other page_size, one id a key), one copy path an instance
+ *   (tests/check_code_size.sh bounds each).
  *
  * SHARED MEMORY  K stages [3][64][D] | V stages [3][64][D] | Q [64][D] | key
  *   flags [3][64]: 57,536 bytes (64), 114,880 (128); FD_ROWS_SMEM
@@ -169,8 +171,11 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   const int g = lane >> 2, qd = lane & 3;
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
-  constexpr bool paged = PG != 0; /* the loader, a template constant (page_size > 0) */
-  const int pshift = paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+  /* the loader, a template constant (fd_mma_loader_pg): PG 1 reads one page
+   * id a tile, PG 2 one a key */
+  constexpr bool paged = PG != 0;
+  constexpr bool one_page = PG == 1;
+  const int pshift = fd_mma_page_shift<PG>(p.page_size);
   const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
 
   /* Q rows of the block (zeros past rows_total): commit group 0 */
@@ -194,7 +199,6 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
    * together: one block_table round trip) */
   using M = fd_mma_copy<D, C::NW>;
   const int num_tiles = (end - begin + KT - 1) / KT;
-  const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
   const int k0 = tid / C::CH * M::LOADS, cc = tid % C::CH;
   int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
   int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
@@ -205,8 +209,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
     if (paged && s < num_tiles)
-      fd_mma_page_ids<D, C::NW>(bt_row, p.page_size, pshift, one_page, begin + s * KT,
-                                min(KT, end - (begin + s * KT)), pgp[s]);
+      fd_mma_page_ids<D, C::NW, one_page>(bt_row, p.page_size, pshift, begin + s * KT,
+                                          min(KT, end - (begin + s * KT)), pgp[s]);
   }
   /* prologue: tiles 0 .. ST-2, a commit group each (empty or not). badq bit
    * j: one of this thread's keys of tile i + j (i: the loop's tile) is on a
@@ -215,9 +219,9 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
-        fd_mma_copy_tile<T, D, C::NW, D, 0, paged>(
-            p, k_head, v_head, pshift, one_page, begin + s * KT, 0,
-            min(KT, end - (begin + s * KT)), pgp[s], reinterpret_cast<unsigned char *>(sK + s * KT * D),
+        fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
+            p, k_head, v_head, pshift, begin + s * KT, 0, min(KT, end - (begin + s * KT)), pgp[s],
+            reinterpret_cast<unsigned char *>(sK + s * KT * D),
             reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, k_off, v_off,
             k_tile, v_tile))
       badq |= 1u << s;
@@ -265,9 +269,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
       if (nt < num_tiles &&
-          fd_mma_copy_tile<T, D, C::NW, D, 0, paged>(
-              p, k_head, v_head, pshift, one_page, begin + nt * KT, 0,
-              min(KT, end - (begin + nt * KT)), pg,
+          fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
+              p, k_head, v_head, pshift, begin + nt * KT, 0, min(KT, end - (begin + nt * KT)), pg,
               reinterpret_cast<unsigned char *>(sK + ns * KT * D),
               reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, k_off, v_off,
               k_tile, v_tile))
@@ -275,8 +278,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       fd_cp_async_commit();
       badq >>= 1;
       if (paged && nt + 1 < num_tiles) /* the next copy's ids, a tile ahead */
-        fd_mma_page_ids<D, C::NW>(bt_row, p.page_size, pshift, one_page, begin + (nt + 1) * KT,
-                                  min(KT, end - (begin + (nt + 1) * KT)), pg);
+        fd_mma_page_ids<D, C::NW, one_page>(bt_row, p.page_size, pshift, begin + (nt + 1) * KT,
+                                            min(KT, end - (begin + (nt + 1) * KT)), pg);
     }
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
@@ -409,11 +412,17 @@ static cudaError_t fd_rows_mma_launch_instance(const fd_kernel_params *p, cudaSt
                    dim3(C::THREADS), C::SMEM, stream, p->pdl);
 }
 
-/* The loader as a template constant (PG): paged (page_size > 0) or contiguous. */
+/* The loader as a template constant (PG, fd_mma_loader_pg): contiguous,
+ * paged with one page id a tile (page_size a power of two >= the tiles' keys
+ * per thread), or paged with one a key. */
 template <typename T, int D>
 static cudaError_t fd_rows_mma_launch_layout(const fd_kernel_params *p, cudaStream_t stream) {
-  return p->page_size > 0 ? fd_rows_mma_launch_instance<T, D, 1>(p, stream)
-                          : fd_rows_mma_launch_instance<T, D, 0>(p, stream);
+  switch (fd_mma_loader_pg(p->page_size, fd_mma_copy<D, fd_rows_cfg<D>::NW>::LOADS)) {
+    case 0: return fd_rows_mma_launch_instance<T, D, 0>(p, stream);
+    case 1: return fd_rows_mma_launch_instance<T, D, 1>(p, stream);
+    case 2: return fd_rows_mma_launch_instance<T, D, 2>(p, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {

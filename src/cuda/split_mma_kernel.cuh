@@ -71,14 +71,15 @@
  *   chunk tid % CH of the LOADS consecutive keys (tid / CH) * LOADS + n
  *   (fd_mma_copy). Contiguous caches: a running element offset per thread;
  *   a tile whose keys are all in range (all but a pass's first and last)
- *   copies without per-key tests, one pointer step a key. Paged caches: each thread reads the block_table entries
- *   of its keys one tile ahead of the copies that use them (the latency
- *   hides behind a tile of math): one id a tile when page_size is a power of
- *   two >= LOADS (its keys share a page), else one a key; the ids of the first
- *   STAGES tiles are read together before the first copy. A key on a page id
- *   outside [0, num_pages) is flagged in shared memory and the tile's
- *   "bad page" bit travels with the loop's barrier (__syncthreads_or), so
- *   only such tiles test flags per score. The 16-byte
+ *   copies without per-key tests, one pointer step a key. Paged caches:
+ *   each thread reads the block_table entries of its keys one tile ahead of
+ *   the copies that use them (the latency hides behind a tile of math): one
+ *   id a tile when page_size is a power of two >= LOADS (its keys share a
+ *   page: the PG 1 loader), else one a key (PG 2; CODE SIZE below); the ids
+ *   of the first STAGES tiles are read together before the first copy. A
+ *   key on a page id outside [0, num_pages) is flagged in shared memory and
+ *   the tile's "bad page" bit travels with the loop's barrier
+ *   (__syncthreads_or), so only such tiles test flags per score. The 16-byte
  *   chunk c of smem row k sits at chunk c ^ (k & 7), so every ldmatrix phase
  *   hits 8 different bank groups. Split boundaries are multiples of chunk_len
  *   (64), so tiles start at multiples of 64 keys (a pass starts at the 64-key
@@ -150,13 +151,17 @@
  *   public launch, occupancy), split_mma_fp8.cu (e4m3) and split_mma_e5m2.cu
  *   (e5m2).
  *
- * CODE SIZE  The loader is a template constant (PG: 0 contiguous, 1 paged,
- *   from page_size at launch), so an instance holds one copy path: the
+ * CODE SIZE  The loader is a template constant (PG, fd_mma_loader_pg at
+ *   launch, from page_size and LOADS of the config: 0 contiguous; 1 paged,
+ *   page_size a power of two >= LOADS, one page id a tile; 2 paged, any
+ *   other page_size, one id a key), so an instance holds one copy path: the
  *   contiguous bf16 head_dim 128 instance is ~55 KB of sm_90a SASS where one
- *   holding both loaders was 123 KB. Size is speed here: with two warps a
- *   scheduler, a larger tile loop stalled on instruction fetch (~5 cycles an
- *   instruction), worst in a model's stream where the GEMMs evict the code
- *   from L2 (bench/NOTES.md, 2026-12-02). tests/check_code_size.sh bounds it.
+ *   holding both loaders was 123 KB; its PG 1 instance ~60 KB where one
+ *   holding both paged paths was 112 KB (PG 2: ~95 KB). Size is speed here:
+ *   with two warps a scheduler, a larger tile loop stalled on instruction
+ *   fetch (~5 cycles an instruction), worst in a model's stream where the
+ *   GEMMs evict the code from L2 (bench/NOTES.md, 2026-12-02).
+ *   tests/check_code_size.sh bounds it.
  *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
@@ -198,13 +203,15 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
 }
 
 /* fp8 TOKEN: the page id of key j for fd_mma_copy_tok (read a tile ahead of
- * the copy, as the tiles' ids), or -1: contiguous, past pass_end, or a
- * thread past the tile's keys (t >= KT). */
+ * the copy, as the tiles' ids), or -1: contiguous (PG 0), past pass_end, or
+ * a thread past the tile's keys (t >= KT). PG 1: page_size is a power of
+ * two, a shift; PG 2: a shift or a division (pshift < 0). */
+template <int PG>
 static __device__ __forceinline__ int fd_mma_tok_page(const fd_kernel_params &p,
                                                       const int32_t *bt_row, int pshift, bool mine,
                                                       int j, int pass_end) {
-  if (bt_row == nullptr || !mine || j >= pass_end) return -1;
-  return __ldg(bt_row + (pshift >= 0 ? j >> pshift : j / p.page_size));
+  if (PG == 0 || !mine || j >= pass_end) return -1;
+  return __ldg(bt_row + (PG == 1 || pshift >= 0 ? j >> pshift : j / p.page_size));
 }
 
 /* fp8 TOKEN: thread t < KT copies the k and v scale of the tile's key
@@ -212,8 +219,8 @@ static __device__ __forceinline__ int fd_mma_tok_page(const fd_kernel_params &p,
  * (the scales travel the pipeline with their keys); zero-filled, not read,
  * for keys outside [key0 + klo, key0 + nk) (as the tile's copies) or on a
  * page id outside [0, num_pages): such a key is masked and its p is 0.
- * page: the key's id from fd_mma_tok_page (paged caches). */
-template <int KT>
+ * page: the key's id from fd_mma_tok_page (paged caches: PG 1, 2). */
+template <int KT, int PG>
 static __device__ __forceinline__ void fd_mma_copy_tok(const fd_kernel_params &p, int pshift,
                                                        bool check_pages, int b, int hk, int key0,
                                                        int klo, int nk, int page, float *dst) {
@@ -222,8 +229,8 @@ static __device__ __forceinline__ void fd_mma_copy_tok(const fd_kernel_params &p
   const int j = key0 + t;
   bool ok = t >= klo && t < nk;
   int64_t at;
-  if (p.page_size > 0) {
-    const int pos = pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
+  if constexpr (PG != 0) {
+    const int pos = PG == 1 || pshift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
     if (check_pages && (page < 0 || page >= p.num_pages)) ok = false;
     at = (int64_t)page * p.scale_strides[0] + (int64_t)pos * p.scale_strides[1];
   } else {
@@ -379,15 +386,15 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     /* Copy state. Contiguous: element offsets of this thread's first key of
      * the next tile to issue, advanced a tile at a time. Paged: the page ids
      * of the next tile to issue, fetched one iteration ahead. */
-    /* PG (a template constant, from page_size > 0): each instance holds one
-     * loader, so the contiguous kernel carries no page code */
+    /* PG (a template constant, fd_mma_loader_pg at launch): each instance
+     * holds one loader, so the contiguous kernel carries no page code and
+     * the PG 1 kernel (page_size a power of two >= LOADS: a thread's LOADS
+     * keys of a tile on one page, one id a tile) no per-key page code */
     constexpr bool paged = PG != 0;
+    constexpr bool one_page = PG == 1;
     const bool check_pages = paged && p.num_pages > 0;
-    const int pshift =
-        paged && (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+    const int pshift = fd_mma_page_shift<PG>(p.page_size);
     const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
-    /* a thread's LOADS keys of a tile on one page: one id a tile */
-    const bool one_page = pshift >= 0 && p.page_size >= M::LOADS;
     const int k0 = tid / C::CH * M::LOADS;
     const int cc = tid % C::CH;
     /* the thread's column: 16-bit chunk cc (8 elements), or fp8 chunk
@@ -414,9 +421,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       tpgp[s] = -1;
       if (paged && s < num_tiles) {
         const int key0 = kbeg + s * KT;
-        fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, key0,
-                               min(KT, pass_end - key0), pgp[s]);
-        if (tok_pages) tpgp[s] = fd_mma_tok_page(p, bt_row, pshift, tid < KT, key0 + tid, pass_end);
+        fd_mma_page_ids<D, NW, one_page>(bt_row, p.page_size, pshift, key0,
+                                         min(KT, pass_end - key0), pgp[s]);
+        if (tok_pages)
+          tpgp[s] = fd_mma_tok_page<PG>(p, bt_row, pshift, tid < KT, key0 + tid, pass_end);
       }
     }
 
@@ -430,14 +438,14 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     for (int s = 0; s < ST - 1; s++) {
       if (s < num_tiles) {
         const int key0 = kbeg + s * KT;
-        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8, paged>(
-            p, k_head, v_head, pshift, one_page, key0,
+        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
+            p, k_head, v_head, pshift, key0,
             pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
             pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
         if constexpr (KV8 != 0)
           if (tok)
-            fd_mma_copy_tok<KT>(p, pshift, check_pages, b, hk, key0, pass_lo - key0,
-                                min(KT, pass_end - key0), tpgp[s], sTok + s * 2 * KT);
+            fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, key0, pass_lo - key0,
+                                    min(KT, pass_end - key0), tpgp[s], sTok + s * 2 * KT);
         if (s < ST - 2) bad_early = bad_early || bad;
         else bad_last = bad;
       }
@@ -545,20 +553,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold
            * keys below pass_lo (not so with 2 stages of 32 keys: then this
            * tile's keys below it are zero-filled, not read) */
-          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8, paged>(
-              p, k_head, v_head, pshift, one_page, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
+          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
+              p, k_head, v_head, pshift, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
               min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
               sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
           if constexpr (KV8 != 0)
             if (tok)
-              fd_mma_copy_tok<KT>(p, pshift, check_pages, b, hk, nkey0,
-                                  PRE_LO ? pass_lo - nkey0 : 0, min(KT, pass_end - nkey0), tpg,
-                                  sTok + load_stage * 2 * KT);
+              fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, nkey0,
+                                      PRE_LO ? pass_lo - nkey0 : 0, min(KT, pass_end - nkey0),
+                                      tpg, sTok + load_stage * 2 * KT);
           if (paged && nt + 1 < num_tiles) {
-            fd_mma_page_ids<D, NW>(bt_row, p.page_size, pshift, one_page, nkey0 + KT,
-                                   min(KT, pass_end - (nkey0 + KT)), pg);
+            fd_mma_page_ids<D, NW, one_page>(bt_row, p.page_size, pshift, nkey0 + KT,
+                                             min(KT, pass_end - (nkey0 + KT)), pg);
             if (tok_pages)
-              tpg = fd_mma_tok_page(p, bt_row, pshift, tid < KT, nkey0 + KT + tid, pass_end);
+              tpg = fd_mma_tok_page<PG>(p, bt_row, pshift, tid < KT, nkey0 + KT + tid, pass_end);
           }
         }
         fd_cp_async_commit();
@@ -872,43 +880,48 @@ static cudaError_t fd_split_mma_occupancy_instance(int *blocks_per_sm) {
                                                        fd_mma_cfg<D, 4, LEAN>::SMEM);
 }
 
+/* The loader as a template constant (PG, fd_mma_loader_pg): contiguous,
+ * paged with one page id a tile (page_size a power of two >= the config's
+ * keys per thread, fd_mma_copy<D, NW>::LOADS), or paged with one a key. */
+template <typename T, int D, int NW, int DV, int LEAN, int KV8>
+static cudaError_t fd_split_mma_launch_loader(const fd_kernel_params *p, cudaStream_t stream) {
+  switch (fd_mma_loader_pg(p->page_size, fd_mma_copy<D, NW>::LOADS)) {
+    case 0: return fd_split_mma_launch_instance<T, D, NW, DV, LEAN, KV8, 0>(p, stream);
+    case 1: return fd_split_mma_launch_instance<T, D, NW, DV, LEAN, KV8, 1>(p, stream);
+    case 2: return fd_split_mma_launch_instance<T, D, NW, DV, LEAN, KV8, 2>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 /* D: the shared-memory row width; DV: head_dim (DV < D: 80 and 96 in rows of
  * 128). head_dim 64 has no lean instance (its 4-warp block fits every GPU).
  * KV8 (an fp8 cache, either format: the kernel reads p->kv_dtype): FD_MMA_4W
  * and FD_MMA_LEAN only (cuda_backend.cu never picks the 8-warp config for
  * it), the shared memory of the 16-bit instance. */
-template <typename T, int D, int DV, int KV8, int PG>
+template <typename T, int D, int DV, int KV8>
 static cudaError_t fd_split_mma_launch_cfg(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (cfg) {
-    case FD_MMA_4W: return fd_split_mma_launch_instance<T, D, 4, DV, 0, KV8, PG>(p, stream);
+    case FD_MMA_4W: return fd_split_mma_launch_loader<T, D, 4, DV, 0, KV8>(p, stream);
     case FD_MMA_WIDE:
-      if constexpr (KV8 == 0) return fd_split_mma_launch_instance<T, D, 8, DV, 0, 0, PG>(p, stream);
+      if constexpr (KV8 == 0) return fd_split_mma_launch_loader<T, D, 8, DV, 0, 0>(p, stream);
       break;
     case FD_MMA_LEAN:
-      if constexpr (D != 64) return fd_split_mma_launch_instance<T, D, 4, DV, 1, KV8, PG>(p, stream);
+      if constexpr (D != 64) return fd_split_mma_launch_loader<T, D, 4, DV, 1, KV8>(p, stream);
       break;
   }
   return cudaErrorInvalidValue;
-}
-
-/* The loader as a template constant (PG): paged (page_size > 0) or contiguous. */
-template <typename T, int D, int DV, int KV8>
-static cudaError_t fd_split_mma_launch_layout(const fd_kernel_params *p, int cfg,
-                                              cudaStream_t stream) {
-  return p->page_size > 0 ? fd_split_mma_launch_cfg<T, D, DV, KV8, 1>(p, cfg, stream)
-                          : fd_split_mma_launch_cfg<T, D, DV, KV8, 0>(p, cfg, stream);
 }
 
 template <typename T, int KV8>
 static cudaError_t fd_split_mma_launch_dim(const fd_kernel_params *p, int cfg,
                                            cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return fd_split_mma_launch_layout<T, 64, 64, KV8>(p, cfg, stream);
-    case 80: return fd_split_mma_launch_layout<T, 128, 80, KV8>(p, cfg, stream);
-    case 96: return fd_split_mma_launch_layout<T, 128, 96, KV8>(p, cfg, stream);
-    case 128: return fd_split_mma_launch_layout<T, 128, 128, KV8>(p, cfg, stream);
-    case 256: return fd_split_mma_launch_layout<T, 256, 256, KV8>(p, cfg, stream);
+    case 64: return fd_split_mma_launch_cfg<T, 64, 64, KV8>(p, cfg, stream);
+    case 80: return fd_split_mma_launch_cfg<T, 128, 80, KV8>(p, cfg, stream);
+    case 96: return fd_split_mma_launch_cfg<T, 128, 96, KV8>(p, cfg, stream);
+    case 128: return fd_split_mma_launch_cfg<T, 128, 128, KV8>(p, cfg, stream);
+    case 256: return fd_split_mma_launch_cfg<T, 256, 256, KV8>(p, cfg, stream);
   }
   return cudaErrorInvalidValue;
 }
