@@ -64,7 +64,10 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * the public heuristic with the occupancy's blocks per SM; on CUDA for
  * fp16/bf16, the count for one block per multiprocessor instead:
  * for head_dim >= 128 when the grid then fits the SMs with splits of >= 128
- * keys (what cuda_backend.cu needs to run the 8-warp kernel), and at any
+ * keys (what cuda_backend.cu needs to run the 8-warp kernel; one split too:
+ * B=16, 8 kv heads, 8193 keys ran 125.3 us unsplit on the 8-warp kernel
+ * against 127.4 in 2 splits of the 4-warp one, 32769 keys 471.8 / 475.6,
+ * session 14 sweep in bench/NOTES.md), and at any
  * head_dim when each block's share is short (at most
  * FD_ONE_BLOCK_PER_SM_ELEMS keys x head_dim: the B=1 1k row's 16 splits of
  * 64 keys; 8009560 sweep). Measured on the H200
@@ -83,7 +86,7 @@ static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t item
     const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
     const int wide = wide_ok && fd_cuda_wide_kernel(items * one, slots, keys);
-    if (one > 1 && ((p->head_dim >= 128 && wide) || keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
+    if ((p->head_dim >= 128 && wide) || (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
       splits = one;
   }
   return splits;

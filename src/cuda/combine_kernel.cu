@@ -183,14 +183,16 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
 }
 
 /* Warps a row: one round trip for up to FD_COMBINE_BATCH * WPR splits; few
- * rows (small batches) spread over more SMs. Results do not depend on it. */
+ * rows (small batches) spread over more SMs. Measured at B=1 (session 14
+ * sweep, bench/NOTES.md): 16 splits 0.2-0.6 us faster on one warp than on
+ * four (the barrier and the shared-memory sum), 24-64 splits 0.1-1 us faster
+ * on four. Results do not depend on it. */
 static int fd_combine_wpr(int64_t rows, int num_splits) {
 #ifdef FD_COMBINE_FORCE_WPR /* diagnostic A/B build only: 1, 2 or 4 */
   return FD_COMBINE_FORCE_WPR;
 #endif
-  if (num_splits <= 4) return 1;
-  if (rows < 1024 || num_splits > 2 * FD_COMBINE_BATCH) return 4;
-  return num_splits > FD_COMBINE_BATCH ? 2 : 1;
+  if (num_splits <= FD_COMBINE_BATCH) return 1; /* one warp: one trip, no block barrier */
+  return rows < 1024 || num_splits > 2 * FD_COMBINE_BATCH ? 4 : 2;
 }
 
 template <typename T, int WPR>
