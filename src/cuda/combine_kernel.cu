@@ -189,6 +189,8 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
  * on four. Results do not depend on it. */
 static int fd_combine_wpr(int64_t rows, int num_splits) {
 #ifdef FD_COMBINE_FORCE_WPR /* diagnostic A/B build only: 1, 2 or 4 */
+  static_assert(FD_COMBINE_FORCE_WPR == 1 || FD_COMBINE_FORCE_WPR == 2 || FD_COMBINE_FORCE_WPR == 4,
+                "FD_COMBINE_FORCE_WPR: 1, 2 or 4 warps a row");
   return FD_COMBINE_FORCE_WPR;
 #endif
   if (num_splits <= FD_COMBINE_BATCH) return 1; /* one warp: one trip, no block barrier */

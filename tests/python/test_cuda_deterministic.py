@@ -142,3 +142,36 @@ def test_cuda_num_splits_with_deterministic_is_refused():
                                dtype="f16", kv_capacity=64, device="cuda", num_splits=4,
                                deterministic=True)
     assert np.isfinite(flashdecode.decode(*alone, deterministic=True).float().cpu().numpy()).all()
+
+
+@pytest.mark.parametrize("d", [80, 128, 256])
+def test_cuda_combine_warps_do_not_change_bits(d):
+    """The combine merges a row with 1, 2 or 4 warps, chosen from the split count and the
+    rows of the call (combine_kernel.cu); its sums must not depend on it. One sequence of
+    30000 keys, q_len 16: alone in a 30000-key cache (15 splits: one warp a row), alone in a
+    40000-key cache (20 splits, 128 rows: four warps), and third of 8 sequences in a
+    40000-key cache (20 splits, 1024 rows: two warps)."""
+    hq, hkv, q_len, n = 8, 2, 16, 30000
+    g = torch.Generator(device=DEV).manual_seed(7)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, device=DEV).to(torch.bfloat16)
+
+    q, k, v = rnd(1, q_len, hq, d), rnd(1, n, hkv, d), rnd(1, n, hkv, d)
+    one = torch.tensor([n], dtype=torch.int32, device=DEV)
+    out1, lse1 = flashdecode.decode(q, k, v, one, return_lse=True, deterministic=True)
+    cap = 40000
+    kb, vb = rnd(1, cap, hkv, d), rnd(1, cap, hkv, d)
+    kb[:, :n], vb[:, :n] = k, v
+    out4, lse4 = flashdecode.decode(q, kb, vb, one, return_lse=True, deterministic=True)
+    lens = [cap, 1, n, 17000, 0, 39999, 2048, 5]
+    qb, kb8, vb8 = rnd(8, q_len, hq, d), rnd(8, cap, hkv, d), rnd(8, cap, hkv, d)
+    qb[2], kb8[2, :n], vb8[2, :n] = q[0], k[0], v[0]
+    kvb = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    out2, lse2 = flashdecode.decode(qb, kb8, vb8, kvb, return_lse=True, deterministic=True)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out1).all() and torch.isfinite(lse1).all()
+    assert torch.equal(out4, out1), (out4.float() - out1.float()).abs().max()
+    assert torch.equal(lse4, lse1)
+    assert torch.equal(out2[2], out1[0]), (out2[2].float() - out1[0].float()).abs().max()
+    assert torch.equal(lse2[2], lse1[0])
