@@ -348,13 +348,13 @@ int main(int argc, char **argv) {
 
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
-    printf("multi_gpu_decode: no GPU visible: nothing to run (needs 1+ sm_90 GPUs; 2+ to "
+    printf("multi_gpu_decode: no GPU visible: nothing to run (needs 1+ GPUs of compute capability 8.0+; 2+ to "
            "exercise the exchange between GPUs)\n");
     return skip_status;
   }
   g_gpus = count < MAX_GPUS ? count : MAX_GPUS;
   if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    printf("multi_gpu_decode: the CUDA backend is not available here (not an sm_90 GPU, or "
+    printf("multi_gpu_decode: the CUDA backend is not available here (a GPU below compute capability 8.0, or "
            "built without CUDA): nothing to run\n");
     return skip_status;
   }

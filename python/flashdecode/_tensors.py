@@ -166,7 +166,11 @@ def _check_float(t, name, dtype=None):
             raise TypeError("%s: dtype %s is not supported (float32, float16 or bfloat16)"
                             % (name, t.dtype))
     elif t.dtype != dtype:
-        raise TypeError("%s: dtype %s, expected %s (the dtype of q)" % (name, t.dtype, dtype))
+        hint = ""
+        if str(t.dtype) in ("uint8", "torch.uint8"):
+            hint = "; a uint8 cache holds fp8 only with kv_dtype='e4m3' or 'e5m2'"
+        raise TypeError("%s: dtype %s, expected %s (the dtype of q, or of k_new in append_kv)%s"
+                        % (name, t.dtype, dtype, hint))
 
 
 def _check_rank(t, name, ndim, layout):

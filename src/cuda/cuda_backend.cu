@@ -72,8 +72,24 @@ static void query_device(int device, fd_device_facts *f) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    snprintf(f->why, sizeof f->why, "backend: no CUDA device can be used (%s)",
-             cudaGetErrorString(e));
+    /* The runtime says "driver version is insufficient" both for an old
+     * driver and for none at all (cudaDriverGetVersion then reports 0). */
+    int driver = 0, runtime = 0;
+    const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaGetLastError();
+    if (!have_driver)
+      snprintf(f->why, sizeof f->why,
+               "backend: no CUDA device can be used (no NVIDIA driver found: libcuda is not "
+               "installed or not loadable)");
+    else if (e == cudaErrorInsufficientDriver)
+      snprintf(f->why, sizeof f->why,
+               "backend: no CUDA device can be used (the NVIDIA driver supports CUDA %d.%d; this "
+               "build needs CUDA %d.%d or newer)",
+               driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else
+      snprintf(f->why, sizeof f->why, "backend: no CUDA device can be used (%s)",
+               cudaGetErrorString(e));
     return;
   }
   if (device < 0 || device >= count) {
