@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
       __syncthreads();
 #pragma unroll
       for (int g = 0; g < FD_COMBINE_GROUPS; g++) c[g] = s_o[r * FD_COMBINE_GROUPS + g][lane];
-      __syncthreads(); /* s_o is rewritten for the next columns */
+      if (d0 + 128 < D) __syncthreads(); /* s_o is rewritten for the next columns (uniform) */
     }
     if (live && sub == 0 && col) {
       float4 v;
