@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu.h"
+#include "internal.h" /* fd_cuda_no_device_reason */
 
 static fd_status cuda_fail(fd_error *err, cudaError_t code, const char *what) {
   cudaGetLastError(); /* reported here: clear it, so a later launch check does not see it */
@@ -38,35 +39,14 @@ int gpu_available(void) {
   return count > 0;
 }
 
-/* Why there is no GPU, in words: the CUDA runtime answers "CUDA driver
- * version is insufficient for CUDA runtime version" both when the driver is
- * too old and when there is no NVIDIA driver at all (cudaDriverGetVersion
- * then reports 0), so the two are told apart here. */
-static void describe_no_gpu(char *text, size_t text_size, cudaError_t code) {
-  int driver = 0, runtime = 0;
-  const int have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaGetLastError();
-  if (code == cudaSuccess)
-    snprintf(text, text_size, "none (the NVIDIA driver sees no CUDA device)");
-  else if (!have_driver)
-    snprintf(text, text_size, "none (no NVIDIA driver found: libcuda is not installed or not loadable)");
-  else if (code == cudaErrorInsufficientDriver)
-    snprintf(text, text_size,
-             "none (the NVIDIA driver supports CUDA %d.%d; this build needs CUDA %d.%d or newer)",
-             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
-  else if (code == cudaErrorNoDevice)
-    snprintf(text, text_size, "none (the NVIDIA driver sees no CUDA device)");
-  else
-    snprintf(text, text_size, "none (the CUDA runtime says: %s)", cudaGetErrorString(code));
-}
-
 void gpu_describe(char *text, size_t text_size) {
   int count = 0;
   cudaError_t code = cudaGetDeviceCount(&count);
   if (code != cudaSuccess || count == 0) {
     cudaGetLastError();
-    describe_no_gpu(text, text_size, code);
+    char reason[200];
+    fd_cuda_no_device_reason((int)code, reason, sizeof reason); /* the library's words */
+    snprintf(text, text_size, "none (%s)", reason);
     return;
   }
   struct cudaDeviceProp prop;

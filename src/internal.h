@@ -146,6 +146,11 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t, double *out
 fd_status fd_cuda_check_device(int device, fd_error *err);
 /* 1 when fd_cuda_check_device(device) is FD_STATUS_OK. */
 int fd_cuda_available(int device);
+/* Why no CUDA device can be used, in words, from cudaGetDeviceCount's error
+ * code (a cudaError_t; cudaSuccess for a count of 0): no driver, a driver
+ * older than the runtime, no device, or the runtime's own message. The CLI
+ * says the same. CUDA builds only. */
+void fd_cuda_no_device_reason(int code, char *text, size_t size);
 /* 1 when device's kernels are launched with programmatic dependent launch
  * (code built for sm_90+; gpu_select.h, fd_gpu_pdl_ok). */
 int fd_cuda_pdl(int device);

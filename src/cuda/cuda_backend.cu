@@ -62,6 +62,26 @@ static void device_name(int device, char *name, size_t n) {
   }
 }
 
+/* The runtime says "driver version is insufficient" both when the driver is
+ * too old and when there is no NVIDIA driver at all (cudaDriverGetVersion
+ * then reports 0), so the two are told apart here. */
+extern "C" void fd_cuda_no_device_reason(int code, char *text, size_t size) {
+  const cudaError_t e = (cudaError_t)code;
+  int driver = 0, runtime = 0;
+  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  (void)cudaGetLastError();
+  if (!have_driver)
+    snprintf(text, size, "no NVIDIA driver found: libcuda is not installed or not loadable");
+  else if (e == cudaErrorInsufficientDriver)
+    snprintf(text, size, "the NVIDIA driver supports CUDA %d.%d; this build needs CUDA %d.%d or newer",
+             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  else if (e == cudaSuccess || e == cudaErrorNoDevice)
+    snprintf(text, size, "the NVIDIA driver sees no CUDA device");
+  else
+    snprintf(text, size, "the CUDA runtime says: %s", cudaGetErrorString(e));
+}
+
 /* Reads device `device`'s compute capability, multiprocessors and
  * shared-memory budget (capped by FD_CUDA_SMEM_LIMIT_KB), and the
  * architecture of the code this build loads on it. */
@@ -72,24 +92,9 @@ static void query_device(int device, fd_device_facts *f) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    /* The runtime says "driver version is insufficient" both for an old
-     * driver and for none at all (cudaDriverGetVersion then reports 0). */
-    int driver = 0, runtime = 0;
-    const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
-    (void)cudaRuntimeGetVersion(&runtime);
-    (void)cudaGetLastError();
-    if (!have_driver)
-      snprintf(f->why, sizeof f->why,
-               "backend: no CUDA device can be used (no NVIDIA driver found: libcuda is not "
-               "installed or not loadable)");
-    else if (e == cudaErrorInsufficientDriver)
-      snprintf(f->why, sizeof f->why,
-               "backend: no CUDA device can be used (the NVIDIA driver supports CUDA %d.%d; this "
-               "build needs CUDA %d.%d or newer)",
-               driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
-    else
-      snprintf(f->why, sizeof f->why, "backend: no CUDA device can be used (%s)",
-               cudaGetErrorString(e));
+    char reason[200];
+    fd_cuda_no_device_reason((int)e, reason, sizeof reason);
+    snprintf(f->why, sizeof f->why, "backend: no CUDA device can be used (%s)", reason);
     return;
   }
   if (device < 0 || device >= count) {
