@@ -35,6 +35,7 @@ static void print_usage(const char *command) {
       "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
       "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
       "  --threads N          CPU worker threads (default all cores)\n"
+      "  --no-pdl             CUDA: launch without programmatic dependent launch\n"
       "  --seed N             random inputs' seed (default 1234)\n"
       "%s"
       "\n"
@@ -97,7 +98,8 @@ enum {
   OPT_WINDOW_LEFT,
   OPT_SOFT_CAP,
   OPT_SINKS,
-  OPT_NON_CAUSAL
+  OPT_NON_CAUSAL,
+  OPT_NO_PDL
 };
 
 /* "--sinks VALUE" as "--sinks=VALUE" (getopt takes an optional argument only in
@@ -182,6 +184,7 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
       {"logits-soft-cap", required_argument, NULL, OPT_SOFT_CAP},
       {"sinks", optional_argument, NULL, OPT_SINKS},
       {"non-causal", no_argument, NULL, OPT_NON_CAUSAL},
+      {"no-pdl", no_argument, NULL, OPT_NO_PDL},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
@@ -229,6 +232,7 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
         }
         break;
       case OPT_NON_CAUSAL: a->non_causal = 1; break;
+      case OPT_NO_PDL: a->no_pdl = 1; break;
       case 'h': print_usage(argv[0]); return 1;
       default: bad = args_option_error(argv[0], c, argv, optind, optopt, options); break;
     }
@@ -432,6 +436,7 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->window_left = a->window_left;
   f->logits_soft_cap = a->logits_soft_cap;
   f->non_causal = a->non_causal;
+  f->no_pdl = a->no_pdl;
   return FD_STATUS_OK;
 oom:
   problem_free(p);
@@ -598,6 +603,8 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
     at += (size_t)snprintf(text + at, text_size - at, " sinks=%g", (double)a->sinks_value);
   if (a->non_causal && at < text_size)
     at += (size_t)snprintf(text + at, text_size - at, " non_causal=1");
+  if (a->no_pdl && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " no_pdl=1");
   if (p->fd.kv_dtype && at < text_size)
     snprintf(text + at, text_size - at, " kv_dtype=%s kv_scale=%s", args_dtype_name(p->fd.kv_dtype),
              args_kv_scale_name(p->fd.kv_scale));

@@ -46,9 +46,11 @@
  *
  *   Split boundaries are computed at run time from the kv_len the call
  *   really sees: with C = plan.chunk_len, S = plan.num_splits and
- *   L = kv_len[b], the keys are cut into ceil(L / C) chunks, each split takes
- *   ceil(chunks / S) consecutive chunks, and splits past the last key are
- *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
+ *   L = kv_len[b], the keys are cut into N = ceil(L / C) chunks; P =
+ *   ceil(N / S) chunks at most a split, A = ceil(N / P) splits hold keys,
+ *   split s < A taking chunks floor(s N / A) .. floor((s + 1) N / A) - 1 (as
+ *   even as whole chunks go; the last one, which ends in the partial chunk,
+ *   is among the longest), and splits from A on are empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
  *   graphs), and a plan made from the step's real lengths splits them well.
  *   With a sliding window the keys before the first row's window are never
  *   read: the splits cut keys [w0, L) instead, w0 = lo_0 rounded down to a
@@ -346,6 +348,16 @@ typedef struct fd_problem {
                             FD_DTYPE_F16 or FD_DTYPE_BF16 */
   fd_kv_scale kv_scale;  /* which scales fd_tensors.k_scale / v_scale hold;
                             only with an fp8 kv_dtype. 0 = none (1.0) */
+  /* ---- Launch (zero = default) ---- */
+  int32_t no_pdl;        /* CUDA, compute capability 9.0+: 0 = the kernels are
+                            launched with programmatic dependent launch (PDL:
+                            a call's first kernel is scheduled while the
+                            previous kernel in the stream ends; faster back to
+                            back, 1-1.5 us a call on an H200); 1 = plain
+                            launches. Inside a model, after GEMMs that let
+                            their dependents launch early, plain launches
+                            measured 0.1-0.5 % faster a decode step on an H200
+                            (bench/NOTES.md). Same results either way. */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a
@@ -418,7 +430,7 @@ typedef struct fd_plan {
  *       (they are cache types: set kv_dtype); kv_dtype not 0, dtype,
  *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
  *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
- *       kv_dtype.
+ *       kv_dtype; no_pdl not 0 or 1.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 80, 96, 128 or 256, a device below compute
  *       capability 8.0 (the message names its compute capability), one this

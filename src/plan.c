@@ -169,6 +169,8 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "logits_soft_cap: %g, must be 0 (off) or a finite value > 0",
                    (double)p->logits_soft_cap);
+  if (p->no_pdl != 0 && p->no_pdl != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "no_pdl: %d, must be 0 or 1", p->no_pdl);
   if (p->deterministic != 0 && p->deterministic != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "deterministic: %d, must be 0 or 1",
                    p->deterministic);

@@ -194,6 +194,8 @@ static void m_soft_cap_inf(fd_problem *p) { p->logits_soft_cap = INFINITY; }
 static void m_soft_cap_neg_inf(fd_problem *p) { p->logits_soft_cap = -INFINITY; }
 static void m_soft_cap_tiny_neg(fd_problem *p) { p->logits_soft_cap = -1e-30f; }
 static void m_non_causal2(fd_problem *p) { p->non_causal = 2; }
+static void m_no_pdl2(fd_problem *p) { p->no_pdl = 2; }
+static void m_no_pdl_neg(fd_problem *p) { p->no_pdl = -1; }
 static void m_non_causal_neg(fd_problem *p) { p->non_causal = -1; }
 static void m_non_causal_window(fd_problem *p) { p->non_causal = 1, p->has_window = 1, p->window_left = 100; }
 static void m_non_causal_window0(fd_problem *p) { p->non_causal = 1, p->has_window = 1, p->window_left = 0; }
@@ -247,6 +249,8 @@ static void test_plan_bad_fields(void **state) {
       {"logits_soft_cap -inf", "logits_soft_cap", m_soft_cap_neg_inf},
       {"logits_soft_cap -1e-30", "logits_soft_cap", m_soft_cap_tiny_neg},
       {"non_causal 2", "non_causal", m_non_causal2},
+      {"no_pdl 2", "no_pdl", m_no_pdl2},
+      {"no_pdl -1", "no_pdl", m_no_pdl_neg},
       {"non_causal -1", "non_causal", m_non_causal_neg},
       {"non_causal with a window of 100", "non_causal|window", m_non_causal_window},
       {"non_causal with a window of 0", "non_causal|window", m_non_causal_window0},

@@ -127,24 +127,27 @@ def resolve_flag(name, value):
 
 
 class Variants:
-    """The attention variant of a call or plan, and its deterministic mode (hashable; part
-    of the plan key).
+    """The attention variant of a call or plan, its deterministic mode and how its kernels
+    are launched (hashable; part of the plan key).
 
     window_left: -1 = no window; logits_soft_cap: 0.0 = off; non_causal: bool;
-    deterministic: bool (fd_problem.deterministic: batch-invariant results).
+    deterministic: bool (fd_problem.deterministic: batch-invariant results);
+    pdl: bool (False: fd_problem.no_pdl = 1, plain launches).
     """
 
-    __slots__ = ("window_left", "logits_soft_cap", "non_causal", "deterministic")
+    __slots__ = ("window_left", "logits_soft_cap", "non_causal", "deterministic", "pdl")
 
     def __init__(self, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 deterministic=False):
+                 deterministic=False, pdl=True):
         self.window_left = resolve_window(window_left)
         self.logits_soft_cap = resolve_soft_cap(logits_soft_cap)
         self.non_causal = resolve_flag("non_causal", non_causal)
         self.deterministic = resolve_flag("deterministic", deterministic)
+        self.pdl = resolve_flag("pdl", pdl)
 
     def key(self):
-        return (self.window_left, self.logits_soft_cap, self.non_causal, self.deterministic)
+        return (self.window_left, self.logits_soft_cap, self.non_causal, self.deterministic,
+                self.pdl)
 
     def __eq__(self, other):
         return isinstance(other, Variants) and self.key() == other.key()
@@ -153,7 +156,8 @@ class Variants:
         return hash(self.key())
 
     def __repr__(self):
-        return ("Variants(window_left=%d, logits_soft_cap=%r, non_causal=%r, deterministic=%r)"
+        return ("Variants(window_left=%d, logits_soft_cap=%r, non_causal=%r, deterministic=%r, "
+                "pdl=%r)"
                 % self.key())
 
 
@@ -163,7 +167,8 @@ PLAIN = Variants()
 def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv, head_dim,
               kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
               num_threads=0, kv_len_hint=None, window_left=-1, logits_soft_cap=0.0,
-              non_causal=False, out_dtype=0, kv_dtype=0, kv_scale=0, deterministic=False):
+              non_causal=False, out_dtype=0, kv_dtype=0, kv_scale=0, deterministic=False,
+              pdl=True):
     """Call fd_plan_init; returns an FdPlan or raises the C library's error.
 
     softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
@@ -171,7 +176,7 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     logits_soft_cap 0.0 = off; out_dtype an FD_DTYPE_* (0 = dtype); kv_dtype 0 (the
     cache has dtype) or FD_DTYPE_E4M3 / E5M2, kv_scale an FD_KV_SCALE_*;
     deterministic a bool (fd_problem.deterministic; with num_splits != 0 the C
-    library refuses it, naming num_splits).
+    library refuses it, naming num_splits); pdl a bool (False: fd_problem.no_pdl = 1).
     """
     p = _lib.FdProblem()
     p.backend = backend
@@ -182,6 +187,7 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     p.logits_soft_cap = logits_soft_cap  # (negative, NaN, inf: the C library names it)
     p.non_causal = 1 if non_causal else 0
     p.deterministic = 1 if resolve_flag("deterministic", deterministic) else 0
+    p.no_pdl = 0 if resolve_flag("pdl", pdl) else 1
     p.out_dtype = out_dtype
     p.kv_dtype = kv_dtype
     p.kv_scale = kv_scale
@@ -246,7 +252,7 @@ def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN):
            ("num_splits", num_splits), ("softmax_scale", softmax_scale),
            ("hint_max", hint_max), ("window_left", variants.window_left),
            ("logits_soft_cap", variants.logits_soft_cap), ("non_causal", variants.non_causal),
-           ("deterministic", variants.deterministic),
+           ("deterministic", variants.deterministic), ("pdl", variants.pdl),
            ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0),
            ("kv_dtype", FD_KV_DTYPE.get(g.kv_dtype, 0)), ("kv_scale", g.kv_scale))
     return cached_plan(key)

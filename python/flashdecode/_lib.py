@@ -107,6 +107,8 @@ class FdProblem(ctypes.Structure):
         # fp8 KV cache
         ("kv_dtype", _c_enum),                 # 0 = dtype, or FD_DTYPE_E4M3 / E5M2
         ("kv_scale", _c_enum),                 # FD_KV_SCALE_*
+        # launch
+        ("no_pdl", ctypes.c_int32),            # 1: plain launches (no PDL)
     ]
 
 
@@ -226,7 +228,7 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
                           "num_splits", "softmax_scale", "num_threads", "device", "sm_count")
 ] + [("kv_len_hint",) + _PTR] + [
     (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
-                          "out_dtype", "deterministic", "kv_dtype", "kv_scale")]
+                          "out_dtype", "deterministic", "kv_dtype", "kv_scale", "no_pdl")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -361,6 +363,7 @@ def _check_library():
     problem.has_window, problem.window_left, problem.logits_soft_cap = 1, 100, 30.0
     problem.out_dtype = FD_DTYPE_F32
     problem.kv_dtype, problem.kv_scale = FD_DTYPE_E4M3, FD_KV_SCALE_TOKEN
+    problem.no_pdl = 1
     plan, err = FdPlan(), FdError()
     status = lib.fd_plan_init(ctypes.byref(plan), ctypes.byref(problem), ctypes.byref(err))
     p = plan.problem
@@ -375,7 +378,7 @@ def _check_library():
           and not p.kv_len_hint
           and (p.has_window, p.window_left, p.logits_soft_cap) == (1, 100, 30.0)
           and p.non_causal == 0 and p.out_dtype == FD_DTYPE_F32 and p.deterministic == 0
-          and (p.kv_dtype, p.kv_scale) == (FD_DTYPE_E4M3, FD_KV_SCALE_TOKEN)
+          and (p.kv_dtype, p.kv_scale) == (FD_DTYPE_E4M3, FD_KV_SCALE_TOKEN) and p.no_pdl == 1
           and (plan.num_splits == 1 or max(plan.ws_partial_o, plan.ws_partial_ml,
                                            plan.ws_counters) < plan.workspace_size))
     if not ok:

@@ -8,14 +8,15 @@ implementations, so torch.compile traces decode() without a graph break:
                       num_splits, return_lse, sinks?=None, window_left=-1,
                       logits_soft_cap=0., non_causal=False, out_dtype?=None,
                       k_scale?=None, v_scale?=None, kv_dtype?=None,
-                      deterministic=False) -> (out, lse)
+                      deterministic=False, pdl=True) -> (out, lse)
       allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, or
       out_dtype: float32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
       when return_lse is False).
   flashdecode::decode_out(q, k_cache, v_cache, kv_len, block_table?, out, lse?,
                           softmax_scale, num_splits, sinks?=None, window_left=-1,
                           logits_soft_cap=0., non_causal=False, k_scale?=None,
-                          v_scale?=None, kv_dtype?=None, deterministic=False) -> ()
+                          v_scale?=None, kv_dtype?=None, deterministic=False,
+                          pdl=True) -> ()
       writes the caller's out (q's dtype or float32) and lse; mutates_args =
       (out, lse).
   flashdecode::merge_states(states_out, states_lse, out_dtype?=None) -> (out, lse)
@@ -23,8 +24,8 @@ implementations, so torch.compile traces decode() without a graph break:
       fd_merge_states (see flashdecode.merge_states).
 
 softmax_scale 0.0 means 1/sqrt(head_dim); window_left -1 no window;
-logits_soft_cap 0.0 off; deterministic True the batch-invariant mode (see
-flashdecode.decode). The variant arguments come last, with defaults, each
+logits_soft_cap 0.0 off; deterministic True the batch-invariant mode; pdl False
+plain launches (see flashdecode.decode). The variant arguments come last, with defaults, each
 added after the previous ones, so a call written for an earlier schema still
 works. CUDA work is enqueued on torch.cuda.current_stream() of the tensors'
 device; the workspace comes from torch's caching allocator on that stream.
@@ -101,21 +102,22 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
               logits_soft_cap: float = 0.0, non_causal: bool = False,
               out_dtype: Optional[torch.dtype] = None, k_scale: Optional[Tensor] = None,
               v_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
-              deterministic: bool = False) -> Tuple[Tensor, Tensor]:
+              deterministic: bool = False, pdl: bool = True) -> Tuple[Tensor, Tensor]:
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse_shape = _lse_shape(q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
                 softmax_scale, num_splits, sinks,
-                _core.Variants(window_left, logits_soft_cap, non_causal, deterministic), k_scale,
-                v_scale, kv_dtype)
+                _core.Variants(window_left, logits_soft_cap, non_causal, deterministic, pdl),
+                k_scale, v_scale, kv_dtype)
     return out, lse
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
                  return_lse, sinks=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None, deterministic=False):
+                 out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None, deterministic=False,
+                 pdl=True):
     _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks, k_scale, v_scale,
                 kv_dtype)
     if out_dtype is not None:
@@ -133,9 +135,10 @@ def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
                   window_left: int = -1, logits_soft_cap: float = 0.0,
                   non_causal: bool = False, k_scale: Optional[Tensor] = None,
                   v_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
-                  deterministic: bool = False) -> None:
+                  deterministic: bool = False, pdl: bool = True) -> None:
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
-                sinks, _core.Variants(window_left, logits_soft_cap, non_causal, deterministic),
+                sinks, _core.Variants(window_left, logits_soft_cap, non_causal, deterministic,
+                                      pdl),
                 k_scale, v_scale, kv_dtype)
 
 
@@ -143,7 +146,7 @@ def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
 def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale,
                      num_splits, sinks=None, window_left=-1, logits_soft_cap=0.0,
                      non_causal=False, k_scale=None, v_scale=None, kv_dtype=None,
-                     deterministic=False):
+                     deterministic=False, pdl=True):
     _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale,
                 kv_dtype)
 
@@ -246,7 +249,7 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
 
     out_name = resolve_out_dtype(out_dtype, describe(q, "q").dtype, out)
     w, cap, nc = variants.window_left, variants.logits_soft_cap, variants.non_causal
-    det = variants.deterministic
+    det, pdl = variants.deterministic, variants.pdl
     ks = vs = kvd = None
     if fp8 is not None:
         ks, vs = as_scale_tensor(fp8.k_scale, "k_scale", q), as_scale_tensor(fp8.v_scale,
@@ -258,13 +261,13 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
                                                 cap, nc,
                                                 None if out_name is None
                                                 else getattr(torch, out_name), ks, vs, kvd,
-                                                det)
+                                                det, pdl)
         return (out, lse) if return_lse else out
     lse = None
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
-                                     int(num_splits), sinks, w, cap, nc, ks, vs, kvd, det)
+                                     int(num_splits), sinks, w, cap, nc, ks, vs, kvd, det, pdl)
     return (out, lse) if return_lse else out
 
 

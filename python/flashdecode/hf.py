@@ -65,6 +65,13 @@ keys, else the call raises). It covers flashdecode's attention only: the steps t
 back to SDPA or eager attention (prefill of more than 16 tokens, padded batches, ...) and
 the model's other layers (matmuls, norms) are as batch-invariant as PyTorch makes them.
 
+Launches
+--------
+Decode steps pass ``pdl=False`` (plain kernel launches, no programmatic dependent launch;
+see ``flashdecode.decode``): in a Llama-3.1-8B-shaped model under CUDA graphs on an H200
+the steps ran 0.1-0.5 % faster so (bench/NOTES.md). ``flashdecode.hf.pdl = True`` restores
+the library's default; read at every call.
+
 Paged / continuous batching: transformers' continuous-batching manager accepts only
 "sdpa", "paged|eager" and FlashAttention implementations (it refuses other registered
 names), so it cannot run through this function.
@@ -89,6 +96,10 @@ stats = collections.Counter()
 # True: decode steps run flashdecode.decode(..., deterministic=True) (see "Deterministic
 # mode" above); read at every call.
 deterministic = False
+
+# False: decode steps launch without programmatic dependent launch (see "Launches"); read at
+# every call.
+pdl = False
 
 _state = {}  # filled by register(): the transformers functions and the decode features
 
@@ -418,6 +429,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         extra["sinks"] = s_aux.to(device=query.device, dtype=torch.float32).contiguous()
     if deterministic or getattr(getattr(module, "config", None), "fdecode_deterministic", False):
         extra["deterministic"] = True
+    if not pdl:
+        extra["pdl"] = False
     stats["flashdecode"] += 1
     out = flashdecode.decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                              marker_kv_len(attention_mask), softmax_scale=scaling, **extra)

@@ -401,7 +401,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   fd_kernel_params kp;
   fill_params(&kp, plan, t, workspace);
-  kp.pdl = fd_gpu_pdl_ok(&f->g);
+  kp.pdl = fd_gpu_pdl_ok(&f->g) && !pr->no_pdl;
 
   /* Launch on the plan's device; restore the caller's current device after. */
   int prev = 0;
