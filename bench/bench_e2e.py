@@ -10,6 +10,8 @@ advances on the device, as in transformers' compiled static-cache generation). F
 
   fdecode        attn_implementation "fdecode" (flashdecode.hf): flashdecode reads the
                  static cache in place, kv_len from the device-side cache position
+                 (plain launches, the integration's default; fdecode-pdl: the same with
+                 programmatic dependent launch, flashdecode.hf.pdl = True)
   sdpa           attn_implementation "sdpa" as transformers runs it on a static cache
                  (a boolean mask over the whole capacity; PyTorch picks the backend)
   sdpa-flash     SDPA's flash backend, sdpa-cudnn its cuDNN backend, flex FlexAttention
@@ -49,7 +51,7 @@ from transformers import AttentionInterface, LlamaConfig  # noqa: E402
 import flashdecode  # noqa: E402
 import flashdecode.hf as fh  # noqa: E402
 
-IMPLS = ["fdecode", "sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "flex", "no-attention"]
+IMPLS = ["fdecode", "fdecode-pdl", "sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "flex", "no-attention"]
 DEFAULT_IMPLS = ["fdecode", "sdpa", "sdpa-flash", "sdpa-cudnn", "flex", "no-attention"]
 SDPA_FAMILY = ["sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "flex"]
 
@@ -178,8 +180,9 @@ def backend_context(impl):
 
 
 def select(model, impl):
-    name = {"fdecode": fh.NAME, "sdpa": "sdpa", "flex": "bench_flex",
+    name = {"fdecode": fh.NAME, "fdecode-pdl": fh.NAME, "sdpa": "sdpa", "flex": "bench_flex",
             "no-attention": "bench_none"}.get(impl, "bench_exact")
+    fh.pdl = impl == "fdecode-pdl"
     model.set_attn_implementation(name)
 
 
@@ -338,7 +341,7 @@ def run_config(model, cfg, batch, context, impls, args, device, dtype, deadline)
                 step = None
                 with backend_context(impl):
                     kernel_profile(model, cache, batch, device, context, impl)
-            if impl == "fdecode" and not fh.stats.get("flashdecode"):
+            if impl.startswith("fdecode") and not fh.stats.get("flashdecode"):
                 row["status"] = "FAIL: no flashdecode call (%s)" % dict(fh.stats)
         except Exception as exc:  # a backend that cannot run this shape: say why
             row["status"] = "n/a: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:120]
@@ -413,7 +416,7 @@ def write_png(path, rows, title):
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     width = 0.8 / max(1, len(impls))
-    colors = {"fdecode": "tab:red", "sdpa": "tab:gray", "sdpa-flash": "tab:blue",
+    colors = {"fdecode": "tab:red", "fdecode-pdl": "tab:orange", "sdpa": "tab:gray", "sdpa-flash": "tab:blue",
               "sdpa-cudnn": "tab:green", "sdpa-math": "tab:olive", "flex": "tab:purple",
               "no-attention": "black"}
     for k, impl in enumerate(impls):

@@ -36,12 +36,12 @@ STEPS=${FD_AB_STEPS:-tests bench}
 if [ -n "${FD_AB_TESTS:-}" ] && [[ " $STEPS " == *" tests "* ]]; then
   b=build-ab-$FD_AB_TESTS
   run() { local t=$1; shift; echo "== $* ($(el))"; timeout "$t" "$@" 2>&1 | grep -v "^\[ *OK\|^\[ RUN" | tail -6; echo "   exit ${PIPESTATUS[0]}"; }
-  FD_TEST_QUICK=1 run 90 "$b"/tests/test_gpu_grid
+  FD_TEST_QUICK=1 run 180 "$b"/tests/test_gpu_grid
   run 40 "$b"/tests/test_gpu_fp8_grid
   run 30 "$b"/tests/test_gpu_append
   run 20 "$b"/tests/test_variants cuda
-  run 30 "$b"/tests/reliability/test_reliability_gpu capacity
-  FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 150 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py tests/python/test_cuda_variants.py tests/python/test_cuda_deterministic.py
+  run 90 "$b"/tests/reliability/test_reliability_gpu capacity
+  FLASHDECODE_LIBRARY=$PWD/$b/libflashdecode.so run 150 python3 -m pytest -x -q -p no:cacheprovider tests/python/test_cuda.py tests/python/test_cuda_fp8.py tests/python/test_cuda_variants.py tests/python/test_cuda_deterministic.py tests/python/test_pdl.py
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/bf16/d128*' run 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$b"/tests/test_gpu_grid
 fi
 # FD_AB_STEPS with "interleave": bench_interleave.py --profile per build, once a
@@ -69,12 +69,13 @@ for ent in "${entries[@]}"; do
   done
 done
 # FD_AB_ROUNDS=N: the end-to-end runs N times over the builds in turn (each round's first
-# build also times SDPA-cuDNN and no-attention), one process a run
+# build also times SDPA-cuDNN and no-attention), one process a run; FD_AB_IMPLS: our
+# bench_e2e.py impls (default fdecode; e.g. fdecode,fdecode-pdl)
 first=${entries[0]%%|*}
 for round in $(seq "${FD_AB_ROUNDS:-1}"); do
   for ent in "${entries[@]}"; do
     name=${ent%%|*}
-    impls=fdecode; [ "$name" = "$first" ] && impls=fdecode,sdpa-cudnn,no-attention
+    impls=${FD_AB_IMPLS:-fdecode}; [ "$name" = "$first" ] && impls=$impls,sdpa-cudnn,no-attention
     echo "== bench_e2e.py, build $name, round $round ($(el))"
     # shellcheck disable=SC2086  # FD_AB_E2E is a list of flags
     FLASHDECODE_LIBRARY="$PWD/build-ab-$name/libflashdecode.so" timeout 200 python3 bench/bench_e2e.py \
