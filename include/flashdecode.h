@@ -46,11 +46,9 @@
  *
  *   Split boundaries are computed at run time from the kv_len the call
  *   really sees: with C = plan.chunk_len, S = plan.num_splits and
- *   L = kv_len[b], the keys are cut into N = ceil(L / C) chunks; P =
- *   ceil(N / S) chunks at most a split, A = ceil(N / P) splits hold keys,
- *   split s < A taking chunks floor(s N / A) .. floor((s + 1) N / A) - 1 (as
- *   even as whole chunks go; the last one, which ends in the partial chunk,
- *   is among the longest), and splits from A on are empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
+ *   L = kv_len[b], the keys are cut into ceil(L / C) chunks, each split takes
+ *   ceil(chunks / S) consecutive chunks, and splits past the last key are
+ *   empty. So a plan made for kv_capacity serves every kv_len up to it (CUDA
  *   graphs), and a plan made from the step's real lengths splits them well.
  *   With a sliding window the keys before the first row's window are never
  *   read: the splits cut keys [w0, L) instead, w0 = lo_0 rounded down to a

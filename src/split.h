@@ -8,14 +8,6 @@
 
 #include <stdint.h>
 
-/* 1: fd_seq_split shares a sequence's chunks out evenly over its active
- * splits; 0: every split but the last takes ceil(chunks / splits) chunks (the
- * cut before 2026-12-02; an A/B switch for benchmarks, set for the C and the
- * CUDA compilers alike). */
-#ifndef FD_SPLIT_EVEN
-#define FD_SPLIT_EVEN 1
-#endif
-
 #if defined(__CUDACC__)
 #define FD_HD __host__ __device__ __forceinline__
 #else
@@ -78,10 +70,8 @@ FD_HD int32_t fd_seq_split_len(int32_t len, int32_t chunk_len, int32_t num_split
 
 /* THE cut every backend makes (split kernels, combine steps, CPU): split
  * `split` of a sequence of kv_len keys covers keys [*begin, *end): keys
- * [w0, kv_len) (w0 = fd_window_start) in pieces of at most fd_seq_split_len
- * keys, whole chunks shared out evenly (FD_SPLIT_EVEN; pieces of exactly
- * fixed_len keys in the deterministic mode); empty (begin == end) past the
- * last key. */
+ * [w0, kv_len) (w0 = fd_window_start) in pieces of fd_seq_split_len keys;
+ * empty (begin == end) past the last key. */
 FD_HD void fd_seq_split(int32_t kv_len, int32_t q_len, int32_t window_left, int32_t chunk_len,
                         int32_t num_splits, int32_t fixed_len, int32_t split, int32_t *begin,
                         int32_t *end) {
@@ -93,21 +83,7 @@ FD_HD void fd_seq_split(int32_t kv_len, int32_t q_len, int32_t window_left, int3
     return;
   }
   const int64_t per = fd_seq_split_len(len, chunk_len, num_splits, fixed_len);
-  int64_t b, e;
-  if (fixed_len > 0 || !FD_SPLIT_EVEN) {
-    b = (int64_t)split * per;
-    e = b + per;
-  } else {
-    /* The A active splits share the N chunks out as evenly as whole chunks
-     * go: at most ceil(N / A) <= per / chunk_len each, and the last split
-     * (the partial chunk's) has that many, so kv_len = 16 x 2048 + 1 in 16
-     * splits gives 15 splits of 2048 keys and one of 2049, not 15 of 2112. */
-    const int64_t n = ((int64_t)len + chunk_len - 1) / chunk_len;
-    const int64_t a = ((int64_t)len + per - 1) / per;
-    const int64_t s = split < a ? split : a;
-    b = s * n / a * chunk_len;
-    e = split < a ? (s + 1) * n / a * chunk_len : b;
-  }
+  int64_t b = (int64_t)split * per, e = b + per;
   if (b > len) b = len;
   if (e > len) e = len;
   *begin = (int32_t)(w0 + b);

@@ -171,11 +171,10 @@ static void item11_split_ranges_near_int32_max(void **state) {
 }
 
 /* fd_seq_split (THE cut of every backend): the active splits tile [w0, kv_len)
- * in whole chunks from w0, in order, none longer than fd_seq_split_len, their
- * whole-chunk counts within one of each other with the last among the longest
- * (FD_SPLIT_EVEN); the splits past them empty; the deterministic mode's fixed
- * pieces exact. Lengths near INT32_MAX, windows, 1..FD_MAX_SPLITS splits. */
-static void item11_seq_split_even(void **state) {
+ * in whole chunks from w0, in order, each of fd_seq_split_len keys but the
+ * last; the splits past them empty; the deterministic mode's fixed pieces
+ * exact. Lengths near INT32_MAX, windows, 1..FD_MAX_SPLITS splits. */
+static void item11_seq_split(void **state) {
   (void)state;
   const int32_t lens[] = {1, 63, 64, 65, 1000, 8192, 8193, 8202, 32769, 32768 + 64 * 15 + 1,
                           131073, 1 << 30, INT32_MAX - 65, INT32_MAX};
@@ -196,37 +195,21 @@ static void item11_seq_split_even(void **state) {
           if (w0 % chunk || active != (len + per - 1) / per || active > S)
             fail_msg("kv_len %d, %d splits, window %d: w0 %d, %d active (per %lld)", L, S, W, w0,
                      active, (long long)per);
-          int64_t next = w0, lo = INT64_MAX, hi = 0, last = 0;
+          int64_t next = w0;
           for (int32_t s = 0; s < S; s++) {
             int32_t b, e;
             fd_seq_split(L, q_len, W, chunk, S, fixed_len, s, &b, &e);
-            const int64_t n = e - b, whole = (n + chunk - 1) / chunk;
+            const int64_t n = e - b;
             if (b != next || (s < active) != (n > 0) || n > per || (n > 0 && (b - w0) % chunk) ||
-                (fixed && s < active && e < L && n != fixed_len))
+                (s < active && e < L && n != per) || (fixed && per != fixed_len))
               fail_msg("kv_len %d, %d splits, window %d, fixed %d: split %d = [%d, %d) after %lld "
                        "(per %lld, %d active)",
                        L, S, W, fixed_len, s, b, e, (long long)next, (long long)per, active);
             next = e;
-            if (s < active) {
-              lo = whole < lo ? whole : lo;
-              hi = whole > hi ? whole : hi;
-              last = whole;
-            }
           }
           if (next != L) fail_msg("kv_len %d, %d splits, window %d: the splits end at %lld", L, S, W,
                                   (long long)next);
-          if (!fixed && FD_SPLIT_EVEN && active > 0 && (hi - lo > 1 || last != hi))
-            fail_msg("kv_len %d, %d splits, window %d: whole chunks a split %lld..%lld, last %lld",
-                     L, S, W, (long long)lo, (long long)hi, (long long)last);
         }
-  /* the case the even cut is for: 16 x 2048 + 1 keys in 16 splits */
-  int32_t b, e, longest = 0;
-  for (int32_t s = 0; s < 16; s++) {
-    fd_seq_split(32769, 1, -1, chunk, 16, 0, s, &b, &e);
-    if (e - b > longest) longest = e - b;
-  }
-  if (FD_SPLIT_EVEN && longest != 2049)
-    fail_msg("kv_len 32769 in 16 splits: the longest split holds %d keys, want 2049", longest);
 }
 
 rel_group rel_group_capacity(fd_backend backend) {
@@ -235,7 +218,7 @@ rel_group rel_group_capacity(fd_backend backend) {
       {"item11_split_clamp", item11_split_clamp, NULL, NULL, NULL},
       {"item11_workspace_overflow", item11_workspace_overflow, NULL, NULL, NULL},
       {"item11_split_ranges_near_int32_max", item11_split_ranges_near_int32_max, NULL, NULL, NULL},
-      {"item11_seq_split_even", item11_seq_split_even, NULL, NULL, NULL},
+      {"item11_seq_split", item11_seq_split, NULL, NULL, NULL},
   };
   /* split.h is host code: its two tests (the last two) run once, with the CPU group */
   rel_group g = {"capacity", tests, sizeof tests / sizeof *tests - 2 * (backend == FD_BACKEND_CUDA)};
