@@ -8,10 +8,10 @@
 # variants, Python CUDA tests, memcheck of the bf16 d128 cases).
 # FD_AB_STEPS="tests interleave bench" (default "tests bench"): what runs after the
 # builds (a warm machine keeps the build trees: a second call rebuilds nothing).
-# Output: $OUT/ab-e2e.txt and $OUT/e2e-csv.tgz. E.g. the graph-replay profile with
-# and without PDL: FD_AB='pdl|;nopdl|"-DCMAKE_C_FLAGS=-I$DEPS/include -DFD_DISABLE_PDL"
-# -DCMAKE_CUDA_FLAGS=-DFD_DISABLE_PDL' FD_AB_STEPS=bench FD_AB_E2E="--batches 1 --contexts
-# 8192,32768 --graph-profile". Needs .deps carried.
+# Output: $OUT/ab-e2e.txt and $OUT/e2e-csv.tgz. E.g. a build with a compile-time switch
+# against main's: FD_AB='main|;sw|"-DCMAKE_C_FLAGS=-I$DEPS/include -DFD_SWITCH=0"
+# -DCMAKE_CUDA_FLAGS=-DFD_SWITCH=0' FD_AB_STEPS=bench FD_AB_IMPLS=fdecode,fdecode-pdl
+# FD_AB_E2E="--batches 1 --contexts 8192,32768 --graph-profile". Needs .deps carried.
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab-e2e.txt") 2>&1
 cd "$(dirname "$0")/.." || exit 1

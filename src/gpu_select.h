@@ -136,12 +136,8 @@ static inline int fd_mma_wide_ok(const fd_gpu_budget *g, int32_t head_dim) {
  * only code built for compute capability 9.0 or newer executes
  * griddepcontrol.wait (older targets compile it out, and a kernel launched
  * with the attribute that does not wait could read its predecessor's output
- * early). */
-#ifdef FD_DISABLE_PDL /* diagnostic A/B build only */
-static inline int fd_gpu_pdl_ok(const fd_gpu_budget *g) { (void)g; return 0; }
-#else
+ * early). A plan may still ask for plain launches (fd_problem.no_pdl). */
 static inline int fd_gpu_pdl_ok(const fd_gpu_budget *g) { return g->code_arch >= 90; }
-#endif
 
 /* Applies a limit of `limit_kb` KB a multiprocessor (0: none) to a budget:
  * the multiprocessor's bytes capped at it, a block's at it less the reserved
