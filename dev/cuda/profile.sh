@@ -17,13 +17,17 @@
 #   bash dev/cuda/profile.sh OUTDIR d64      B=1 head_dim 64 (gpt-oss 64/8 16k, MHA 32/32
 #        4k; 32/8 d128 16k beside them): the CLI's time at forced split counts, then
 #        Nsight Compute on the automatic plan's split kernel
+#   bash dev/cuda/profile.sh OUTDIR cudnn    SDPA-cuDNN's kernels (dev/cuda/
+#        sdpa_cudnn_calls.py) beside ours (--no-pdl, as in the model) where cuDNN leads
+#        end to end: B=16 8193 keys and B=1 32769, 32/8 d128: grids, registers, shared
+#        memory, durations and DRAM throughput of every kernel of a call
 #   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
 set -u
 OUT=${1:-/tmp/fd_prof}
 mkdir -p "$OUT"
 prof() { # prof TAG ARGS...
   local tag=$1; shift
-  timeout 120 ncu -k regex:${KREGEX:-fd_split_mma_kernel} --launch-skip 5 --launch-count 1 \
+  timeout 120 ncu -k regex:${KREGEX:-fd_split_mma_kernel} --launch-skip 5 --launch-count ${LCOUNT:-1} \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     --section SourceCounters --print-details all \
@@ -32,6 +36,20 @@ prof() { # prof TAG ARGS...
   grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
     "$OUT/ncu-$tag.txt" | head -40
 }
+if [ "${2:-}" = cudnn ]; then
+  for shape in "16 8193" "1 32769"; do
+    read -r bb kv <<<"$shape"
+    # cuDNN: every kernel of the 6th call on (main kernel and any reduction), no filter
+    timeout 180 ncu --launch-skip 10 --launch-count 4 --section SpeedOfLight --section LaunchStats \
+      --section Occupancy --print-details all python3 dev/cuda/sdpa_cudnn_calls.py \
+      --batch "$bb" --kv-len "$kv" >"$OUT/ncu-cudnn-b$bb-$kv.txt" 2>&1
+    echo "== cudnn B=$bb kv $kv"
+    grep -E "^  [a-zA-Z_].*\(|Grid Size|Block Size|Duration|DRAM Throughput|Registers Per|Shared Memory Config|Dynamic Shared|Achieved Occupancy|Waves Per SM" \
+      "$OUT/ncu-cudnn-b$bb-$kv.txt" | head -60
+    KREGEX="fd_" LCOUNT=2 prof ours-b$bb-$kv --batch "$bb" --kv-len "$kv" --no-pdl
+  done
+  exit 0
+fi
 if [ "${2:-}" = fp8 ]; then
   prof b64-bf16 --batch 64 --kv-len 8192 --dtype bf16
   prof b64-e4m3 --batch 64 --kv-len 8192 --dtype bf16 --kv-dtype e4m3
