@@ -234,13 +234,8 @@ class DecodePlan:
         between backends and from a plan without it (other summation orders,
         the same accuracy).
     pdl : bool
-        CUDA, compute capability 9.0+: launch the kernels with programmatic
-        dependent launch (True, the default), so a call's first kernel is
-        scheduled while the previous kernel in the stream ends (faster for
-        calls back to back); False: plain launches (fd_problem.no_pdl),
-        measured slightly faster inside a model whose GEMMs let their
-        dependents launch early (the transformers integration uses False).
-        Same results either way; no effect on the CPU or older GPUs.
+        Programmatic dependent launch of the CUDA kernels (True, the
+        default) or plain launches (False; see :func:`flashdecode.decode`).
 
     The variant settings belong to the plan; the sinks are a tensor given to
     :meth:`run`.
