@@ -539,7 +539,7 @@ def main():
             fmt(100 * r["attn_share"], 1) if "attn_share" in r else "", ("%.2e" % r["logit_diff"]) if "logit_diff" in r else "",
             r["status"]))
     log("wrote %s.csv%s" % (stem, "" if note else " and .png") + (" (%s)" % note if note else ""))
-    bad = [r for r in rows if r["impl"] == "fdecode" and r["status"] != "ok"]
+    bad = [r for r in rows if r["impl"].startswith("fdecode") and r["status"] != "ok"]
     sys.exit(1 if bad else 0)
 
 

@@ -351,11 +351,12 @@ typedef struct fd_problem {
                             launched with programmatic dependent launch (PDL:
                             a call's first kernel is scheduled while the
                             previous kernel in the stream ends; faster back to
-                            back, 1-1.5 us a call on an H200); 1 = plain
+                            back, 1.4-1.7 us a call on an H200); 1 = plain
                             launches. Inside a model, after GEMMs that let
                             their dependents launch early, plain launches
-                            measured 0.1-0.5 % faster a decode step on an H200
-                            (bench/NOTES.md). Same results either way. */
+                            measured up to 0.7 % faster a decode step on an
+                            H200, most at batch 1 (bench/NOTES.md). Same
+                            results either way. */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a

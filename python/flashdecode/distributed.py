@@ -46,7 +46,7 @@ def _check_shapes(q, group, world, rank):
 def decode(q, k_shard, v_shard, kv_len_shard, *, block_table=None, softmax_scale=None,
            num_splits=0, window_left=-1, logits_soft_cap=0.0, sinks=None, non_causal=False,
            return_lse=False, out=None, out_dtype=None, group=None, check_shapes=False,
-           deterministic=False):
+           deterministic=False, pdl=True):
     """Decode attention over a KV cache spread across the ranks of ``group``.
 
     Collective: every rank of the group calls it, with the same ``q`` (same
@@ -87,6 +87,8 @@ def decode(q, k_shard, v_shard, kv_len_shard, *, block_table=None, softmax_scale
         Each rank decodes its shard with ``deterministic=True`` (see
         :func:`flashdecode.decode`); the merge sums the ranks in rank order,
         so a sequence's result does not depend on the batch around it.
+    pdl : bool
+        The local decode's launches (see :func:`flashdecode.decode`).
     return_lse : bool
         Also return the merged lse (float32 [batch, num_heads_q, q_len]).
     out : tensor [batch, q_len, num_heads_q, head_dim], optional
@@ -136,7 +138,7 @@ def decode(q, k_shard, v_shard, kv_len_shard, *, block_table=None, softmax_scale
                                return_lse=True, out=local_out, window_left=window_left,
                                logits_soft_cap=logits_soft_cap,
                                sinks=sinks if rank == 0 else None, non_causal=non_causal,
-                               deterministic=deterministic)
+                               deterministic=deterministic, pdl=pdl)
     packed[rows * head_dim:].view(batch, heads, q_len).copy_(local_lse)
 
     gathered = torch.empty(world * packed.numel(), dtype=torch.float32, device=q.device)

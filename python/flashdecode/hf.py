@@ -69,8 +69,9 @@ Launches
 --------
 Decode steps pass ``pdl=False`` (plain kernel launches, no programmatic dependent launch;
 see ``flashdecode.decode``): in a Llama-3.1-8B-shaped model under CUDA graphs on an H200
-the steps ran 0.1-0.5 % faster so (bench/NOTES.md). ``flashdecode.hf.pdl = True`` restores
-the library's default; read at every call.
+the steps ran up to 0.7 % faster so, most at batch 1 (bench/NOTES.md).
+``flashdecode.hf.pdl = True`` restores the library's default; read at every call (for a
+compiled model or a captured CUDA graph, set it before compiling or capturing).
 
 Paged / continuous batching: transformers' continuous-batching manager accepts only
 "sdpa", "paged|eager" and FlashAttention implementations (it refuses other registered

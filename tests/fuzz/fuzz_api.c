@@ -12,8 +12,8 @@
  *         plan's invariants (1 <= num_splits <= min(chunks, FD_MAX_SPLITS), a
  *         workspace_size that holds the partials, never a wrapped one; q_len,
  *         window, soft-cap, non_causal, out_dtype, softmax_scale, a
- *         contiguous kv_capacity and deterministic resolved to values the
- *         header allows; a deterministic plan's split count).
+ *         contiguous kv_capacity, deterministic and no_pdl resolved to
+ *         values the header allows; a deterministic plan's split count).
  *   odd:  a bounded problem (batch <= 4, kv_capacity <= 300, heads <= 16,
  *         head_dim 1..256, q_len up to 130 when non-causal) with the variants
  *         (sliding window, soft-cap, sinks with now and then a NaN one,
@@ -139,6 +139,7 @@ static void fuzz_plan(reader *r) {
   p.out_dtype = (fd_dtype)(u8(r) % 4 == 3 ? edgy32(r) : (int32_t)(u8(r) % 4));
   if (u8(r) % 8 == 7) p.softmax_scale = -0.0f; /* refused, not the default */
   p.deterministic = u8(r) % 4 == 3 ? edgy32(r) : (int32_t)(u8(r) % 2);
+  p.no_pdl = u8(r) % 4 == 3 ? edgy32(r) : (int32_t)(u8(r) % 2);
   int32_t hint[64];
   if (u8(r) % 3 == 0 && p.batch >= 1 && p.batch <= 64) {
     for (int32_t b = 0; b < p.batch; b++) hint[b] = edgy32(r);
@@ -154,7 +155,8 @@ static void fuzz_plan(reader *r) {
       (p.out_dtype != 0 && (fd_dtype_size(p.out_dtype) == 0 ||
                             (p.out_dtype != FD_DTYPE_F32 && p.out_dtype != p.dtype))) ||
       p.q_len < 0 || p.q_len > (nc ? FD_MAX_Q_LEN_NON_CAUSAL : FD_MAX_Q_LEN) ||
-      (p.deterministic != 0 && p.deterministic != 1) || (p.deterministic == 1 && p.num_splits != 0);
+      (p.deterministic != 0 && p.deterministic != 1) || (p.deterministic == 1 && p.num_splits != 0) ||
+      (p.no_pdl != 0 && p.no_pdl != 1);
   fd_plan plan;
   fd_error err;
   memset(&err, 0x5a, sizeof err);
@@ -165,9 +167,9 @@ static void fuzz_plan(reader *r) {
   if (fd_plan_init(&plan2, &p, NULL) != st) fail("fd_plan_init: another status without err");
   if (st == FD_STATUS_OK && bad_variant)
     fail("fd_plan_init accepted has_window %d, window_left %d, logits_soft_cap %g, non_causal %d, q_len %d, "
-         "out_dtype %d (dtype %d), deterministic %d (num_splits %d)",
+         "out_dtype %d (dtype %d), deterministic %d (num_splits %d), no_pdl %d",
          p.has_window, p.window_left, (double)p.logits_soft_cap, p.non_causal, p.q_len, (int)p.out_dtype,
-         (int)p.dtype, p.deterministic, p.num_splits);
+         (int)p.dtype, p.deterministic, p.num_splits, p.no_pdl);
   if (st == FD_STATUS_OK) {
     const fd_problem *q = &plan.problem;
     if (plan.backend != FD_BACKEND_CPU && plan.backend != FD_BACKEND_REFERENCE &&
@@ -186,6 +188,7 @@ static void fuzz_plan(reader *r) {
     if (p.softmax_scale == 0.0f && signbit(p.softmax_scale)) fail("softmax_scale -0.0 accepted");
     if (q->page_size == 0 && plan.kv_capacity < 1) fail("contiguous plan of kv_capacity %d", plan.kv_capacity);
     if (q->deterministic != 0 && q->deterministic != 1) fail("plan deterministic %d", q->deterministic);
+    if (q->no_pdl != p.no_pdl) fail("plan no_pdl %d, asked %d", q->no_pdl, p.no_pdl);
     if (q->deterministic && plan.backend != FD_BACKEND_REFERENCE) {
       /* fixed splits of FD_DETERMINISTIC_SPLIT_LEN keys over the keys a sequence reads */
       int64_t keys = plan.kv_capacity;

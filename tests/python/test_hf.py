@@ -291,6 +291,22 @@ def test_deterministic_option_reaches_flashdecode(monkeypatch):
     assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
 
 
+def test_pdl_option_reaches_flashdecode(monkeypatch):
+    """The integration launches without PDL by default (every flashdecode call passes
+    pdl=False); flashdecode.hf.pdl = True passes nothing (the library's default)."""
+    model = tiny("llama")
+    rec = Recorder(flashdecode.decode)
+    monkeypatch.setattr(flashdecode, "decode", rec)
+    assert fh.pdl is False
+    got = generate(model, NAME, PROMPTS)
+    assert got[2] == {"flashdecode": 36}, got[2]
+    assert len(rec.calls) == 36 and all(c.get("pdl") is False for c in rec.calls)
+    monkeypatch.setattr(fh, "pdl", True)
+    rec.calls.clear()
+    generate(model, NAME, PROMPTS)
+    assert rec.calls and all("pdl" not in c for c in rec.calls)
+
+
 def test_deterministic_config_reaches_flashdecode(monkeypatch):
     """model.config.fdecode_deterministic = True: that model's flashdecode calls pass
     deterministic=True (the module option left False)."""

@@ -1,7 +1,8 @@
 """test_pdl.py — pdl=False (fd_problem.no_pdl: plain kernel launches instead of programmatic
-dependent launch): accepted by decode, DecodePlan and the torch op, read back from the C
-plan, refused when not a bool; on CUDA the same bits as pdl=True, eager and in a CUDA
-graph of several calls back to back, and within tolerance of the float64 reference."""
+dependent launch): accepted by decode, DecodePlan and the torch op and handed to the plan
+on every path (numpy, DLPack, torch, out=, torch.compile), read back from the C plan,
+refused when not a bool; on CUDA the same bits as pdl=True, eager and in a CUDA graph of
+several calls back to back, and within tolerance of the float64 reference."""
 import numpy as np
 import pytest
 
@@ -40,6 +41,60 @@ def test_pdl_reaches_the_plan():
     assert plan.pdl is False and plan._problem.no_pdl == 1
     assert "pdl=False" in repr(plan)
     assert flashdecode.DecodePlan(**PLAN, pdl=0).pdl is False
+
+
+class _Foreign:
+    """An array of another framework: only the DLPack protocol."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def _planned_pdl(monkeypatch, call):
+    """The pdl every plan that ``call`` makes receives (the plan cache emptied first)."""
+    from flashdecode import _core
+
+    seen = []
+    make_plan = _core.make_plan
+
+    def spy(**kw):
+        seen.append(kw.get("pdl", True))
+        return make_plan(**kw)
+
+    monkeypatch.setattr(_core, "make_plan", spy)
+    _core.cached_plan.cache_clear()
+    try:
+        call()
+    finally:
+        _core.cached_plan.cache_clear()
+    assert seen, "no plan was made"
+    return seen
+
+
+def test_pdl_reaches_the_plan_on_every_path(monkeypatch):
+    q, k, v, kv_len = small(3)
+    assert _planned_pdl(monkeypatch, lambda: flashdecode.decode(q, k, v, kv_len)) == [True]
+    assert _planned_pdl(monkeypatch,
+                        lambda: flashdecode.decode(q, k, v, kv_len, pdl=False)) == [False]
+    foreign = [_Foreign(x) for x in (q, k, v, kv_len)]
+    assert _planned_pdl(monkeypatch,
+                        lambda: flashdecode.decode(*foreign, pdl=False)) == [False]
+    if torch is None:
+        return
+    tq, tk, tv, tl = (torch.from_numpy(x) for x in (q, k, v, kv_len))
+    assert _planned_pdl(monkeypatch,
+                        lambda: flashdecode.decode(tq, tk, tv, tl, pdl=False)) == [False]
+    out = torch.empty_like(tq)
+    assert _planned_pdl(monkeypatch, lambda: flashdecode.decode(tq, tk, tv, tl, out=out,
+                                                                pdl=False)) == [False]
+    compiled = torch.compile(lambda *a: flashdecode.decode(*a, pdl=False), fullgraph=True)
+    assert set(_planned_pdl(monkeypatch, lambda: compiled(tq, tk, tv, tl))) == {False}
 
 
 def test_pdl_false_on_the_cpu_is_the_same_call():
