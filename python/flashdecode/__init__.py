@@ -101,7 +101,16 @@ def num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm):
         num_splits_heuristic, which uses 85 % and whole splits; the rule is
         spelled out in flashdecode.h).
     """
-    return int(_lib.lib.fd_num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm))
+    args = []
+    for name, value, bits in (("work_items", work_items, 64), ("max_chunks", max_chunks, 64),
+                              ("sm_count", sm_count, 32), ("blocks_per_sm", blocks_per_sm, 32)):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError("%s: expected an int, got %s" % (name, type(value).__name__))
+        value = int(value.__index__())
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise ValueError("%s: %d does not fit int%d" % (name, value, bits))
+        args.append(value)
+    return int(_lib.lib.fd_num_splits_heuristic(*args))
 
 
 # torch already imported: register the custom ops now, so that the first call

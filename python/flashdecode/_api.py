@@ -325,8 +325,9 @@ def check_scale_value(x, name):
         return x
     if isinstance(x, (list, tuple)):
         return x
-    if isinstance(x, bool):
-        raise TypeError("%s: expected a float or a float32 array, got bool" % name)
+    if isinstance(x, (bool, np.bool_, str, bytes)) or getattr(x, "dtype", None) == np.bool_:
+        raise TypeError("%s: expected a float or a float32 array, got %s"
+                        % (name, "bool" if not isinstance(x, (str, bytes)) else type(x).__name__))
     try:
         value = float(x)
     except (TypeError, ValueError):

@@ -4,7 +4,15 @@ import ctypes
 import numpy as np
 
 from . import _arrays, _core, _lib
-from ._tensors import FD_DTYPE, FD_KV_DTYPE, c_strides, check_call, describe, is_torch_tensor
+from ._tensors import (FD_DTYPE, FD_KV_DTYPE, TensorInfo, c_strides, check_call, describe,
+                       is_torch_tensor)
+
+
+def _one_row(info):
+    """k_new's TensorInfo with one new token instead of none (for the checks alone)."""
+    b, _, h, d = (int(n) for n in info.shape)
+    return TensorInfo(info.obj, info.kind, (b, 1, h, d), (h * d, h * d, d, 1), info.dtype,
+                      info.device)
 
 
 def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_scale=None,
@@ -98,14 +106,22 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
     if vn.dtype != kn.dtype or vn.device != kn.device:
         raise TypeError("v_new: dtype %s on %s, k_new is %s on %s"
                         % (vn.dtype, vn.device, kn.dtype, kn.device))
-    if len(kn.shape) == 4 and int(kn.shape[1]) == 0:
-        return None  # nothing to append
     ki, vi = describe(k_cache, "k_cache"), describe(v_cache, "v_cache")
+    for info, name in ((kn, "k_new"), (vn, "v_new"), (ki, "k_cache"), (vi, "v_cache")):
+        if 0 not in info.shape and any(int(n) > 1 and int(st) == 0
+                                       for n, st in zip(info.shape, info.strides)):
+            raise ValueError("%s: a broadcast (stride 0) dimension; append_kv reads and writes "
+                             "real elements (pass a contiguous copy)" % name)
     li = describe(kv_len, "kv_len")
     bi = None if block_table is None else describe(block_table, "block_table")
     ksi = None if ks is None else describe(ks, "k_scale")
     vsi = None if vs is None else describe(vs, "v_scale")
     # the cache side is decode's: check it with k_new as the "q" of num_new rows
+    # nothing to append (num_new 0): every argument is still checked, here with one row,
+    # then by fd_append_kv with num_new 0 (which writes nothing)
+    empty = len(kn.shape) == 4 and int(kn.shape[1]) == 0
+    if empty:
+        kn, vn = _one_row(kn), _one_row(vn)
     g = check_call(kn, ki, vi, li, bi, None, None, None, fp8.kv_dtype, ksi, vsi)
     if g.num_heads_q != g.num_heads_kv:
         raise ValueError("k_new: %d heads, the cache has num_heads_kv = %d"
@@ -123,6 +139,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
     plan = _core.cached_plan(key)
     t = _lib.FdAppendTensors()
     t.k_new, t.v_new = kn.ptr, vn.ptr
+    if empty:  # a tensor of no element may have no address; num_new 0 reads none
+        t.k_new, t.v_new = kn.ptr or ki.ptr, vn.ptr or vi.ptr
     t.k_new_strides[:] = c_strides(kn, 3)
     t.v_new_strides[:] = c_strides(vn, 3)
     t.k_cache, t.v_cache = ki.ptr, vi.ptr
@@ -140,8 +158,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
     if torch_mode and k_new.device.type == "cuda":
         stream = sys_torch().cuda.current_stream(k_new.device).cuda_stream
     err = _lib.FdError()
-    status = _lib.lib.fd_append_kv(ctypes.byref(plan), ctypes.byref(t), g.q_len, stream,
-                                   ctypes.byref(err))
+    status = _lib.lib.fd_append_kv(ctypes.byref(plan), ctypes.byref(t), 0 if empty else g.q_len,
+                                   stream, ctypes.byref(err))
     _lib.check(status, err)
     return None
 

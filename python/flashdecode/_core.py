@@ -70,7 +70,7 @@ def resolve_scale(softmax_scale):
     """None -> 0.0 (the C default, 1/sqrt(head_dim)); explicit 0 is refused."""
     if softmax_scale is None:
         return 0.0
-    scale = float(softmax_scale)
+    scale = _float32_value("softmax_scale", softmax_scale)
     if math.isfinite(scale) and abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError("softmax_scale: %r overflows float32 (the C API's type)" % scale)
     if scale != 0.0 and float(np.float32(scale)) == 0.0:
@@ -85,7 +85,11 @@ def resolve_scale(softmax_scale):
 def _float32_value(name, value):
     """A Python float that float32 holds without overflow (NaN and inf pass: the C
     library names them)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_, str, bytes)):  # True is not a number here
+        raise TypeError("%s: expected a float, got %s" % (name, type(value).__name__))
+    if not isinstance(value, (int, float)):
+        if str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+            raise TypeError("%s: expected a float, got a bool array" % name)
         try:
             value = float(value.__float__())
         except AttributeError:

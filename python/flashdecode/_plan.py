@@ -513,18 +513,26 @@ class DecodePlan:
         return None
 
     def _check_page_ids(self, block_table_ptr, row_stride, kv_len_ptr, num_pages):
-        """CPU, num_pages unknown to the plan: page ids against k_cache's pages."""
+        """CPU, num_pages unknown to the plan: page ids against k_cache's pages. Pages
+        wholly before a window's first key (rounded down to chunk_len, split.h's
+        fd_window_start) are never read, so not checked (an engine may have freed them),
+        as the C library does (api.c)."""
         p = self._problem
         lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len_ptr))
         lens = np.clip(lens, 0, self._plan.kv_capacity)  # the C library reports bad kv_len
         table = _rows_of(block_table_ptr, row_stride, p.batch, p.max_pages_per_seq)
+        chunk = int(self._plan.chunk_len)
         for b in range(p.batch):
-            ids = table[b, :(int(lens[b]) + p.page_size - 1) // p.page_size]
+            n = int(lens[b])
+            first = 0
+            if p.window_left >= 0 and n > 0:
+                first = max(0, n - p.q_len - p.window_left) // chunk * chunk // p.page_size
+            ids = table[b, first:(n + p.page_size - 1) // p.page_size]
             bad = np.nonzero((ids < 0) | (ids >= num_pages))[0]
             if bad.size:
-                i = int(bad[0])
+                i = first + int(bad[0])
                 raise ValueError("block_table[%d][%d]: page id %d is outside [0, %d) (the pages "
-                                 "of k_cache)" % (b, i, int(ids[i]), num_pages))
+                                 "of k_cache)" % (b, i, int(table[b, i]), num_pages))
 
     def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
             sinks=None, k_scale=None, v_scale=None):

@@ -257,7 +257,8 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
         kvd = fp8.kv_dtype
     if out is None:
         out, lse = torch.ops.flashdecode.decode(q, k_cache, v_cache, kv_len, block_table, scale,
-                                                int(num_splits), bool(return_lse), sinks, w,
+                                                _core._int32("num_splits", num_splits),
+                                                bool(return_lse), sinks, w,
                                                 cap, nc,
                                                 None if out_name is None
                                                 else getattr(torch, out_name), ks, vs, kvd,
@@ -267,7 +268,8 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
-                                     int(num_splits), sinks, w, cap, nc, ks, vs, kvd, det, pdl)
+                                     _core._int32("num_splits", num_splits), sinks, w, cap, nc,
+                                     ks, vs, kvd, det, pdl)
     return (out, lse) if return_lse else out
 
 
