@@ -557,9 +557,15 @@ typedef struct fd_tensors {
  * Blow-ups show, the same on every backend and split count: a NaN in q, in a
  * K or V element a row sees, or in its sink, and a score that is +inf (a
  * q.k that overflows float32, which the CPU and CUDA backends sum q.k in;
- * the reference sums in double), give that row NaN in out and lse (a NaN in
- * one V column: NaN in that column of out, and lse NaN). A -inf score is a
- * key of weight zero. With a soft-cap, +inf scores are capped (cap). Keys at
+ * the reference sums in double), give that row NaN in out and lse. A NaN or
+ * Inf in one V element a row sees makes its lse NaN and its out NaN in that
+ * column on the reference backend and in CUDA calls of one split, in the
+ * whole row on the CPU backend and in CUDA calls with splits (the partials
+ * carry one blow-up flag a row). V values so large that a row's weighted sum
+ * over a split overflows float32 (|V| within a factor of the keys summed of
+ * 3.4e38; the reference sums in double) blow up the same way. A -inf score
+ * (a q.k that overflows float32 downwards included) is a key of weight
+ * zero. With a soft-cap, +inf scores are capped (cap). Keys at
  * or beyond kv_len, before a window's first key, and pages no sequence uses
  * are never read, so NaN or Inf there does not matter (fp8 NaN codes and
  * per-token scales there included); a row that does not
