@@ -33,7 +33,7 @@ package's folder (where ``pip install`` puts it).
 """
 import sys as _sys
 
-from . import _lib
+from . import _core, _lib
 from ._api import decode
 from ._append import append_kv
 from ._merge import merge_states
@@ -101,16 +101,9 @@ def num_splits_heuristic(work_items, max_chunks, sm_count, blocks_per_sm):
         num_splits_heuristic, which uses 85 % and whole splits; the rule is
         spelled out in flashdecode.h).
     """
-    args = []
-    for name, value, bits in (("work_items", work_items, 64), ("max_chunks", max_chunks, 64),
-                              ("sm_count", sm_count, 32), ("blocks_per_sm", blocks_per_sm, 32)):
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError("%s: expected an int, got %s" % (name, type(value).__name__))
-        value = int(value.__index__())
-        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-            raise ValueError("%s: %d does not fit int%d" % (name, value, bits))
-        args.append(value)
-    return int(_lib.lib.fd_num_splits_heuristic(*args))
+    return int(_lib.lib.fd_num_splits_heuristic(
+        _core._int_of("work_items", work_items, 64), _core._int_of("max_chunks", max_chunks, 64),
+        _core._int_of("sm_count", sm_count), _core._int_of("blocks_per_sm", blocks_per_sm)))
 
 
 # torch already imported: register the custom ops now, so that the first call

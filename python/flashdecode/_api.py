@@ -325,16 +325,8 @@ def check_scale_value(x, name):
         return x
     if isinstance(x, (list, tuple)):
         return x
-    if isinstance(x, (bool, np.bool_, str, bytes)) or getattr(x, "dtype", None) == np.bool_:
-        raise TypeError("%s: expected a float or a float32 array, got %s"
-                        % (name, "bool" if not isinstance(x, (str, bytes)) else type(x).__name__))
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        raise TypeError("%s: expected a float or a float32 array, got %s"
-                        % (name, type(x).__name__)) from None
-    f32_max = float(np.finfo(np.float32).max)
-    if not (np.isfinite(value) and value > 0.0) or value > f32_max or not np.float32(value) > 0.0:
+    value = _core._float32_value(name, x)  # (not a bool or str; overflow refused)
+    if not (np.isfinite(value) and value > 0.0) or not np.float32(value) > 0.0:
         raise ValueError("%s: %r, must be finite and > 0 (in float32)" % (name, value))
     return value
 

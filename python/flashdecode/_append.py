@@ -4,8 +4,8 @@ import ctypes
 import numpy as np
 
 from . import _arrays, _core, _lib
-from ._tensors import (FD_DTYPE, FD_KV_DTYPE, TensorInfo, c_strides, check_call, describe,
-                       is_torch_tensor)
+from ._tensors import (FD_DTYPE, FD_KV_DTYPE, TensorInfo, _check_rows, c_strides, check_call,
+                       describe, is_torch_tensor)
 
 
 def _one_row(info):
@@ -107,11 +107,10 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
         raise TypeError("v_new: dtype %s on %s, k_new is %s on %s"
                         % (vn.dtype, vn.device, kn.dtype, kn.device))
     ki, vi = describe(k_cache, "k_cache"), describe(v_cache, "v_cache")
+    # fd_append_kv takes no broadcast (stride 0) view, the new tokens' neither: refused as
+    # an output's, by name
     for info, name in ((kn, "k_new"), (vn, "v_new"), (ki, "k_cache"), (vi, "v_cache")):
-        if 0 not in info.shape and any(int(n) > 1 and int(st) == 0
-                                       for n, st in zip(info.shape, info.strides)):
-            raise ValueError("%s: a broadcast (stride 0) dimension; append_kv reads and writes "
-                             "real elements (pass a contiguous copy)" % name)
+        _check_rows(info, name, output=True)
     li = describe(kv_len, "kv_len")
     bi = None if block_table is None else describe(block_table, "block_table")
     ksi = None if ks is None else describe(ks, "k_scale")

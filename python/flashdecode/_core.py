@@ -33,7 +33,8 @@ def parse_device(device, what="device"):
                      % (what, text))
 
 
-def _int32(name, value):
+def _int_of(name, value, bits=32):
+    """value as a Python int that a C int<bits>_t holds (bool refused, __index__ taken)."""
     if isinstance(value, bool):
         raise TypeError("%s: expected an int, got bool" % name)
     if not isinstance(value, int):
@@ -41,9 +42,13 @@ def _int32(name, value):
             value = int(value.__index__())
         except AttributeError:
             raise TypeError("%s: expected an int, got %s" % (name, type(value).__name__)) from None
-    if not INT32_MIN <= value <= INT32_MAX:
-        raise ValueError("%s: %d does not fit int32" % (name, value))
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError("%s: %d does not fit int%d" % (name, value, bits))
     return value
+
+
+def _int32(name, value):
+    return _int_of(name, value, 32)
 
 
 def index_array(x, name):
@@ -70,9 +75,7 @@ def resolve_scale(softmax_scale):
     """None -> 0.0 (the C default, 1/sqrt(head_dim)); explicit 0 is refused."""
     if softmax_scale is None:
         return 0.0
-    scale = _float32_value("softmax_scale", softmax_scale)
-    if math.isfinite(scale) and abs(scale) > float(np.finfo(np.float32).max):
-        raise ValueError("softmax_scale: %r overflows float32 (the C API's type)" % scale)
+    scale = _float32_value("softmax_scale", softmax_scale)  # (refuses an overflowing value)
     if scale != 0.0 and float(np.float32(scale)) == 0.0:
         raise ValueError("softmax_scale: %r rounds to 0 in float32 (the C API would read it "
                          "as 0, i.e. the default)" % scale)

@@ -198,8 +198,8 @@ def _check_rows(t, name, output):
             raise ValueError("%s: stride %d of dimension %d is negative; pass a copy"
                              % (name, strides[i], i))
         if output and strides[i] == 0 and shape[i] > 1:
-            raise ValueError("%s: dimension %d has stride 0 (a broadcast view), so rows would "
-                             "overlap; pass a tensor that owns its memory" % (name, i))
+            raise ValueError("%s: a broadcast (stride 0) dimension, %d, where rows must be "
+                             "distinct; pass a tensor that owns its memory" % (name, i))
 
 
 # fd_tensors' FD_STRIDE_BROADCAST (INT64_MIN): an input broadcast along a dimension. The C
