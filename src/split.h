@@ -23,30 +23,6 @@ FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits
   return len > INT32_MAX ? INT32_MAX : (int32_t)len;
 }
 
-/* Splits that hold at least one key (0 when kv_len == 0). */
-FD_HD int32_t fd_active_splits(int32_t kv_len, int32_t chunk_len, int32_t num_splits) {
-  if (kv_len <= 0) return 0;
-  int64_t len = fd_split_len(kv_len, chunk_len, num_splits);
-  return (int32_t)(((int64_t)kv_len + len - 1) / len);
-}
-
-/* Keys [*begin, *end) of split `split`; empty (begin == end) past the last key. */
-FD_HD void fd_split_range(int32_t kv_len, int32_t chunk_len, int32_t num_splits, int32_t split,
-                          int32_t *begin, int32_t *end) {
-  if (kv_len <= 0) {
-    *begin = 0;
-    *end = 0;
-    return;
-  }
-  int32_t len = fd_split_len(kv_len, chunk_len, num_splits);
-  int64_t b = (int64_t)split * len;
-  int64_t e = b + len;
-  if (b > kv_len) b = kv_len;
-  if (e > kv_len) e = kv_len;
-  *begin = (int32_t)b;
-  *end = (int32_t)e;
-}
-
 /* The first key any row of a sequence may see, rounded down to a multiple of
  * chunk_len: 0 without a window (window_left < 0), else
  * max(0, kv_len - q_len - window_left) rounded down (the first row's window

@@ -213,7 +213,8 @@ static int run_and_check(fd_dtype dtype, int with_lse, unsigned seed) {
       for (int tk = 0; tk < T; tk++) {
         const int r = ROW(b, h, tk);
         const int32_t n = p->kv_len[b] - T + tk + 1; /* visible keys */
-        const int32_t active = n > 0 ? fd_active_splits(p->kv_len[b], plan.chunk_len, plan.num_splits) : 0;
+        const int32_t active =
+            n > 0 ? fd_seq_active_splits(p->kv_len[b], 1, -1, plan.chunk_len, plan.num_splits, 0) : 0;
         double want[D], want_lse;
         merge_row(&p->o[r][0][0], &p->ml[r][0][0], active, D, want, &want_lse);
         double row_max = 0.0;
@@ -290,7 +291,7 @@ static void test_single_active_split(void **state) {
   ml[0][0] = 2.0f;
   ml[0][1] = 1.5f;
   int32_t kv_len[1] = {40}; /* one chunk: one active split of eight */
-  assert_int_equal(fd_active_splits(40, plan.chunk_len, plan.num_splits), 1);
+  assert_int_equal(fd_seq_active_splits(40, 1, -1, plan.chunk_len, plan.num_splits, 0), 1);
   float out[2] = {NAN, NAN}, lse = NAN;
   fd_tensors t;
   memset(&t, 0, sizeof t);

@@ -5,7 +5,7 @@
  *   m* = max_s m_s,  l* = sum_s exp(m_s - m*) l_s,
  *   out = sum_s exp(m_s - m*) O_s / l*,  lse = m* + log(l*)
  *
- * over the splits s < fd_active_splits(kv_len[b], ...), in increasing s (a
+ * over the splits s < fd_seq_active_splits(kv_len[b], ...), in increasing s (a
  * fixed order: reproducible). Sums are in double. An empty split (m = -inf)
  * adds nothing and is skipped, so (-inf) - (-inf) is never formed; a row with
  * no key at all (m* = -inf) gets out = 0 and lse = -inf (the sink's lse with

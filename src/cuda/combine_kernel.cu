@@ -7,7 +7,7 @@
  *   Lane i covers d = 4 * i + 128 * k; warp sub (0..WPR-1) of a row reads
  *   splits s = sub + WPR j, 16 of them in one L2 round trip (the first batch
  *   together with the row's (m, l)), so up to 16 WPR splits cost one round
- *   trip. Only splits s < fd_active_splits(kv_len[b], chunk_len, num_splits)
+ *   trip. Only splits s < fd_seq_active_splits(kv_len[b], ...) (split.h)
  *   are read (the split kernel never writes the others):
  *     m* = max_s m_s,  w_s = exp(m_s - m*),  l* = sum_s w_s l_s,
  *     out = (sum_s w_s O_s) / l*,  lse = m* + log(l*).

@@ -3,8 +3,8 @@
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of 128 threads per
  *   (split s, kv head hk, sequence b). The block runs the online softmax over
- *   keys [begin, end) = w0 + fd_split_range(kv_len[b] - w0, chunk_len,
- *   num_splits, s), w0 = fd_window_start (0 without a sliding window),
+ *   keys [begin, end) of fd_seq_split (split.h: whole chunks from w0 =
+ *   fd_window_start, 0 without a sliding window),
  *   for EVERY query row of kv head hk, so each key and value is read from HBM
  *   once per block. Rows of the block: r = gi * q_len + t for query head
  *   h = hk * group + gi and query token t (head-major, the order of the
@@ -71,7 +71,7 @@
  * OUTPUT  (fd_store_pass, pass_output.cuh) num_splits > 1: O (unnormalised), m
  *   (natural-log units: m_log2 * ln 2)
  *   and l into the workspace partials; empty splits (begin >= end) exit at once
- *   (the combine reads only fd_active_splits splits); rows that see none of an
+ *   (the combine reads only fd_seq_active_splits splits); rows that see none of an
  *   active split's keys write m = -inf, l = 0, O = 0. num_splits == 1: out = O / l
  *   in the dtype and lse = m + ln l; a row with no visible key gets out = 0,
  *   lse = -inf.

@@ -6,9 +6,9 @@
  * (split_kernel.cu); both write the same partials for the combine.
  *
  * GRID  (num_splits, num_heads_kv, batch); one block of NW warps per (split
- *   s, kv head hk, sequence b), over keys [begin, end) = w0 +
- *   fd_split_range(kv_len[b] - w0, chunk_len, num_splits, s), w0 =
- *   fd_window_start (0 without a sliding window), for EVERY query row
+ *   s, kv head hk, sequence b), over keys [begin, end) of fd_seq_split
+ *   (split.h: whole chunks from w0 = fd_window_start, 0 without a sliding
+ *   window), for EVERY query row
  *   of kv head hk: rows r = gi * q_len + t for query head h = hk * group + gi
  *   and token t (head-major, the order of the partial arrays). Rows go 8 at a
  *   time (the n of the mma tile, TILE MATH below; a pass of fewer rows is

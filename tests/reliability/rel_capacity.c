@@ -151,22 +151,23 @@ static void item11_split_ranges_near_int32_max(void **state) {
       /* what split.h must give, computed in 64 bits */
       const int64_t chunks = ((int64_t)L + chunk - 1) / chunk, per = (chunks + S - 1) / S * chunk;
       const int64_t active = ((int64_t)L + per - 1) / per;
-      if (fd_active_splits(L, chunk, S) != active)
-        fail_msg("fd_active_splits(%d, %d, %d) = %d, want %lld", L, chunk, S, fd_active_splits(L, chunk, S),
+      if (fd_seq_active_splits(L, 1, -1, chunk, S, 0) != active)
+        fail_msg("fd_seq_active_splits(%d, %d, %d) = %d, want %lld", L, chunk, S,
+                 fd_seq_active_splits(L, 1, -1, chunk, S, 0),
                  (long long)active);
       int64_t next = 0;
       for (int32_t s = 0; s < S; s++) {
         int32_t b, e;
-        fd_split_range(L, chunk, S, s, &b, &e);
+        fd_seq_split(L, 1, -1, chunk, S, 0, s, &b, &e);
         const int64_t want_b = s < active ? (int64_t)s * per : L,
                       want_e = s < active ? (int64_t)(s + 1) * per : L;
         if (b != want_b || e != (want_e < L ? want_e : L) || b != next)
-          fail_msg("fd_split_range(kv_len %d, chunk %d, %d splits, split %d) = [%d, %d), want [%lld, %lld)",
+          fail_msg("fd_seq_split(kv_len %d, chunk %d, %d splits, split %d) = [%d, %d), want [%lld, %lld)",
                    L, chunk, S, s, b, e, (long long)want_b, (long long)(want_e < L ? want_e : L));
         next = e;
       }
       if (next != L)
-        fail_msg("fd_split_range(kv_len %d, %d splits): the splits end at %lld", L, S, (long long)next);
+        fail_msg("fd_seq_split(kv_len %d, %d splits): the splits end at %lld", L, S, (long long)next);
     }
 }
 
