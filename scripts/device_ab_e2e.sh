@@ -67,6 +67,14 @@ for ent in "${entries[@]}"; do
     printf '%-8s n=%-6s ' "$name" "$n"
     timeout 30 "build-ab-$name/flashdecode" bench --kv-len "$n" --iters 200 2>&1 | tail -1
   done
+  # FD_AB_CLI="flags;flags": more `flashdecode bench` rows, one a flag set (e.g. "--batch 16
+  # --kv-len 8193")
+  IFS=';' read -r -a clis <<<"${FD_AB_CLI:-}"
+  for fl in "${clis[@]}"; do
+    printf '%-8s %-24s ' "$name" "$fl"
+    # shellcheck disable=SC2086  # a list of flags
+    timeout 30 "build-ab-$name/flashdecode" bench $fl --iters 200 2>&1 | tail -1
+  done
 done
 # FD_AB_ROUNDS=N: the end-to-end runs N times over the builds in turn (each round's first
 # build also times SDPA-cuDNN and no-attention), one process a run; FD_AB_IMPLS: our

@@ -271,8 +271,10 @@ def _decode_marker(kwargs):
         device = q_offset.device if isinstance(q_offset, torch.Tensor) else "cpu"
     rows = 2 if window else 1
     if isinstance(q_offset, torch.Tensor):
-        kv_len = (q_offset.reshape(()) + (q_len - kv_offset)).to(device=device, dtype=torch.int32)
-        marker = kv_len.expand(rows, batch, 1, 1).clone()
+        # one kernel a step: the sum cast into the int32 marker as it is written
+        marker = torch.empty((rows, batch, 1, 1), dtype=torch.int32, device=device)
+        torch.add(q_offset.to(device=device).reshape(1, 1, 1, 1).expand(rows, batch, 1, 1),
+                  q_len - kv_offset, out=marker)
     else:
         marker = torch.full((rows, batch, 1, 1), int(q_offset) + q_len - kv_offset,
                             dtype=torch.int32, device=device)

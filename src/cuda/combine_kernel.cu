@@ -47,6 +47,9 @@
 #define FD_COMBINE_WARPS (FD_COMBINE_THREADS / 32)
 #define FD_COMBINE_BATCH 16 /* partial O loads in flight a lane */
 #define FD_COMBINE_GROUPS 4 /* split classes s % 4, summed apart, then in order */
+#ifndef FD_COMBINE_MAX_SHARED /* A/B switch: the split kernel's carveout for the combine too */
+#define FD_COMBINE_MAX_SHARED 1
+#endif
 
 /* One row's merge, by WPR warps of a block (WPR = 1, 2 or 4; 4 / WPR rows a
  * block): warp sub = warp % WPR of the row sums the splits s = sub + WPR i,
@@ -203,6 +206,12 @@ static cudaError_t fd_combine_launch_wpr(const fd_kernel_params *p, int64_t rows
   constexpr int RPB = FD_COMBINE_WARPS / WPR;
   const int64_t blocks = (rows + RPB - 1) / RPB;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+#if FD_COMBINE_MAX_SHARED
+  const cudaError_t e = cudaFuncSetAttribute(fd_combine_kernel<T, WPR>,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             (int)cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+#endif
   return fd_launch(fd_combine_kernel<T, WPR>, *p, dim3((unsigned)blocks),
                    dim3(FD_COMBINE_THREADS),
                    (size_t)FD_COMBINE_WARPS * (size_t)p->num_splits * sizeof(float), stream,
