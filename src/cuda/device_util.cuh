@@ -74,28 +74,14 @@ static __device__ __forceinline__ void fd_store4(__nv_bfloat16 *dst, float4 v) {
 
 /* ---- cp.async (global -> shared, 16 bytes, bypassing L1) ---- */
 
-#ifndef FD_CP_L2_PREFETCH /* A/B switch: L2 prefetch size hint of the 16-byte copies (0, 128, 256) */
-#define FD_CP_L2_PREFETCH 0
-#endif
-
 /* Copies 16 bytes from gmem to smem when `fill`, else writes 16 zero bytes and
  * reads nothing (src-size 0); gmem must still be a valid global address. */
 static __device__ __forceinline__ void fd_cp_async16(void *smem, const void *gmem, bool fill) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   const int src_size = fill ? 16 : 0;
-#if FD_CP_L2_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_size)
-               : "memory");
-#elif FD_CP_L2_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_size)
-               : "memory");
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
                "r"(src_size)
                : "memory");
-#endif
 }
 
 /* The same for 4 bytes (cp.async.ca: the 4-byte form goes through L1). */
