@@ -215,7 +215,7 @@ static cudaError_t fd_combine_launch_wpr(const fd_kernel_params *p, int64_t rows
   return fd_launch(fd_combine_kernel<T, WPR>, *p, dim3((unsigned)blocks),
                    dim3(FD_COMBINE_THREADS),
                    (size_t)FD_COMBINE_WARPS * (size_t)p->num_splits * sizeof(float), stream,
-                   p->pdl);
+                   p->pdl != FD_PDL_NONE);
 }
 
 template <typename T>

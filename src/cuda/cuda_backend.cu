@@ -211,6 +211,9 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
  * split_mma_kernel.cuh FP8) where the device holds it. */
 static int wide_config_ok(const fd_gpu_budget *g, fd_dtype dtype, fd_dtype kv_dtype,
                           int32_t head_dim) {
+#ifdef FD_AB_NO_WIDE /* session 17 A/B build only: the 4-warp config everywhere */
+  return 0;
+#endif
   return dtype != FD_DTYPE_F32 && (kv_dtype == 0 || kv_dtype == dtype) &&
          fd_mma_wide_ok(g, head_dim);
 }
@@ -401,7 +404,10 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   fd_kernel_params kp;
   fill_params(&kp, plan, t, workspace);
-  kp.pdl = fd_gpu_pdl_ok(&f->g) && !pr->no_pdl;
+  kp.pdl = !fd_gpu_pdl_ok(&f->g)   ? FD_PDL_NONE
+           : !pr->no_pdl            ? FD_PDL_ALL
+           : FD_PDL_COMBINE_WHEN_PLAIN ? FD_PDL_COMBINE
+                                    : FD_PDL_NONE;
 
   /* Launch on the plan's device; restore the caller's current device after. */
   int prev = 0;

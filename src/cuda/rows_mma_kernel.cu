@@ -409,7 +409,7 @@ static cudaError_t fd_rows_mma_launch_instance(const fd_kernel_params *p, cudaSt
   return fd_launch(fd_rows_mma_kernel<T, D, PG>, *p,
                    dim3((unsigned)p->num_splits, (unsigned)(p->num_heads_kv * row_tiles),
                         (unsigned)p->batch),
-                   dim3(C::THREADS), C::SMEM, stream, p->pdl);
+                   dim3(C::THREADS), C::SMEM, stream, p->pdl == FD_PDL_ALL);
 }
 
 /* The loader as a template constant (PG, fd_mma_loader_pg): contiguous,

@@ -725,6 +725,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  /* FD_PDL_COMBINE: the combine may launch once every block is past its last tile loop */
+  if (FD_PDL_LATE_TRIGGER && p.pdl == FD_PDL_COMBINE && row0 + 8 >= p.group * p.q_len)
+    fd_pdl_launch_dependents();
   /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -827,7 +830,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_pdl_wait();
     /* Let the combine grid be scheduled once every block of this grid runs; it
      * waits for this grid's completion (griddepcontrol.wait) before reading. */
-    fd_pdl_launch_dependents();
+    if (!FD_PDL_LATE_TRIGGER || p.pdl != FD_PDL_COMBINE) fd_pdl_launch_dependents();
 
     const int split = blockIdx.x;
     const int hk = blockIdx.y;
@@ -867,7 +870,7 @@ static cudaError_t fd_split_mma_launch_instance(const fd_kernel_params *p, cudaS
   return fd_launch(fd_split_mma_kernel<T, D, NW, DV, LEAN, KV8, PG>, *p,
                    dim3((unsigned)p->num_splits, (unsigned)p->num_heads_kv, (unsigned)p->batch),
                    dim3(fd_mma_cfg<D, NW, LEAN>::THREADS), fd_mma_cfg<D, NW, LEAN>::SMEM, stream,
-                   p->pdl);
+                   p->pdl == FD_PDL_ALL);
 }
 
 template <typename T, int D, int DV, int LEAN>
