@@ -24,7 +24,9 @@
  *
  * PDL  (code built for sm_90+; older targets compile griddepcontrol out
  *   and are launched without the attribute: gpu_select.h, fd_gpu_pdl_ok)
- *   Launched with programmatic stream serialisation: the grid may start
+ *   Launched with programmatic stream serialisation (also for plans with
+ *   fd_problem.no_pdl, whose split kernel alone launches plainly: measured
+ *   faster inside a model, bench/NOTES.md 2026-12-03): the grid may start
  *   while the split kernel before it still runs (once all split blocks have
  *   executed griddepcontrol.launch_dependents or exited). Everything up to
  *   griddepcontrol.wait reads only inputs of the call (kv_len), which were

@@ -404,10 +404,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   fd_kernel_params kp;
   fill_params(&kp, plan, t, workspace);
-  kp.pdl = !fd_gpu_pdl_ok(&f->g)   ? FD_PDL_NONE
-           : !pr->no_pdl            ? FD_PDL_ALL
-           : FD_PDL_COMBINE_WHEN_PLAIN ? FD_PDL_COMBINE
-                                    : FD_PDL_NONE;
+  kp.pdl = !fd_gpu_pdl_ok(&f->g) ? FD_PDL_NONE : pr->no_pdl ? FD_PDL_COMBINE : FD_PDL_ALL;
 
   /* Launch on the plan's device; restore the caller's current device after. */
   int prev = 0;

@@ -67,27 +67,19 @@ typedef struct fd_kernel_params {
   const float *k_scale;       /* device; NULL with FD_KV_SCALE_NONE */
   const float *v_scale;
   int64_t scale_strides[3];   /* TOKEN: {batch or page, position, head}, floats */
-  int32_t pdl;                /* programmatic dependent launch (the loaded code is sm_90+
-                                 and waits: gpu_select.h, fd_gpu_pdl_ok). FD_PDL_NONE:
-                                 plain launches; FD_PDL_ALL: the split kernels (tensor
-                                 core) and the combine with PDL, the split kernel lets its
-                                 dependents launch at its start; FD_PDL_COMBINE: the split
-                                 kernel plain (fd_problem.no_pdl), the combine with PDL,
-                                 the split kernel lets it launch after its last tile loop */
+  int32_t pdl;                /* host only: which kernels launch with programmatic
+                                 dependent launch (the loaded code is sm_90+ and waits:
+                                 gpu_select.h, fd_gpu_pdl_ok), FD_PDL_* below */
 } fd_kernel_params;
 
+/* fd_kernel_params.pdl. FD_PDL_ALL: the tensor-core split kernels and the
+ * combine (the call's first kernel overlaps the previous one in the stream).
+ * FD_PDL_COMBINE (fd_problem.no_pdl): the split kernel plain, the combine
+ * with PDL behind it (the call's own kernels only). FD_PDL_NONE: plain
+ * launches (code without griddepcontrol). */
 #define FD_PDL_NONE 0
 #define FD_PDL_ALL 1
 #define FD_PDL_COMBINE 2
-/* A/B switches (session 17): FD_PDL_COMBINE_WHEN_PLAIN=0 launches the
- * combine of a no_pdl plan plainly too; FD_PDL_LATE_TRIGGER=0 triggers at
- * the split kernel's start in FD_PDL_COMBINE as well. */
-#ifndef FD_PDL_COMBINE_WHEN_PLAIN
-#define FD_PDL_COMBINE_WHEN_PLAIN 1
-#endif
-#ifndef FD_PDL_LATE_TRIGGER
-#define FD_PDL_LATE_TRIGGER 1
-#endif
 
 /* Launch the split kernel (split_kernel.cu) for p->dtype and p->head_dim on
  * `stream`. Returns the launch's error (cudaErrorInvalidValue for a dtype or

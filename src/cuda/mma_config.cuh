@@ -27,7 +27,7 @@ struct fd_mma_cfg {
   static constexpr int KW = D == 256 ? NW / 2 : NW; /* warps along the keys of a tile */
   static constexpr int DW = NW / KW;                /* warps along head_dim in P V */
   static constexpr int KT = 16 * KW;                /* keys per tile */
-  static constexpr int STAGES = LEAN ? 2 : D == 64 ? (NW == 4 ? 4 : 6) : 3; /* pipeline depth */
+  static constexpr int STAGES = FD_MMA_STAGES(D, NW, LEAN); /* pipeline depth (gpu_select.h) */
   /* fp8 caches: stages of KT * D bytes in the same K / V areas, one fewer
    * than fit (the last KT * D bytes of the K area: TOKEN scales and flags) */
   static constexpr int ST8 = 2 * STAGES - 1;

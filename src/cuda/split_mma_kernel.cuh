@@ -165,7 +165,9 @@
  *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
- *   without the attribute, gpu_select.h fd_gpu_pdl_ok):
+ *   without the attribute, gpu_select.h fd_gpu_pdl_ok) unless the plan asks
+ *   for plain launches (fd_problem.no_pdl: FD_PDL_COMBINE, kernel_params.cuh,
+ *   where only the combine has the attribute):
  *   every block first waits in griddepcontrol.wait until the
  *   previous kernel in the stream has completed (a no-op without PDL), so
  *   only its launch overlaps that kernel. Then it executes
@@ -725,9 +727,6 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
-  /* FD_PDL_COMBINE: the combine may launch once every block is past its last tile loop */
-  if (FD_PDL_LATE_TRIGGER && p.pdl == FD_PDL_COMBINE && row0 + 8 >= p.group * p.q_len)
-    fd_pdl_launch_dependents();
   /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -830,7 +829,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     fd_pdl_wait();
     /* Let the combine grid be scheduled once every block of this grid runs; it
      * waits for this grid's completion (griddepcontrol.wait) before reading. */
-    if (!FD_PDL_LATE_TRIGGER || p.pdl != FD_PDL_COMBINE) fd_pdl_launch_dependents();
+    fd_pdl_launch_dependents();
 
     const int split = blockIdx.x;
     const int hk = blockIdx.y;
