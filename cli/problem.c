@@ -35,7 +35,7 @@ static void print_usage(const char *command) {
       "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
       "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
       "  --threads N          CPU worker threads (default all cores)\n"
-      "  --no-pdl             CUDA: launch without programmatic dependent launch\n"
+      "  --no-pdl             CUDA: the first kernel launched plainly (no PDL)\n"
       "  --seed N             random inputs' seed (default 1234)\n"
       "%s"
       "\n"

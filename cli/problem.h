@@ -38,7 +38,7 @@ typedef struct problem_args {
   int sinks;             /* SINKS_NONE, SINKS_RANDOM or SINKS_VALUE */
   float sinks_value;     /* SINKS_VALUE: every head's sink */
   int non_causal;        /* 1: every query row sees all kv_len keys */
-  int no_pdl;            /* 1: CUDA kernels without programmatic dependent launch */
+  int no_pdl;            /* 1: the first CUDA kernel without programmatic dependent launch */
   int32_t kv_lens[PROBLEM_MAX_KV_LENS]; /* --kv-len list, repeated over the batch */
   int n_kv_lens;
 } problem_args;

@@ -351,12 +351,14 @@ typedef struct fd_problem {
                             launched with programmatic dependent launch (PDL:
                             a call's first kernel is scheduled while the
                             previous kernel in the stream ends; faster back to
-                            back, 1.4-1.7 us a call on an H200); 1 = plain
-                            launches. Inside a model, after GEMMs that let
-                            their dependents launch early, plain launches
-                            measured up to 0.7 % faster a decode step on an
-                            H200, most at batch 1 (bench/NOTES.md). Same
-                            results either way. */
+                            back, ~0.3 us a call on an H200); 1 = the call's
+                            first kernel is launched plainly, after the
+                            previous kernel has ended; its combine kernel
+                            (when the call splits) still starts early behind
+                            it. Inside a model, between PyTorch's and cuBLAS's
+                            kernels, 1 measured up to 0.7 % faster a decode
+                            step on an H200, most at batch 1 (bench/NOTES.md).
+                            Same results either way. */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a

@@ -68,11 +68,7 @@ typedef enum fd_mma_config {
  * shared-memory row width: head_dim, or 128 for head_dim 80 and 96. */
 #define FD_MMA_KW(D, NW) ((D) == 256 ? (NW) / 2 : (NW))              /* key warps */
 #define FD_MMA_KT(D, NW) (16 * FD_MMA_KW(D, NW))                     /* keys a tile */
-#ifndef FD_AB_WIDE_STAGES /* session 17 A/B build only: the 8-warp config's stages (d128/256) */
-#define FD_AB_WIDE_STAGES 3
-#endif
-#define FD_MMA_STAGES(D, NW, LEAN) \
-  ((LEAN) ? 2 : (D) == 64 ? ((NW) == 4 ? 4 : 6) : (NW) == 8 ? FD_AB_WIDE_STAGES : 3)
+#define FD_MMA_STAGES(D, NW, LEAN) ((LEAN) ? 2 : (D) == 64 ? ((NW) == 4 ? 4 : 6) : 3)
 /* K and V stages | Q [16][D] | (m, l) [KW][16] | (M, L) [16] | key flags [STAGES][KT] */
 #define FD_MMA_SMEM(D, NW, LEAN)                                                         \
   (2 * (size_t)FD_MMA_STAGES(D, NW, LEAN) * FD_MMA_KT(D, NW) * (D) * 2 + (size_t)16 * (D) * 2 + \

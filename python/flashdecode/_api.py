@@ -149,10 +149,12 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         CUDA, compute capability 9.0+: launch the kernels with programmatic
         dependent launch (True, the default), so a call's first kernel is
         scheduled while the previous kernel in the stream ends (faster for
-        calls back to back); False: plain launches (fd_problem.no_pdl),
-        measured slightly faster inside a model whose GEMMs let their
-        dependents launch early (the transformers integration uses False).
-        Same results either way; no effect on the CPU or older GPUs.
+        calls back to back); False: the call's first kernel is launched
+        plainly (fd_problem.no_pdl; its combine kernel, when the call
+        splits, still starts early behind it), measured slightly faster
+        inside a model, between PyTorch's and cuBLAS's kernels (the
+        transformers integration uses False). Same results either way; no
+        effect on the CPU or older GPUs.
 
     Returns
     -------

@@ -139,7 +139,7 @@ class Variants:
 
     window_left: -1 = no window; logits_soft_cap: 0.0 = off; non_causal: bool;
     deterministic: bool (fd_problem.deterministic: batch-invariant results);
-    pdl: bool (False: fd_problem.no_pdl = 1, plain launches).
+    pdl: bool (False: fd_problem.no_pdl = 1, the first kernel launched plainly).
     """
 
     __slots__ = ("window_left", "logits_soft_cap", "non_causal", "deterministic", "pdl")

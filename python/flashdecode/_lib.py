@@ -108,7 +108,7 @@ class FdProblem(ctypes.Structure):
         ("kv_dtype", _c_enum),                 # 0 = dtype, or FD_DTYPE_E4M3 / E5M2
         ("kv_scale", _c_enum),                 # FD_KV_SCALE_*
         # launch
-        ("no_pdl", ctypes.c_int32),            # 1: plain launches (no PDL)
+        ("no_pdl", ctypes.c_int32),            # 1: the first kernel launched plainly
     ]
 
 

@@ -235,7 +235,8 @@ class DecodePlan:
         the same accuracy).
     pdl : bool
         Programmatic dependent launch of the CUDA kernels (True, the
-        default) or plain launches (False; see :func:`flashdecode.decode`).
+        default), or the call's first kernel launched plainly (False; see
+        :func:`flashdecode.decode`).
 
     The variant settings belong to the plan; the sinks are a tensor given to
     :meth:`run`.
@@ -423,7 +424,8 @@ class DecodePlan:
 
     @property
     def pdl(self):
-        """True: the kernels launch with programmatic dependent launch (fd_problem.no_pdl 0)."""
+        """True: the call's first kernel launches with programmatic dependent launch
+        (fd_problem.no_pdl 0); False: it launches plainly."""
         return not self._problem.no_pdl
 
     @property

@@ -99,24 +99,28 @@ def is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-_DTYPE_NAMES = {}  # torch / numpy dtype -> name (a cache: names are costly to build)
+# dtype -> name caches (names are costly to build), one for each kind: torch.compile
+# traces the torch lookup, and Dynamo (torch 2.11) cannot hash a numpy dtype met as a
+# key of the same dict (a numpy call before a compiled one then broke its graph)
+_TORCH_DTYPE_NAMES = {}
+_NUMPY_DTYPE_NAMES = {}
 
 
 def _torch_dtype_name(dtype):
-    name = _DTYPE_NAMES.get(dtype)
+    name = _TORCH_DTYPE_NAMES.get(dtype)
     if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+        name = _TORCH_DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
     return name
 
 
 def _numpy_dtype_name(dtype):
-    name = _DTYPE_NAMES.get(dtype)
+    name = _NUMPY_DTYPE_NAMES.get(dtype)
     if name is None:
         if not dtype.isnative:
             name = "non-native byte order " + dtype.str
         else:
             name = dtype.name  # 'bfloat16': ml_dtypes' numpy extension type (used by JAX)
-        _DTYPE_NAMES[dtype] = name
+        _NUMPY_DTYPE_NAMES[dtype] = name
     return name
 
 

@@ -211,9 +211,6 @@ extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *e
  * split_mma_kernel.cuh FP8) where the device holds it. */
 static int wide_config_ok(const fd_gpu_budget *g, fd_dtype dtype, fd_dtype kv_dtype,
                           int32_t head_dim) {
-#ifdef FD_AB_NO_WIDE /* session 17 A/B build only: the 4-warp config everywhere */
-  return 0;
-#endif
   return dtype != FD_DTYPE_F32 && (kv_dtype == 0 || kv_dtype == dtype) &&
          fd_mma_wide_ok(g, head_dim);
 }
