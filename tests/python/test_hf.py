@@ -347,6 +347,7 @@ def test_decode_step_compiles_fullgraph():
 
     eager = run(lambda tok, cache, kw: model(tok, **cache_kw(model, cache), use_cache=True,
                                              **kw).logits)
+    torch._dynamo.reset()   # no compiled state from earlier tests in the process
     compiled_forward = torch.compile(model.forward, fullgraph=True, backend="aot_eager")
     fh.reset_stats()
     compiled = run(lambda tok, cache, kw: compiled_forward(tok, **cache_kw(model, cache),
