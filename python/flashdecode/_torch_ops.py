@@ -25,10 +25,11 @@ implementations, so torch.compile traces decode() without a graph break:
 
 softmax_scale 0.0 means 1/sqrt(head_dim); window_left -1 no window;
 logits_soft_cap 0.0 off; deterministic True the batch-invariant mode; pdl False
-the first kernel launched plainly (see flashdecode.decode). The variant arguments come last, with defaults, each
-added after the previous ones, so a call written for an earlier schema still
-works. CUDA work is enqueued on torch.cuda.current_stream() of the tensors'
-device; the workspace comes from torch's caching allocator on that stream.
+the first kernel launched plainly (see flashdecode.decode). The variant
+arguments come last, with defaults, each added after the previous ones, so a
+call written for an earlier schema still works. CUDA work is enqueued on
+torch.cuda.current_stream() of the tensors' device; the workspace comes from
+torch's caching allocator on that stream.
 """
 from typing import Optional, Tuple
 
