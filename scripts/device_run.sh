@@ -9,7 +9,11 @@
 #                                    6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab]
+#   ab: the test steps, then our rows (bench_gpu.py --no-peers --no-sweep) of the tree in
+#   .base/ (a commit to compare with: `git archive <rev> | tar -x -C .base`, carried) and of
+#   this one, alternating base, new, base, new; bench/compare_builds.py's table in
+#   $OUT/ab-compare.txt, the CSVs in $OUT/ab-runs.tgz.
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
@@ -64,10 +68,18 @@ step() {
   if [ "$left" -lt "$2" ]; then echo "   SKIPPED: ${left}s left, needs ~$2s"; return 1; fi
   return 0
 }
-want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ]; }
+want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ] || { [ "$MODE" = ab ] && [ "$1" = test ]; }; }
 
 DEPFLAGS=(-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu"
   -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include")
+if [ "$MODE" = ab ]; then
+  # the base build (.base: the tree of the commit compared with, carried) beside this one
+  [ -f .base/CMakeLists.txt ] || { echo "ab: no .base/ carried"; exit 1; }
+  (cmake -S .base -B .base/build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_BUILD_TESTS=OFF \
+     -DFD_BUILD_CLI=OFF "${DEPFLAGS[@]}" && cmake --build .base/build -j "$(( $(nproc) / 2 ))") \
+    >/tmp/fd-build-base.txt 2>&1 &
+  BASE_PID=$!
+fi
 if [ "$MODE" != ampere ] && [ "$MODE" != final ]; then
 step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
@@ -129,6 +141,27 @@ if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-p
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+
+# ---- ab: our rows of the base build (.base) and of this tree, alternating ----
+if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" 150; then
+  wait "$BASE_PID" || { echo "BASE BUILD FAILED"; tail -30 /tmp/fd-build-base.txt; exit 1; }
+  mkdir -p /tmp/fd-ab
+  for i in 1 2; do
+    for which in base new; do
+      if [ $which = base ]; then dir=.base; else dir=.; fi
+      (cd $dir && FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python" \
+        FD_READ_PROBE_LIBRARY="$OLDPWD/build/libfd_read_probe.so" timeout 240 \
+        python3 bench/bench_gpu.py --no-peers --no-sweep --tag "$which$i" --out-dir /tmp/fd-ab \
+        --traces "$OLDPWD/bench/data" --commit "$COMMIT" --ceiling-reps 3 ${FD_BENCH_ARGS:-}) \
+        >"/tmp/fd-ab-$which$i.txt" 2>&1 || { status=1; echo "   $which$i failed"; tail -12 "/tmp/fd-ab-$which$i.txt"; }
+      grep -E "ceiling|read probe" "/tmp/fd-ab-$which$i.txt" | head -2 | sed "s/^/   [$which$i] /"
+    done
+  done
+  python3 bench/compare_builds.py --base /tmp/fd-ab/*-base1-*[0-9].csv /tmp/fd-ab/*-base2-*[0-9].csv \
+    --new /tmp/fd-ab/*-new1-*[0-9].csv /tmp/fd-ab/*-new2-*[0-9].csv --out "$OUT/ab-compare.txt"
+  (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
+  for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
 fi
 
 # FlashInfer for the peer benchmark: the carried wheels into /tmp/site (no network

@@ -2,6 +2,7 @@
 import argparse
 import datetime
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,8 @@ In one process it
      and FlexAttention under torch.compile;
   5. checks every timed configuration once against a float64 reference that implements the
      row's variant;
-  6. writes <date>-<commit>-h200.csv (+ -sweep.csv, -check.csv, .png) and prints the table,
+  6. writes <date>-<commit>-<gpu>.csv (+ -sweep.csv, -check.csv, -summary.json, .png; <gpu> is
+     h100 or h200) and prints the table,
      the verdict of every performance target and the variants' checks.
 
 Timing method: CUDA events around a CUDA graph that replays R calls
@@ -83,7 +85,7 @@ def parse_args(argv):
                     help="folder of the trace CSVs (default bench/data)")
     ap.add_argument("--commit", default=None, help="commit id for the file names (default: git)")
     ap.add_argument("--tag", default="",
-                    help="a word in the file names, <date>-<commit>-<tag>-h200.* (e.g. 'variants' "
+                    help="a word in the file names, <date>-<commit>-<tag>-<gpu>.* (e.g. 'variants' "
                          "for a --variants-only run)")
     ap.add_argument("--shapes", default=None,
                     help="comma-separated substrings: run only rows whose name has one "
@@ -102,6 +104,22 @@ def parse_args(argv):
                          "tiny shapes, then exit")
     ap.add_argument("--device", default="cpu", help="device for --self-test")
     return ap.parse_args(argv)
+
+
+def gpu_tag(dry_run):
+    """The card in the file names: h100 or h200 (lower case), else the device's name in
+    lower-case letters and digits; 'dryrun' without a GPU."""
+    if dry_run:
+        return "nogpu"
+    try:
+        import torch
+        name = torch.cuda.get_device_name(0).lower()
+    except Exception:  # no torch or no device: the run fails later with its own message
+        return "gpu"
+    for tag in ("h100", "h200", "b200", "a100"):
+        if tag in name:
+            return tag
+    return re.sub(r"[^a-z0-9]+", "", name) or "gpu"
 
 
 def select_shapes(args, notes):
@@ -126,7 +144,7 @@ def main(argv=None):
     all_shapes = shapes + variants
     commit = args.commit or git_commit()
     date = today()
-    stem = f"{date}-{commit}" + (f"-{args.tag}" if args.tag else "") + "-h200"
+    stem = f"{date}-{commit}" + (f"-{args.tag}" if args.tag else "") + "-" + gpu_tag(args.dry_run)
     print(f"bench_gpu: {len(shapes)} rows + {len(variants)} variant rows, traces from {trace_dir}, "
           f"out {args.out_dir}/{stem}.*", flush=True)
     from .report import print_summary, write_outputs

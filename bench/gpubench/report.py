@@ -1,6 +1,7 @@
 """What a run writes and prints: the main / sweep / check CSVs, the PNG, the verdicts of
 the performance targets and the variants' checks, and the summary table."""
 import csv
+import json
 import math
 import os
 
@@ -663,6 +664,52 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
     print("FILES: " + ", ".join(files))
 
 
+def summary_family(s):
+    """The row family a summary row is named by (BENCHMARKING.md): contiguous, paged, ragged,
+    window, softcap, sinks, fp8, cascade, deterministic, head_dim96."""
+    if s.kind != "variant":
+        if s.ragged:
+            return "ragged"
+        return "paged" if s.page_size else "contiguous"
+    if s.family == "fp8":
+        return "fp8"
+    if s.family == "prefix":
+        return "cascade" if s.cascade else "prefix"
+    if s.deterministic:
+        return "deterministic"
+    if s.sinks:
+        return "sinks"
+    if s.softcap:
+        return "softcap"
+    if s.window_left >= 0:
+        return "window"
+    return "plain"
+
+
+def write_summary_json(path, shapes, recs, ceiling):
+    """One object per row: {"row", "ours_us", "best_peer", "best_peer_us", "ratio" (best
+    peer's time / ours; > 1: we lead; null without a peer), "pct_ceiling"}."""
+    by = recs_by_shape(recs)
+    rows = []
+    for s in shapes:
+        ours = ours_of(by, s.name)
+        if ours is None:
+            continue
+        best = best_peer(by.get(s.name, []), s)
+        tb = tbps_of(s, ours.us_graph)
+        rows.append({
+            "row": f"{summary_family(s)}/{s.name}",
+            "ours_us": round(ours.us_graph, 3),
+            "best_peer": best.impl if best else None,
+            "best_peer_us": round(best.us_graph, 3) if best else None,
+            "ratio": round(ratio_of(ours, best), 4) if best else None,
+            "pct_ceiling": round(100.0 * tb / ceiling, 2) if tb and ceiling else None,
+        })
+    with open(path, "w") as fh:
+        json.dump(rows, fh, indent=1)
+        fh.write("\n")
+
+
 def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes, plot=False):
     os.makedirs(out_dir, exist_ok=True)
     lines = list(meta_lines)
@@ -692,6 +739,9 @@ def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes
         files.append(p)
     p = os.path.join(out_dir, stem + "-check.csv")
     write_check_csv(p, shapes, recs, sweep)
+    files.append(p)
+    p = os.path.join(out_dir, stem + "-summary.json")
+    write_summary_json(p, shapes, recs, ceiling)
     files.append(p)
     if plot:
         p = os.path.join(out_dir, stem + ".png")
