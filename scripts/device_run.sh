@@ -158,8 +158,9 @@ if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py -
       grep -E "ceiling|read probe" "/tmp/fd-ab-$which$i.txt" | head -2 | sed "s/^/   [$which$i] /"
     done
   done
-  python3 bench/compare_builds.py --base /tmp/fd-ab/*-base1-*[0-9].csv /tmp/fd-ab/*-base2-*[0-9].csv \
-    --new /tmp/fd-ab/*-new1-*[0-9].csv /tmp/fd-ab/*-new2-*[0-9].csv --out "$OUT/ab-compare.txt"
+  main_csv() { ls /tmp/fd-ab/*-"$1"-*.csv | grep -vE -- '-(check|sweep)\.csv$' | head -1; }
+  python3 bench/compare_builds.py --base "$(main_csv base1)" "$(main_csv base2)" \
+    --new "$(main_csv new1)" "$(main_csv new2)" --out "$OUT/ab-compare.txt"
   (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
   for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
 fi
