@@ -22,7 +22,7 @@ model's stream: the split kernel's large shared-memory carveout beside cuBLAS's,
   PYTHONPATH=python FLASHDECODE_LIBRARY=build/libflashdecode.so \\
       python3 bench/bench_interleave.py [--batch 1] [--context 8192] [--layers 32]
 Prints one line per measurement and writes nothing (a diagnostic; its numbers go to
-bench/NOTES.md with the run's log).
+dev/NOTES.md with the run's log).
 """
 import argparse
 import statistics

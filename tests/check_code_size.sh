@@ -2,7 +2,7 @@
 # check_code_size.sh — the size of the tensor-core kernels' sm_90a code, which
 # their speed depends on: a kernel whose code is larger than the SMs'
 # instruction caches stalls on instruction fetch, most in a model's stream,
-# where other kernels have evicted it from L2 (bench/NOTES.md, 2026-12-02: a
+# where other kernels have evicted it from L2 (dev/NOTES.md, 2026-12-02: a
 # 123 KB split kernel spent ~5 cycles an instruction in "no instruction"
 # stalls; with one loader an instance, 56 KB, 0.5, and 5-6 us a call less
 # between a model's GEMMs). The loader is the last template constant, PG
@@ -23,7 +23,7 @@ lib=$1
 # shellcheck source=tests/find_cuobjdump.sh
 . "$(dirname "$0")/find_cuobjdump.sh" # sets tool, or exits 77
 # cuobjdump prints SASS through nvdisasm: on PATH, next to cuobjdump or nvcc,
-# or the PyPI wheel `make test` installs into $FD_TOOLS_DIR/nvdisasm
+# or the PyPI wheel `make cuda-check` installs into $FD_TOOLS_DIR/nvdisasm
 dis=$(command -v nvdisasm 2>/dev/null)
 for cand in "$(dirname "$tool")/nvdisasm" \
             "$(dirname "$(command -v nvcc 2>/dev/null || echo /none/nvcc)")/nvdisasm" \
@@ -31,7 +31,7 @@ for cand in "$(dirname "$tool")/nvdisasm" \
   [ -z "$dis" ] && [ -x "$cand" ] && dis=$cand
 done
 if [ -z "$dis" ]; then
-  echo "SKIP: no nvdisasm, which cuobjdump needs to print SASS (\`make test\` installs it from" \
+  echo "SKIP: no nvdisasm, which cuobjdump needs to print SASS (\`make cuda-check\` installs it from" \
        "PyPI: nvidia-cuda-nvdisasm)"
   exit 77
 fi

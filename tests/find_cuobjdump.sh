@@ -1,6 +1,6 @@
 # find_cuobjdump.sh — sourced by check_fatbin.sh and check_code_size.sh: sets
 # `tool` to cuobjdump: $CUOBJDUMP, else on PATH, else next to nvcc, else the
-# PyPI wheel nvidia-cuda-cuobjdump that `make test` installs into
+# PyPI wheel nvidia-cuda-cuobjdump that `make cuda-check` installs into
 # $FD_TOOLS_DIR/cuobjdump (the build folder's tools/). Without it: exit 77
 # (ctest: skipped).
 # shellcheck shell=bash
@@ -17,7 +17,7 @@ if [ -z "$tool" ] && [ -n "${FD_TOOLS_DIR:-}" ]; then
 fi
 if [ -z "$tool" ]; then
   echo "SKIP: no cuobjdump (not on PATH, not next to nvcc, not in ${FD_TOOLS_DIR:-<no tools dir>};" \
-       "\`make test\` installs it from PyPI: nvidia-cuda-cuobjdump)"
+       "\`make cuda-check\` installs it from PyPI: nvidia-cuda-cuobjdump)"
   exit 77
 fi
 echo "cuobjdump: $tool ($("$tool" --version 2>/dev/null | tail -1))"

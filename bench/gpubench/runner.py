@@ -187,7 +187,7 @@ class GpuBench:
 
     def warm(self, shape, sets, kv_len, replicas):
         """One untimed measurement of the automatic configuration (the first configuration timed
-        on a shape measured 4-6 % slow in the 9160d37 / 701e20e runs: bench/NOTES.md)."""
+        on a shape measured 4-6 % slow in the 9160d37 / 701e20e runs: dev/NOTES.md)."""
         try:
             plan = make_plan(self.fd, self.torch, shape, 0)
             measure(self.torch, ours_call(plan, sets, kv_len, sinks=shape.sinks), replicas,

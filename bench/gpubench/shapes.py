@@ -238,7 +238,7 @@ def build_shapes(quick, trace_dir, notes):
 # ---- The variants issue's rows ----------------------------------------------------------
 # Soft-cap rows draw q 6x larger, so that the largest scores (~4.5 sigma ~ 27) are bent
 # by the cap (50 tanh(27/50) = 24.6) and the output check sees a missing cap (see
-# data.softcap_sensitivity and bench/NOTES.md).
+# data.softcap_sensitivity and dev/NOTES.md).
 SOFTCAP_Q_SCALE = 6.0
 
 

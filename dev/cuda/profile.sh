@@ -7,7 +7,7 @@
 #   bash dev/cuda/profile.sh OUTDIR          the shapes below
 #   bash dev/cuda/profile.sh OUTDIR paged    B=1 16k, one split (8 blocks of the
 #        8-warp kernel): contiguous against page_size 16 and 64, where the
-#        page walk costs a lone block 38-64 % (bench/NOTES.md); and the fp32
+#        page walk costs a lone block 38-64 % (dev/NOTES.md); and the fp32
 #        CUDA-core kernel at B=64 8k (66 % of the ceiling, latency-bound?)
 #   bash dev/cuda/profile.sh OUTDIR fp8      B=64 8k 32/8 d128: bf16 cache against
 #        an e4m3 cache (per-tensor and per-token scales)

@@ -70,7 +70,7 @@ Launches
 Decode steps pass ``pdl=False`` (the call's first kernel launched plainly, after the
 model's previous kernel; see ``flashdecode.decode``): in a Llama-3.1-8B-shaped model under
 CUDA graphs on an H200 the steps ran up to 0.7 % faster so, most at batch 1
-(bench/NOTES.md).
+(dev/NOTES.md).
 ``flashdecode.hf.pdl = True`` restores the library's default; read at every call (for a
 compiled model or a captured CUDA graph, set it before compiling or capturing).
 
