@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # fetch_device_deps.sh — stage what the GPU machine lacks (it reaches no
 # network), to be carried with the device call (both folders git-ignored):
-#   .deps/         cmocka from Debian's packages (the C tests)
 #   .whl/          FlashInfer and the three packages it needs that the machine's
 #                  image lacks (Python 3.12, manylinux x86_64, pinned below;
 #                  ~27 MB), installed by scripts/device_run.sh bench into /tmp/site
+#   .deps/         only with FD_FETCH_CMOCKA=1: cmocka from Debian's binary
+#                  packages. Not needed: without a system cmocka the tests build
+#                  the vendored copy in third_party/cmocka.
 # FD_FETCH_WHEELS=0 skips the wheels. (The serving traces are in the repository:
 # bench/data.)
 set -eu
 cd "$(dirname "$0")/.."
-mkdir -p .deps && (cd .deps && apt-get download libcmocka0 libcmocka-dev &&
-  for f in *.deb; do dpkg -x "$f" root; done)
+if [ "${FD_FETCH_CMOCKA:-0}" = 1 ]; then
+  mkdir -p .deps && (cd .deps && apt-get download libcmocka0 libcmocka-dev &&
+    for f in *.deb; do dpkg -x "$f" root; done)
+fi
 # FlashInfer 0.6.18.post1 (the last release under 20 MB: 0.7.x is 33-115 MB, over
 # what a device call carries beside the tree). Its Requires-Dist beyond these four
 # (torch, numpy, ninja, einops, click, tabulate, requests, packaging, tqdm,
