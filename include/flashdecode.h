@@ -405,7 +405,8 @@ typedef struct fd_problem {
  * caller; those marked (internal) may change between versions. */
 typedef struct fd_plan {
   fd_problem problem;     /* copy, with defaults resolved (kv_len_hint = NULL,
-                             kv_dtype and out_dtype set) */
+                             kv_dtype and out_dtype set; window_left -1 and
+                             has_window 0 unless a window applies) */
   fd_backend backend;     /* resolved backend (never AUTO) */
   float softmax_scale;    /* resolved scale */
   int32_t kv_capacity;    /* resolved capacity */
@@ -419,8 +420,8 @@ typedef struct fd_plan {
   uint32_t magic;         /* (internal) set by fd_plan_init */
   int32_t split_keys;     /* (internal) keys a split of the longest sequence
                              holds as planned (kv_len_hint, else kv_capacity);
-                             CUDA picks its kernel variant from it. Runs still
-                             split the actual kv_len (any variant is exact) */
+                             the plan chose `kernel` with it. Runs still split
+                             the actual kv_len (any kernel is exact) */
   /* (internal) workspace layout, byte offsets */
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
@@ -428,9 +429,10 @@ typedef struct fd_plan {
 } fd_plan;
 
 /*
- * Make a plan for `problem`. Computes the split count and the workspace size;
- * for CUDA, queries the device's multiprocessor count (unless sm_count is
- * set) but allocates nothing and launches nothing.
+ * Make a plan for `problem`. Chooses the kernel (recorded in plan->kernel)
+ * and the split count, and computes the workspace size; for CUDA, queries
+ * the device's multiprocessor count (unless sm_count is set) and what its
+ * shared memory holds, but allocates nothing and launches nothing.
  *
  * Returns FD_STATUS_OK, or:
  *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;

@@ -1,13 +1,14 @@
 /*
  * cuda_backend.cu — the CUDA backend's entry points (declared in internal.h):
- * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
- * which fills one fd_kernel_params and enqueues the split kernel (tensor
- * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
- * combine kernel (programmatic dependent launch where the code is sm_90+),
- * each in the configuration the device's shared memory holds (gpu_select.h;
- * the device's facts are read once, device_facts). fd_cuda_run allocates nothing, never
- * synchronises and never reads kv_len or block_table on the host, so it can
- * be captured in a CUDA graph.
+ * device queries (the facts fd_plan_init decides from: fd_cuda_device_fit;
+ * each device's are read once, device_facts), stream-ordered allocation for
+ * fd_decode, and fd_cuda_run, which fills one fd_kernel_params and enqueues
+ * the kernel the plan chose (fd_plan.kernel: CUDA cores for fp32, the
+ * tensor-core split kernel in its 4-warp, 8-warp or lean config, or the rows
+ * kernel) and, when the plan splits, the combine kernel (programmatic
+ * dependent launch where the code is sm_90+). fd_cuda_run chooses nothing,
+ * allocates nothing, never synchronises and never reads kv_len or
+ * block_table on the host, so it can be captured in a CUDA graph.
  *
  * Every runtime call that fails is followed by cudaGetLastError() so that the
  * error does not linger for the caller; without a driver or GPU the queries
