@@ -746,6 +746,28 @@ static void test_decode_variants(void **state) {
   expect_status(fd_decode(&good, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode window 10, soft-cap 5");
   assert_false(outputs_untouched(f));
   free_fixture(f);
+
+  /* The smallest soft-cap: zero scores (q = 0) stay 0 (1 / cap is finite:
+   * below FLT_MIN it overflowed and 0 * inf made every output NaN); one
+   * below it is refused, nothing written. CPU and reference. */
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++) {
+    f = make_fixture(backends[bi], 0);
+    memset(f->q, 0, sizeof f->q);
+    fd_problem tiny = f->problem;
+    tiny.logits_soft_cap = nextafterf(FLT_MIN, 0.0f);
+    poison_outputs(f);
+    expect_status(fd_decode(&tiny, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err,
+                  "logits_soft_cap", "decode soft-cap below FLT_MIN");
+    assert_true(outputs_untouched(f));
+    tiny.logits_soft_cap = FLT_MIN;
+    expect_status(fd_decode(&tiny, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode soft-cap FLT_MIN");
+    for (size_t i = 0; i < sizeof f->out / sizeof *f->out; i++)
+      if (!isfinite(f->out[i])) fail_msg("%s soft-cap FLT_MIN: out[%zu] = %g", fd_backend_name(backends[bi]), i, (double)f->out[i]);
+    for (size_t i = 0; i < sizeof f->lse / sizeof *f->lse; i++)
+      if (!isfinite(f->lse[i])) fail_msg("%s soft-cap FLT_MIN: lse[%zu] = %g", fd_backend_name(backends[bi]), i, (double)f->lse[i]);
+    free_fixture(f);
+  }
 }
 
 /* ---- Names and versions ---------------------------------------------------------------- */
