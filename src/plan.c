@@ -500,11 +500,10 @@ static fd_status lay_out_workspace(const fd_problem *p, fd_plan *plan, fd_error 
   return FD_STATUS_OK;
 }
 
-fd_status fd_plan_init_fit(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
+/* The steps in order; *plan is written only when all succeed (zeroed
+ * otherwise, so a failed plan cannot be run: magic 0). */
+static fd_status make_plan(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
                            fd_error *err) {
-  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
-  memset(plan, 0, sizeof *plan);
-  if (!problem) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "problem: NULL");
   fd_status st = check_problem(problem, err);
   if (st != FD_STATUS_OK) return st;
 
@@ -529,6 +528,18 @@ fd_status fd_plan_init_fit(fd_plan *plan, const fd_problem *problem, const fd_cu
   plan->problem = p;
   plan->magic = FD_PLAN_MAGIC;
   return fd_ok(err);
+}
+
+fd_status fd_plan_init_fit(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
+                           fd_error *err) {
+  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
+  memset(plan, 0, sizeof *plan);
+  if (!problem) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "problem: NULL");
+  fd_plan made;
+  memset(&made, 0, sizeof made);
+  const fd_status st = make_plan(&made, problem, fit, err);
+  if (st == FD_STATUS_OK) *plan = made;
+  return st;
 }
 
 fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) {
