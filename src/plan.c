@@ -361,7 +361,8 @@ static int32_t auto_splits(const fd_problem *p, fd_kernel kernel, const plan_mac
     const int32_t one = fd_num_splits_heuristic(items, chunks, m->slots, 1);
     const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
     const int wide = m->wide_ok && fd_cuda_wide_kernel(items * one, m->slots, keys);
-    if ((p->head_dim >= 128 && wide) || (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
+    if ((p->head_dim >= 128 && wide) ||
+        (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
       splits = one;
   }
   return splits;
@@ -480,7 +481,8 @@ static fd_status lay_out_workspace(const fd_problem *p, fd_plan *plan, fd_error 
   if (splits <= 1) return FD_STATUS_OK;
   /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);
    * checked in double before any integer product can overflow. */
-  const double need = (double)p->batch * p->num_heads_q * p->q_len * splits * (p->head_dim + 2) * 4.0;
+  const double need =
+      (double)p->batch * p->num_heads_q * p->q_len * splits * (p->head_dim + 2) * 4.0;
   if (need > (double)((size_t)1 << 52))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "batch: %d x num_heads_q %d x q_len %d x num_splits %d needs a %.3g-byte "
