@@ -277,6 +277,24 @@ typedef enum fd_kv_scale {
 
 /* ---- Problem and plan ----------------------------------------------------- */
 
+/* The kernel a plan runs (fd_plan.kernel): chosen by fd_plan_init from the
+ * problem, the backend and the device, and recorded for inspection only;
+ * fd_run runs it. Informational and read-only: a plan whose kernel was
+ * changed by hand is refused or runs wrongly. */
+typedef enum fd_kernel {
+  FD_KERNEL_NONE = 0,       /* not a plan made by fd_plan_init */
+  FD_KERNEL_CPU = 1,        /* the CPU backend's SIMD kernels */
+  FD_KERNEL_REFERENCE = 2,  /* the float64 reference */
+  FD_KERNEL_CUDA_F32 = 3,   /* CUDA: fp32 q and cache on the CUDA cores */
+  FD_KERNEL_CUDA_MMA_4W = 4,   /* CUDA tensor cores (fp16, bf16 q): 4 warps a block */
+  FD_KERNEL_CUDA_MMA_WIDE = 5, /* 8 warps, one block an SM (16-bit caches on GPUs
+                                  with 227 KB of shared memory a block, grids no
+                                  larger than the GPU) */
+  FD_KERNEL_CUDA_MMA_LEAN = 6, /* 4 warps, 2 stages (GPUs with 99 KB a block) */
+  FD_KERNEL_CUDA_ROWS = 7   /* tensor cores, rows as the mma's M side: non-causal
+                               calls with many query rows a kv head */
+} fd_kernel;
+
 /* The shapes a plan is made for. Zero-initialise, then set the fields; every
  * field left zero takes the default stated beside it. */
 typedef struct fd_problem {
@@ -330,7 +348,8 @@ typedef struct fd_problem {
                             (FlashInfer's window_left; flash-attn's
                             window_size = (window_left, 0); a model's
                             "sliding_window" of W keys is window_left = W - 1) */
-  float logits_soft_cap; /* 0 = off; else > 0 and finite: scores become
+  float logits_soft_cap; /* 0 = off; else finite and >= FLT_MIN (1.18e-38;
+                            1 / cap must be a float): scores become
                             cap * tanh(score / cap) (Gemma 2, Grok) */
   int32_t non_causal;    /* 1: every query row sees all kv_len keys (the shared
                             prefix of cascade decoding, rows of several
@@ -386,7 +405,8 @@ typedef struct fd_problem {
  * caller; those marked (internal) may change between versions. */
 typedef struct fd_plan {
   fd_problem problem;     /* copy, with defaults resolved (kv_len_hint = NULL,
-                             kv_dtype and out_dtype set) */
+                             kv_dtype and out_dtype set; window_left -1 and
+                             has_window 0 unless a window applies) */
   fd_backend backend;     /* resolved backend (never AUTO) */
   float softmax_scale;    /* resolved scale */
   int32_t kv_capacity;    /* resolved capacity */
@@ -394,13 +414,14 @@ typedef struct fd_plan {
   int32_t chunk_len;      /* split boundaries are multiples of this many keys */
   int32_t sm_count;       /* CUDA: multiprocessors planned for; CPU: threads */
   int32_t num_threads;    /* CPU: worker threads */
+  fd_kernel kernel;       /* the kernel fd_run runs (informational, read-only) */
   size_t workspace_size;  /* bytes fd_run needs (0 when num_splits == 1 may
                              need none); device memory for CUDA */
   uint32_t magic;         /* (internal) set by fd_plan_init */
   int32_t split_keys;     /* (internal) keys a split of the longest sequence
                              holds as planned (kv_len_hint, else kv_capacity);
-                             CUDA picks its kernel variant from it. Runs still
-                             split the actual kv_len (any variant is exact) */
+                             the plan chose `kernel` with it. Runs still split
+                             the actual kv_len (any kernel is exact) */
   /* (internal) workspace layout, byte offsets */
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
@@ -408,9 +429,10 @@ typedef struct fd_plan {
 } fd_plan;
 
 /*
- * Make a plan for `problem`. Computes the split count and the workspace size;
- * for CUDA, queries the device's multiprocessor count (unless sm_count is
- * set) but allocates nothing and launches nothing.
+ * Make a plan for `problem`. Chooses the kernel (recorded in plan->kernel)
+ * and the split count, and computes the workspace size; for CUDA, queries
+ * the device's multiprocessor count (unless sm_count is set) and what its
+ * shared memory holds, but allocates nothing and launches nothing.
  *
  * Returns FD_STATUS_OK, or:
  *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;
@@ -422,7 +444,8 @@ typedef struct fd_plan {
  *       num_threads outside 0..FD_MAX_THREADS; device or sm_count < 0; backend
  *       not an fd_backend; a kv_len_hint value < 0 or > kv_capacity; a shape
  *       whose workspace would exceed 2^52 bytes; has_window not 0 or 1;
- *       window_left < -1; logits_soft_cap negative or not finite; non_causal
+ *       window_left < -1; logits_soft_cap negative, not finite, or above 0
+ *       and below FLT_MIN; non_causal
  *       not 0 or 1, or with a window; q_len above FD_MAX_Q_LEN_NON_CAUSAL in
  *       non-causal mode; out_dtype not 0 or an fd_dtype, or a 16-bit
  *       out_dtype other than dtype; deterministic not 0 or 1, with num_splits

@@ -23,17 +23,6 @@ size_t fd_struct_size(const char *name) {
   return 0;
 }
 
-size_t fd_dtype_size(fd_dtype dtype) {
-  switch (dtype) {
-    case FD_DTYPE_F32: return 4;
-    case FD_DTYPE_F16: return 2;
-    case FD_DTYPE_BF16: return 2;
-    case FD_DTYPE_E4M3:
-    case FD_DTYPE_E5M2: return 1;
-  }
-  return 0;
-}
-
 const char *fd_backend_name(fd_backend backend) {
   switch (backend) {
     case FD_BACKEND_AUTO: return "auto";

@@ -24,23 +24,11 @@ int fd_cuda_pdl(int device) {
   return 0;
 }
 
-fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
-  (void)device;
-  *sm_count = 0;
+fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head_dim, int rows,
+                             fd_cuda_fit *fit, fd_error *err) {
+  (void)device, (void)dtype, (void)head_dim, (void)rows;
+  memset(fit, 0, sizeof *fit);
   return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
-}
-
-fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype, int32_t head_dim,
-                             int32_t *blocks_per_sm, int *wide_ok, fd_error *err) {
-  (void)device, (void)dtype, (void)kv_dtype, (void)head_dim;
-  *blocks_per_sm = 1;
-  *wide_ok = 0;
-  return fd_fail(err, FD_STATUS_UNSUPPORTED, "backend: built without CUDA");
-}
-
-int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim) {
-  (void)device, (void)dtype, (void)head_dim;
-  return 0;
 }
 
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,

@@ -3,6 +3,8 @@
  * (src/cuda/split_mma_kernel.cu) a GPU runs, from its shared-memory budget
  * and the code this build loaded on it. Plain C (the plan, the CUDA backend,
  * the kernel's static checks and a CPU unit test share it); not installed.
+ * fd_plan_init chooses the config from these functions and records it
+ * (fd_plan.kernel); the CUDA backend launches what the plan recorded.
  *
  * CONFIGS (fp16/bf16; shared memory a block, FD_MMA_SMEM)
  *   FD_MMA_4W    4 warps, 3 stages (4 at head_dim 64): 68,480 B (64),

@@ -72,13 +72,13 @@ fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const f
 fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, fd_error *err);
 /* The most keys one split of the CUDA tensor-core kernel (fp16, bf16 q)
  * sums: its P V accumulates on the tensor cores in float32, whose error
- * grows with the additions a warp makes (measured on the H200: one 8-warp
- * block over 4M identical keys, fp16, 3.9e-3 of max|V|: ~2^-23 for each 16
- * keys a warp adds). plan.c raises the split count so that no split of the
- * longest expected sequence holds more: at most 8192 additions a warp
- * (head_dim 256, 2 key warps), ~1e-3 of max|V| in that worst case, 2-4x
- * less at head_dim <= 128; the combine then sums at most FD_MAX_SPLITS
- * partials. 131072 leaves plans for caches up to 128k keys unchanged. */
+ * grows with the additions a warp makes (one 8-warp block over 4M identical
+ * fp16 keys is off by 3.9e-3 of max|V|: ~2^-23 for each 16 keys a warp
+ * adds). plan.c raises the split count so that no split of the longest
+ * expected sequence holds more: at most 8192 additions a warp (head_dim
+ * 256, 2 key warps), ~1e-3 of max|V| in that worst case, 2-4x less at
+ * head_dim <= 128; the combine then sums at most FD_MAX_SPLITS partials.
+ * 131072 leaves plans for caches up to 128k keys unchanged. */
 #define FD_MMA_MAX_SPLIT_KEYS 131072
 /* The same bound for the rows kernel (rows_mma_kernel.cu), whose every warp
  * adds every key of its split (the split kernel's warps add 1 / 4 or 1 / 8
@@ -102,6 +102,30 @@ fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_
 
 /* fd_plan.magic of a plan made by fd_plan_init. */
 #define FD_PLAN_MAGIC 0x66645031u
+
+/* What fd_plan_init needs to know of a CUDA device to choose the kernel and
+ * the split count of one problem (its dtype, head_dim and shape): the
+ * device's budget and how many blocks of each kernel a multiprocessor holds.
+ * fd_cuda_device_fit reads them from the device. */
+typedef struct fd_cuda_fit {
+  fd_gpu_budget g;      /* budget, multiprocessors (g.sm_count), loaded code */
+  int32_t split_blocks; /* blocks a multiprocessor holds of the split kernel
+                           the dtype runs: fp16/bf16 the tensor-core kernel in
+                           its 4-warp config (fd_mma_config_4w: FD_MMA_4W or
+                           FD_MMA_LEAN), fp32 the CUDA-core kernel; the
+                           smaller of the budget's and the occupancy
+                           calculator's counts, >= 1 */
+  int32_t rows_blocks;  /* the same for the rows kernel (asked for only for
+                           fd_rows_kernel_shape problems); 0: it does not fit
+                           or was not asked for */
+} fd_cuda_fit;
+
+/* fd_plan_init with the CUDA device's facts given instead of read (`fit`
+ * NULL: read them, as fd_plan_init does). With `fit`, a CUDA problem (or
+ * AUTO) is planned for that made-up device without asking the CUDA runtime:
+ * the CPU unit tests (test_heuristic.c) plan for GPUs they do not have. */
+fd_status fd_plan_init_fit(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
+                           fd_error *err);
 
 /* ---- CPU backend (src/cpu) ---- */
 /* Threads the CPU backend uses by default (fd_problem.num_threads 0):
@@ -157,24 +181,19 @@ int fd_cuda_pdl(int device);
 /* The budget the backend plans with for `device` (FD_CUDA_SMEM_LIMIT_KB
  * applied; code_arch: the loaded code's), or fd_cuda_check_device's error. */
 fd_status fd_cuda_device_budget(int device, fd_gpu_budget *budget, fd_error *err);
-/* Multiprocessor count of `device`. */
-fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err);
-/* The split kernel that device runs for dtype q, a kv_dtype cache (0: the
- * same) and head_dim, from its
- * shared-memory budget (gpu_select.h): *blocks_per_sm resident a
- * multiprocessor (the smaller of the occupancy calculator's and the
- * budget's counts) and *wide_ok, whether it may run the 8-warp tensor-core
- * config. FD_STATUS_UNSUPPORTED when no config fits the budget. */
-fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype, int32_t head_dim,
-                             int32_t *blocks_per_sm, int *wide_ok, fd_error *err);
+/* The facts fd_plan_init plans with for dtype q and head_dim on `device`
+ * (fd_cuda_fit; rows_blocks only when `rows` is 1), or fd_cuda_check_device's
+ * error; FD_STATUS_UNSUPPORTED when no split-kernel config fits the budget. */
+fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head_dim, int rows,
+                             fd_cuda_fit *fit, fd_error *err);
+/* Runs the plan's kernel (fd_plan.kernel) and, when it splits, the combine.
+ * Chooses nothing: refuses a plan whose kernel the device cannot run. */
 fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace, void *stream,
                       fd_error *err);
-/* Whether fp16/bf16 runs the 8-warp tensor-core kernel (one block an SM,
- * split_mma_kernel.cu) where the device has it (fd_cuda_kernel_fit's
- * wide_ok): a grid of `blocks` no larger than the SMs, whose
- * splits hold at least its 128-key tile (shorter ones leave half its warps
- * idle: 7.3 -> 7.9 us at 1k keys, 16 splits; bench/NOTES.md). plan.c sizes
- * splits for it, cuda_backend.cu launches it. */
+/* Whether a grid of the 8-warp tensor-core config (one block an SM) suits
+ * a call: `blocks` no more than the SMs, splits of at least its 128-key tile
+ * (shorter ones leave half its warps idle: ~8 % slower at 1k keys in 16
+ * splits). fd_plan_init asks it, where the device has the config. */
 static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t split_keys) {
   return blocks <= sm_count && split_keys >= 128;
 }
@@ -185,8 +204,8 @@ static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t 
 /* Whether a resolved CUDA problem's shape runs the rows kernel: non-causal,
  * fp16 or bf16 q over a cache of the same dtype, head_dim 64 or 128, at least
  * FD_ROWS_MIN rows a kv head, a grid within CUDA's 65535 blocks in y. The
- * device must hold its block too (fd_cuda_rows_fit). plan.c sizes the splits
- * for it, cuda_backend.cu launches it; both ask this. */
+ * device must hold its block too (fd_cuda_fit.rows_blocks); fd_plan_init
+ * decides. */
 static inline int fd_rows_kernel_shape(const fd_problem *p) {
   const fd_dtype kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
   const int64_t rows = (int64_t)(p->num_heads_q / p->num_heads_kv) * p->q_len;
@@ -195,10 +214,6 @@ static inline int fd_rows_kernel_shape(const fd_problem *p) {
          (int64_t)p->num_heads_kv * fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len) <=
              65535;
 }
-/* Blocks of the rows kernel for dtype and head_dim that one multiprocessor
- * of `device` holds (shared memory and registers), 0 when none: it is not
- * run there. */
-int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim);
 /* fd_merge_states on device p->device (src/cuda/merge_backend.cu): checked
  * arguments as for fd_cpu_merge; enqueues one kernel on `stream`, no
  * allocation, no synchronisation. */

@@ -1,7 +1,11 @@
 /*
- * plan.c — fd_plan_init: checks the problem, chooses the split count and lays
- * out the workspace (the one function that both sizes and lays it out).
+ * plan.c — fd_plan_init: checks the problem, resolves its defaults, chooses
+ * the backend, the kernel and its configuration, the split count, and lays
+ * out the workspace. Every choice fd_run follows is made here and recorded
+ * in the plan (fd_plan.kernel, num_splits, split_keys); the backends decide
+ * nothing.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -12,9 +16,9 @@
 #define FD_CHUNK_LEN 64
 /* Auto splits stop at this many (FlashAttention-2 uses the same bound). */
 #define FD_MAX_AUTO_SPLITS 128
-/* CUDA: keys x head_dim a block may hold for one block per multiprocessor
- * to be preferred over the occupancy calculator's count when the 8-warp
- * kernel does not apply (see auto_splits). */
+/* CUDA: keys x head_dim a split may hold for one block per multiprocessor
+ * to be preferred over the occupancy count when the 8-warp config does not
+ * apply (auto_splits). */
 #define FD_ONE_BLOCK_PER_SM_ELEMS (1024 * 128)
 /* The automatic split count takes the smallest count whose wave efficiency
  * is at least this fraction of the best count's. */
@@ -38,8 +42,8 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
   /* Efficiency of s splits: the work over what the slots spend on it, with
    * per = ceil(chunks / s) chunks a split (a block's time) and the splits that
    * hold keys once chunks are shared out, ceil(chunks / per). Counting whole
-   * splits only (waves / ceil(waves)) let 61 splits of 34 chunks pass for 64
-   * of 32 at 2048 chunks: 6.5 % slower on the H200 (bench/NOTES.md). */
+   * splits only (waves / ceil(waves)) would rate 61 splits of 34 chunks as
+   * high as 64 of 32 at 2048 chunks, though each block runs 6 % longer. */
   double eff[FD_MAX_AUTO_SPLITS + 1];
   double best = 0.0;
   for (int64_t s = 1; s <= limit; s++) {
@@ -49,9 +53,9 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
     eff[s] = (double)work_items * (double)max_chunks / (ceil(waves) * (double)slots * (double)per);
     if (eff[s] > best) best = eff[s];
   }
-  /* The smallest count within FD_WAVE_EFFICIENCY of the best: measured on the
-   * H200, a wave with a third of its slots idle costs ~10 % at long contexts
-   * (bench/NOTES.md), so the bar is higher than FlashAttention-2's 85 %. */
+  /* The smallest count within FD_WAVE_EFFICIENCY of the best: at long
+   * contexts a wave with a third of its slots idle costs about 10 %, so the
+   * bar is higher than FlashAttention-2's 85 %. */
   for (int64_t s = 1; s <= limit; s++) {
     if (eff[s] >= FD_WAVE_EFFICIENCY * best) return (int32_t)s;
   }
@@ -60,50 +64,7 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* The automatic split count for `items` work items of `chunks` chunks each:
- * the public heuristic with the occupancy's blocks per SM; on CUDA for
- * fp16/bf16, the count for one block per multiprocessor instead:
- * for head_dim >= 128 when the grid then fits the SMs with splits of >= 128
- * keys (what cuda_backend.cu needs to run the 8-warp kernel; one split too:
- * B=16, 8 kv heads, 8193 keys ran 125.3 us unsplit on the 8-warp kernel
- * against 127.4 in 2 splits of the 4-warp one, 32769 keys 471.8 / 475.6,
- * session 14 sweep in bench/NOTES.md), and at any
- * head_dim when each block's share is short (at most
- * FD_ONE_BLOCK_PER_SM_ELEMS keys x head_dim: the B=1 1k row's 16 splits of
- * 64 keys; 8009560 sweep). Measured on the H200
- * (bench/NOTES.md, 61bfe9d sweep): at B=1, 8 kv heads, 16 splits of the
- * 8-warp kernel beat 32 of the 4-warp one from 16k to 128k keys (d256 too);
- * at 32 heads of head_dim 64, 4 splits lost 7 % to 12; the fp32 kernel
- * measured faster with the occupancy count. Paged caches too until their
- * copies shared one page id per thread (9160d37 sweep: B=1 16k, page_size
- * 16 / 64: 16 splits 24.7 / 23.7 us, 32 splits 25.0 / 24.3). The rows
- * kernel (rows_kernel: items count its row tiles) has no such config: the
- * heuristic alone. */
-static int32_t auto_splits(const fd_problem *p, fd_backend backend, int64_t items, int64_t chunks,
-                           int32_t slots, int32_t blocks_per_sm, int wide_ok, int rows_kernel) {
-  int32_t splits = fd_num_splits_heuristic(items, chunks, slots, blocks_per_sm);
-  if (backend == FD_BACKEND_CUDA && blocks_per_sm > 1 && p->dtype != FD_DTYPE_F32 && !rows_kernel) {
-    const int32_t one = fd_num_splits_heuristic(items, chunks, slots, 1);
-    const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
-    const int wide = wide_ok && fd_cuda_wide_kernel(items * one, slots, keys);
-    if ((p->head_dim >= 128 && wide) || (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
-      splits = one;
-  }
-  return splits;
-}
-
-/* CPU: the (sequence, split) items the automatic count aims for. At most
- * the threads that will run (fd_cpu_run wakes one per 256 KB of K/V), and
- * from 8 threads on, half the threads: two threads per (sequence, split),
- * each on half of its kv heads. Measured on a 16-core Xeon (bench/NOTES.md,
- * CPU): at B=1, 32/8 heads, 16 splits on 16 threads ran 2.5-3x slower than 8
- * at 4k keys and 1.7x at 16k; B=8 4k ran fastest with 1 split. */
-static int32_t cpu_slots(int32_t threads, double kv_bytes) {
-  int32_t slots = threads >= 8 ? threads / 2 : threads;
-  const double busy = floor(kv_bytes / (256.0 * 1024.0)) + 1.0;
-  if (busy < slots) slots = (int32_t)busy;
-  return slots < 1 ? 1 : slots;
-}
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Keys the splits of a sequence of kv_len keys cover: all of them, or with
  * a window at most window_left + q_len past a chunk boundary
@@ -114,7 +75,18 @@ static int64_t keys_read(const fd_problem *p, int64_t kv_len) {
   return kv_len < span ? kv_len : span;
 }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* The keys the plan is sized for (keys_read of each sequence): the longest
+ * sequence's and the batch's total. */
+typedef struct plan_lengths {
+  int64_t longest, total;
+} plan_lengths;
+
+/* The machine the split count is planned for. */
+typedef struct plan_machine {
+  int32_t slots;         /* CUDA: multiprocessors; CPU, reference: threads */
+  int32_t blocks_per_sm; /* CUDA: blocks of the chosen kernel a multiprocessor holds */
+  int wide_ok;           /* CUDA: the 8-warp config may run (device, dtypes, kernel) */
+} plan_machine;
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
   if (p->backend < FD_BACKEND_AUTO || p->backend > FD_BACKEND_REFERENCE)
@@ -169,6 +141,14 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "logits_soft_cap: %g, must be 0 (off) or a finite value > 0",
                    (double)p->logits_soft_cap);
+  /* The kernels scale by 1 / cap (CUDA: 1 / (cap log2 e)), which overflows
+   * float below ~3e-39 and turns a zero score into NaN: caps start at the
+   * smallest normal float. */
+  if (p->logits_soft_cap > 0.0f && p->logits_soft_cap < FLT_MIN)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "logits_soft_cap: %g, must be 0 (off) or >= %g (FLT_MIN; 1 / cap must be "
+                   "a finite float)",
+                   (double)p->logits_soft_cap, (double)FLT_MIN);
   if (p->no_pdl != 0 && p->no_pdl != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "no_pdl: %d, must be 0 or 1", p->no_pdl);
   if (p->deterministic != 0 && p->deterministic != 1)
@@ -248,184 +228,322 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
   return FD_STATUS_OK;
 }
 
-fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) {
-  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
-  memset(plan, 0, sizeof *plan);
-  if (!problem) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "problem: NULL");
-  fd_status st = check_problem(problem, err);
-  if (st != FD_STATUS_OK) return st;
-
-  fd_problem p = *problem;
-  if (p.q_len == 0) p.q_len = 1;
-  /* Resolved: window_left >= 0 exactly when a window applies (has_window 1). */
-  if (!p.has_window || p.window_left < 0) p.window_left = -1;
-  p.has_window = p.window_left >= 0;
-  if (p.out_dtype == 0) p.out_dtype = p.dtype;
-  if (p.kv_dtype == 0) p.kv_dtype = p.dtype;
-  if (p.page_size > 0 && p.kv_capacity == 0) p.kv_capacity = p.max_pages_per_seq * p.page_size;
-  if (p.page_size == 0) {
-    p.max_pages_per_seq = 0;
-    p.num_pages = 0;
+/* Step 1, resolve: the problem's defaults filled in. window_left ends >= 0
+ * exactly when a window applies (has_window 1 and window_left >= 0) and -1
+ * otherwise; everything after the plan reads only the resolved value. */
+static void resolve_problem(fd_problem *p) {
+  if (p->q_len == 0) p->q_len = 1;
+  if (!p->has_window || p->window_left < 0) p->window_left = -1;
+  p->has_window = p->window_left >= 0;
+  if (p->out_dtype == 0) p->out_dtype = p->dtype;
+  if (p->kv_dtype == 0) p->kv_dtype = p->dtype;
+  if (p->page_size > 0 && p->kv_capacity == 0) p->kv_capacity = p->max_pages_per_seq * p->page_size;
+  if (p->page_size == 0) {
+    p->max_pages_per_seq = 0;
+    p->num_pages = 0;
   }
+  if (p->softmax_scale == 0.0f) p->softmax_scale = 1.0f / sqrtf((float)p->head_dim);
+}
 
-  /* kv_len hints: sized from the longest. */
-  int64_t longest = keys_read(&p, p.kv_capacity);
-  int64_t total = longest * p.batch;
-  if (p.kv_len_hint) {
-    longest = 0;
-    total = 0;
-    for (int32_t b = 0; b < p.batch; b++) {
-      int32_t n = p.kv_len_hint[b];
-      if (n < 0 || n > p.kv_capacity)
-        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                       "kv_len_hint[%d]: %d is outside [0, kv_capacity = %d]", b, n, p.kv_capacity);
-      if (keys_read(&p, n) > longest) longest = keys_read(&p, n);
-      total += keys_read(&p, n);
-    }
-    p.kv_len_hint = NULL;
+/* Step 2, size from hints: the lengths the plan is sized for, from
+ * kv_len_hint when given (each value checked), else kv_capacity for every
+ * sequence. The hint is not kept (the plan does not own it). */
+static fd_status size_from_hints(fd_problem *p, plan_lengths *len, fd_error *err) {
+  len->longest = keys_read(p, p->kv_capacity);
+  len->total = len->longest * p->batch;
+  if (!p->kv_len_hint) return FD_STATUS_OK;
+  len->longest = 0;
+  len->total = 0;
+  for (int32_t b = 0; b < p->batch; b++) {
+    const int32_t n = p->kv_len_hint[b];
+    if (n < 0 || n > p->kv_capacity)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "kv_len_hint[%d]: %d is outside [0, kv_capacity = %d]", b, n, p->kv_capacity);
+    if (keys_read(p, n) > len->longest) len->longest = keys_read(p, n);
+    len->total += keys_read(p, n);
   }
+  p->kv_len_hint = NULL;
+  return FD_STATUS_OK;
+}
 
-  fd_backend backend = p.backend;
-  if (backend == FD_BACKEND_AUTO)
-    backend = fd_cuda_available(p.device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
-  if (backend == FD_BACKEND_CUDA) {
-    /* not built in, no such device, below compute capability 8.0, or no code
-     * for it in this build: the message says which */
-    st = fd_cuda_check_device(p.device, err);
+/* Step 3, choose the backend: AUTO is CUDA where a usable device is (or a
+ * device's facts were given), else CPU. CUDA needs a usable device (not
+ * built in, no such device, below compute capability 8.0, or no code for it
+ * in this build: the message says which) and one of its head_dims. */
+static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_error *err) {
+  if (p->backend == FD_BACKEND_AUTO)
+    p->backend = given || fd_cuda_available(p->device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
+  if (p->backend != FD_BACKEND_CUDA) return FD_STATUS_OK;
+  if (!given) {
+    const fd_status st = fd_cuda_check_device(p->device, err);
     if (st != FD_STATUS_OK) return st;
-    if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 && p.head_dim != 128 &&
-        p.head_dim != 256)
+  }
+  if (p->head_dim != 64 && p->head_dim != 80 && p->head_dim != 96 && p->head_dim != 128 &&
+      p->head_dim != 256)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
+                   p->head_dim);
+  return FD_STATUS_OK;
+}
+
+/* Step 4, the device: CUDA reads what its multiprocessors hold of each
+ * kernel (fd_cuda_device_fit; `given` instead when set) and plans for
+ * problem.sm_count multiprocessors, or the device's; CPU and reference plan
+ * for their threads. */
+static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fit *fit,
+                             fd_plan *plan, fd_error *err) {
+  memset(fit, 0, sizeof *fit);
+  if (p->backend != FD_BACKEND_CUDA) {
+    if (p->num_threads == 0) p->num_threads = fd_cpu_default_threads();
+    plan->num_threads = p->num_threads;
+    plan->sm_count = p->num_threads;
+    return FD_STATUS_OK;
+  }
+  if (given) {
+    *fit = *given;
+    if (fit->split_blocks < 1 || fit->g.sm_count < 1)
       return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                     "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
-                     p.head_dim);
-  }
-  p.backend = backend;
-
-  plan->backend = backend;
-  plan->softmax_scale = p.softmax_scale != 0.0f ? p.softmax_scale : 1.0f / sqrtf((float)p.head_dim);
-  p.softmax_scale = plan->softmax_scale;
-  plan->kv_capacity = p.kv_capacity;
-  plan->chunk_len = FD_CHUNK_LEN;
-
-  int32_t slots = 1, blocks_per_sm = 1;
-  int wide_ok = 0;
-  if (backend == FD_BACKEND_CUDA) {
-    int32_t sms = p.sm_count;
-    if (sms == 0) {
-      st = fd_cuda_sm_count(p.device, &sms, err);
-      if (st != FD_STATUS_OK) return st;
-    }
-    plan->sm_count = sms;
-    slots = sms;
-    /* the config this device runs, from its shared memory (gpu_select.h) */
-    st = fd_cuda_kernel_fit(p.device, p.dtype, p.kv_dtype, p.head_dim, &blocks_per_sm, &wide_ok,
-                            err);
-    if (st != FD_STATUS_OK) return st;
+                     "device: the given facts hold no split-kernel block (%d an SM, %d SMs)",
+                     fit->split_blocks, fit->g.sm_count);
   } else {
-    plan->num_threads = p.num_threads > 0 ? p.num_threads : fd_cpu_default_threads();
-    p.num_threads = plan->num_threads;
-    plan->sm_count = plan->num_threads;
-    slots = plan->num_threads;
+    const fd_status st =
+        fd_cuda_device_fit(p->device, p->dtype, p->head_dim, fd_rows_kernel_shape(p), fit, err);
+    if (st != FD_STATUS_OK) return st;
   }
+  plan->sm_count = p->sm_count > 0 ? p->sm_count : fit->g.sm_count;
+  return FD_STATUS_OK;
+}
 
-  int64_t max_chunks = ceil_div(keys_read(&p, p.kv_capacity), FD_CHUNK_LEN);
+/* Step 5, choose the kernel: the reference or the CPU kernels; on CUDA,
+ * fp32 on the CUDA cores; the rows kernel for its shapes
+ * (fd_rows_kernel_shape: non-causal, many rows a kv head) where the device
+ * holds its block; else the tensor-core split kernel in the 4-warp config
+ * the device holds (FD_MMA_4W, or FD_MMA_LEAN where a 4W block does not
+ * fit). Whether the 8-warp config replaces the 4-warp one depends on the
+ * split count: choose_config, after it. */
+static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
+  if (p->backend == FD_BACKEND_REFERENCE) return FD_KERNEL_REFERENCE;
+  if (p->backend != FD_BACKEND_CUDA) return FD_KERNEL_CPU;
+  if (p->dtype == FD_DTYPE_F32) return FD_KERNEL_CUDA_F32;
+  if (fd_rows_kernel_shape(p) && fit->rows_blocks > 0) return FD_KERNEL_CUDA_ROWS;
+  return fd_mma_config_4w(&fit->g, p->head_dim) == FD_MMA_LEAN ? FD_KERNEL_CUDA_MMA_LEAN
+                                                                : FD_KERNEL_CUDA_MMA_4W;
+}
+
+/* The machine the split count is planned for, given the kernel: the 8-warp
+ * config is possible for the 16-bit split kernel over a cache of its own
+ * dtype (an fp8 cache has no 8-warp instance) where the device holds it. */
+static plan_machine machine_for(const fd_problem *p, const fd_plan *plan, fd_kernel kernel,
+                                const fd_cuda_fit *fit) {
+  plan_machine m = {plan->sm_count, 1, 0};
+  if (p->backend != FD_BACKEND_CUDA) return m;
+  m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS ? fit->rows_blocks : fit->split_blocks;
+  m.wide_ok = kernel == FD_KERNEL_CUDA_MMA_4W && p->kv_dtype == p->dtype &&
+              fd_mma_wide_ok(&fit->g, p->head_dim);
+  return m;
+}
+
+/* The automatic split count for `items` work items of `chunks` chunks each:
+ * the public heuristic with the kernel's blocks per SM. On CUDA the
+ * tensor-core split kernel takes the count for one block per multiprocessor
+ * instead when that count's blocks run the 8-warp config at head_dim >= 128
+ * (its grid fits the SMs with splits of >= 128 keys: one wide block an SM
+ * keeps twice the bytes in flight of two 4-warp ones, ~2 % faster at 8k to
+ * 32k keys, B=16), or when each split is short (at most
+ * FD_ONE_BLOCK_PER_SM_ELEMS keys x head_dim: a few long blocks beat twice
+ * as many half-length ones there, paged caches too). The fp32 and rows
+ * kernels keep the heuristic's count. */
+static int32_t auto_splits(const fd_problem *p, fd_kernel kernel, const plan_machine *m,
+                           int64_t items, int64_t chunks) {
+  int32_t splits = fd_num_splits_heuristic(items, chunks, m->slots, m->blocks_per_sm);
+  const int mma = kernel == FD_KERNEL_CUDA_MMA_4W || kernel == FD_KERNEL_CUDA_MMA_LEAN;
+  if (mma && m->blocks_per_sm > 1) {
+    const int32_t one = fd_num_splits_heuristic(items, chunks, m->slots, 1);
+    const int64_t keys = ceil_div(chunks, one) * FD_CHUNK_LEN;
+    const int wide = m->wide_ok && fd_cuda_wide_kernel(items * one, m->slots, keys);
+    if ((p->head_dim >= 128 && wide) ||
+        (one > 1 && keys * p->head_dim <= FD_ONE_BLOCK_PER_SM_ELEMS))
+      splits = one;
+  }
+  return splits;
+}
+
+/* CPU: the (sequence, split) items the automatic count aims for. At most
+ * the threads that will run (fd_cpu_run wakes one per 256 KB of K/V), and
+ * from 8 threads on, half the threads: two threads per (sequence, split),
+ * each on half of its kv heads (at B=1, 32/8 heads, 16 splits on 16 threads
+ * ran 1.7-3x slower than 8 at 4k-16k keys). */
+static int32_t cpu_slots(int32_t threads, double kv_bytes) {
+  int32_t slots = threads >= 8 ? threads / 2 : threads;
+  const double busy = floor(kv_bytes / (256.0 * 1024.0)) + 1.0;
+  if (busy < slots) slots = (int32_t)busy;
+  return slots < 1 ? 1 : slots;
+}
+
+/* The automatic split count (num_splits 0). A work item is one (sequence,
+ * kv head, split) on CUDA (the rows kernel: one a row tile too); the CPU
+ * backend runs all kv heads of a (sequence, split) in one thread, streaming
+ * through their side-by-side rows (a thread on one head of 8 reads a third
+ * as fast), so there an item is a (sequence, split). */
+static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
+                         const plan_lengths *len) {
+  const int64_t hint_chunks = ceil_div(len->longest, FD_CHUNK_LEN);
+  int64_t heads_per_item = p->backend == FD_BACKEND_CPU ? 1 : p->num_heads_kv;
+  if (p->backend == FD_BACKEND_CPU)
+    m.slots = cpu_slots(m.slots, 2.0 * (double)len->total * p->num_heads_kv * p->head_dim *
+                                     (double)fd_dtype_size(p->kv_dtype));
+  if (kernel == FD_KERNEL_CUDA_ROWS)
+    heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len);
+  int32_t splits = auto_splits(p, kernel, &m, (int64_t)p->batch * heads_per_item, hint_chunks);
+  /* Ragged batches (the longest hint above 1.5x the mean): the longest
+   * sequence's splits are the critical path. Cut it so that each of its
+   * splits holds about half the keys (whole chunks) an even share of the
+   * machine would: splits = ceil(2 * longest / even), even = heads_per_item
+   * * total / (slots * blocks_per_sm) keys; but never more splits than that
+   * sequence would get alone (a batch of one long and a few tiny sequences
+   * is planned like the long one). */
+  if (len->total > 0 && len->longest * 2 * p->batch > 3 * len->total) {
+    const double even =
+        (double)heads_per_item * (double)len->total / ((double)m.slots * m.blocks_per_sm);
+    double want = ceil(2.0 * (double)len->longest / even);
+    const int32_t alone = auto_splits(p, kernel, &m, heads_per_item, hint_chunks);
+    if (want > alone) want = alone;
+    if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
+    if (want > hint_chunks) want = (double)hint_chunks;
+    if (want > splits) splits = (int32_t)want;
+  }
+  return splits;
+}
+
+/* Step 6, choose the splits: 1 for the reference (the oracle never splits);
+ * fixed-length splits for the deterministic mode, enough for the longest
+ * sequence the plan serves; the automatic count; or num_splits as given.
+ * Then bounded: tensor-core splits of at most FD_MMA_MAX_SPLIT_KEYS keys
+ * (FD_ROWS_MAX_SPLIT_KEYS for the rows kernel's shapes, whichever kernel
+ * the device runs them on, so the count does not follow shared memory),
+ * never more splits than chunks, at most FD_MAX_SPLITS. Sets num_splits and
+ * split_keys, the keys a split of the longest sequence holds. */
+static fd_status choose_splits(const fd_problem *p, fd_kernel kernel, const plan_machine *m,
+                               const plan_lengths *len, fd_plan *plan, fd_error *err) {
+  int64_t max_chunks = ceil_div(keys_read(p, p->kv_capacity), FD_CHUNK_LEN);
   if (max_chunks < 1) max_chunks = 1;
   int32_t splits;
-  if (backend == FD_BACKEND_REFERENCE) {
-    splits = 1; /* the oracle never splits */
-  } else if (p.deterministic) {
-    /* fixed-length splits: enough for the longest sequence the plan serves */
-    const int64_t keys = keys_read(&p, p.kv_capacity);
+  if (p->backend == FD_BACKEND_REFERENCE) {
+    splits = 1;
+  } else if (p->deterministic) {
+    const int64_t keys = keys_read(p, p->kv_capacity);
     if (keys > FD_DETERMINISTIC_MAX_KEYS)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                      "kv_capacity: %d keys read a sequence exceed the deterministic mode's %d "
                      "(FD_DETERMINISTIC_MAX_KEYS)",
-                     p.kv_capacity, FD_DETERMINISTIC_MAX_KEYS);
+                     p->kv_capacity, FD_DETERMINISTIC_MAX_KEYS);
     splits = (int32_t)ceil_div(keys > 0 ? keys : 1, FD_DETERMINISTIC_SPLIT_LEN);
-  } else if (p.num_splits == 0) {
-    int64_t hint_chunks = ceil_div(longest, FD_CHUNK_LEN);
-    /* A work item: one (sequence, kv head, split) on CUDA. The CPU backend
-     * runs all kv heads of a (sequence, split) in one thread, streaming
-     * through their side-by-side rows (a thread on one head of 8 reads a
-     * third as fast: bench/NOTES.md, CPU backend), so there an item is a
-     * (sequence, split) and the threads want >= one each. */
-    int64_t heads_per_item = backend == FD_BACKEND_CPU ? 1 : p.num_heads_kv;
-    if (backend == FD_BACKEND_CPU)
-      slots = cpu_slots(slots, 2.0 * (double)total * p.num_heads_kv * p.head_dim *
-                                   (double)fd_dtype_size(p.kv_dtype));
-    /* The rows kernel (non-causal, many rows a kv head): a block per (kv
-     * head, row tile), its own occupancy, no 8-warp config. */
-    const int32_t rows_bps = backend == FD_BACKEND_CUDA && fd_rows_kernel_shape(&p)
-                                 ? fd_cuda_rows_fit(p.device, p.dtype, p.head_dim)
-                                 : 0;
-    if (rows_bps > 0) {
-      heads_per_item *= fd_rows_tiles(p.num_heads_q / p.num_heads_kv, p.q_len);
-      blocks_per_sm = rows_bps;
-      wide_ok = 0;
-    }
-    splits = auto_splits(&p, backend, (int64_t)p.batch * heads_per_item, hint_chunks, slots,
-                         blocks_per_sm, wide_ok, rows_bps > 0);
-    /* Ragged batches (the longest hint above 1.5x the mean): the longest
-     * sequence's splits are the critical path. Cut it so that each of its
-     * splits holds about half the keys (whole chunks) an even share of the
-     * machine would: splits = ceil(2 * longest / even), even = heads_per_item
-     * * total / (slots * blocks_per_sm) keys; but never more splits than that
-     * sequence would get alone (a batch of one long and a few tiny sequences
-     * is planned like the long one). Measured on Mooncake and Azure batches
-     * (bench/NOTES.md). */
-    if (total > 0 && longest * 2 * p.batch > 3 * total) {
-      double even = (double)heads_per_item * (double)total / ((double)slots * blocks_per_sm);
-      double want = ceil(2.0 * (double)longest / even);
-      const int32_t alone = auto_splits(&p, backend, heads_per_item, hint_chunks, slots,
-                                        blocks_per_sm, wide_ok, rows_bps > 0);
-      if (want > alone) want = alone;
-      if (want > FD_MAX_AUTO_SPLITS) want = FD_MAX_AUTO_SPLITS;
-      if (want > hint_chunks) want = (double)hint_chunks;
-      if (want > splits) splits = (int32_t)want;
-    }
+  } else if (p->num_splits == 0) {
+    splits = auto_plan(p, kernel, *m, len);
   } else {
-    splits = p.num_splits;
+    splits = p->num_splits;
   }
-  if (backend == FD_BACKEND_CUDA && p.dtype != FD_DTYPE_F32 && !p.deterministic) {
-    /* bounded tensor-core sums (FD_MMA_MAX_SPLIT_KEYS, internal.h; the rows
-     * kernel's shapes FD_ROWS_MAX_SPLIT_KEYS), for the longest sequence the
-     * plan expects (kv_len_hint when given) */
+  if (p->backend == FD_BACKEND_CUDA && p->dtype != FD_DTYPE_F32 && !p->deterministic) {
     const int64_t need = ceil_div(
-        longest, fd_rows_kernel_shape(&p) ? FD_ROWS_MAX_SPLIT_KEYS : FD_MMA_MAX_SPLIT_KEYS);
+        len->longest, fd_rows_kernel_shape(p) ? FD_ROWS_MAX_SPLIT_KEYS : FD_MMA_MAX_SPLIT_KEYS);
     if (need > splits) splits = need > FD_MAX_SPLITS ? FD_MAX_SPLITS : (int32_t)need;
   }
   if (splits > max_chunks) splits = (int32_t)max_chunks;
   if (splits > FD_MAX_SPLITS) splits = FD_MAX_SPLITS;
   if (splits < 1) splits = 1;
   plan->num_splits = splits;
-  {
-    const int64_t chunks = ceil_div(longest, FD_CHUNK_LEN);
-    const int64_t keys = ceil_div(chunks > 0 ? chunks : 1, splits) * FD_CHUNK_LEN;
-    plan->split_keys = keys > INT32_MAX ? INT32_MAX : (int32_t)keys;
-  }
+  const int64_t chunks = ceil_div(len->longest, FD_CHUNK_LEN);
+  const int64_t keys = ceil_div(chunks > 0 ? chunks : 1, splits) * FD_CHUNK_LEN;
+  plan->split_keys = keys > INT32_MAX ? INT32_MAX : (int32_t)keys;
+  return FD_STATUS_OK;
+}
 
-  if (splits > 1) {
-    /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);
-     * checked in double before any integer product can overflow. */
-    double need = (double)p.batch * p.num_heads_q * p.q_len * splits * (p.head_dim + 2) * 4.0;
-    if (need > (double)((size_t)1 << 52))
-      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                     "batch: %d x num_heads_q %d x q_len %d x num_splits %d needs a %.3g-byte "
-                     "workspace, beyond what can be addressed",
-                     p.batch, p.num_heads_q, p.q_len, splits, need);
-    int64_t rows = (int64_t)p.batch * p.num_heads_q * p.q_len;
-    size_t off = 0;
-    plan->ws_partial_o = off;
-    off += (size_t)rows * splits * p.head_dim * sizeof(float);
-    off = align_up(off, 256);
-    plan->ws_partial_ml = off;
-    off += (size_t)rows * splits * 2 * sizeof(float);
-    off = align_up(off, 256);
-    plan->ws_counters = off;
-    off += (size_t)p.batch * p.num_heads_kv * sizeof(uint32_t);
-    plan->workspace_size = align_up(off, 256);
-  }
+/* Step 7, the configuration: the 4-warp tensor-core kernel becomes the
+ * 8-warp one where the device runs it and the grid is no larger than the
+ * GPU, with splits of at least its 128-key tile (fd_cuda_wide_kernel): one
+ * block an SM either way, twice the bytes in flight. Never in the
+ * deterministic mode, whose config must not follow the grid (the 8-warp
+ * key-warp partition sums in another order; FD_MMA_4W and FD_MMA_LEAN sum
+ * alike). */
+static fd_kernel choose_config(const fd_problem *p, fd_kernel kernel, const plan_machine *m,
+                               const fd_plan *plan) {
+  const int64_t blocks = (int64_t)plan->num_splits * p->num_heads_kv * p->batch;
+  if (kernel == FD_KERNEL_CUDA_MMA_4W && m->wide_ok && !p->deterministic &&
+      fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys))
+    return FD_KERNEL_CUDA_MMA_WIDE;
+  return kernel;
+}
+
+/* Step 8, lay out the workspace (splits > 1 only): partial outputs, their
+ * (m, l) pairs and the combine's counters, each 256-byte aligned. */
+static fd_status lay_out_workspace(const fd_problem *p, fd_plan *plan, fd_error *err) {
+  const int32_t splits = plan->num_splits;
+  if (splits <= 1) return FD_STATUS_OK;
+  /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);
+   * checked in double before any integer product can overflow. */
+  const double need =
+      (double)p->batch * p->num_heads_q * p->q_len * splits * (p->head_dim + 2) * 4.0;
+  if (need > (double)((size_t)1 << 52))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "batch: %d x num_heads_q %d x q_len %d x num_splits %d needs a %.3g-byte "
+                   "workspace, beyond what can be addressed",
+                   p->batch, p->num_heads_q, p->q_len, splits, need);
+  const int64_t rows = (int64_t)p->batch * p->num_heads_q * p->q_len;
+  size_t off = 0;
+  plan->ws_partial_o = off;
+  off += (size_t)rows * splits * p->head_dim * sizeof(float);
+  off = align_up(off, 256);
+  plan->ws_partial_ml = off;
+  off += (size_t)rows * splits * 2 * sizeof(float);
+  off = align_up(off, 256);
+  plan->ws_counters = off;
+  off += (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t);
+  plan->workspace_size = align_up(off, 256);
+  return FD_STATUS_OK;
+}
+
+/* The steps in order; *plan is written only when all succeed (zeroed
+ * otherwise, so a failed plan cannot be run: magic 0). */
+static fd_status make_plan(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
+                           fd_error *err) {
+  fd_status st = check_problem(problem, err);
+  if (st != FD_STATUS_OK) return st;
+
+  fd_problem p = *problem;
+  resolve_problem(&p);
+  plan_lengths len;
+  if ((st = size_from_hints(&p, &len, err)) != FD_STATUS_OK) return st;
+  if ((st = choose_backend(&p, fit, err)) != FD_STATUS_OK) return st;
+  fd_cuda_fit dev;
+  if ((st = read_device(&p, fit, &dev, plan, err)) != FD_STATUS_OK) return st;
+  fd_kernel kernel = choose_kernel(&p, &dev);
+  const plan_machine m = machine_for(&p, plan, kernel, &dev);
+  if ((st = choose_splits(&p, kernel, &m, &len, plan, err)) != FD_STATUS_OK) return st;
+  kernel = choose_config(&p, kernel, &m, plan);
+  if ((st = lay_out_workspace(&p, plan, err)) != FD_STATUS_OK) return st;
+
+  plan->backend = p.backend;
+  plan->kernel = kernel;
+  plan->softmax_scale = p.softmax_scale;
+  plan->kv_capacity = p.kv_capacity;
+  plan->chunk_len = FD_CHUNK_LEN;
   plan->problem = p;
   plan->magic = FD_PLAN_MAGIC;
   return fd_ok(err);
+}
+
+fd_status fd_plan_init_fit(fd_plan *plan, const fd_problem *problem, const fd_cuda_fit *fit,
+                           fd_error *err) {
+  if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
+  memset(plan, 0, sizeof *plan);
+  if (!problem) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "problem: NULL");
+  fd_plan made;
+  memset(&made, 0, sizeof made);
+  const fd_status st = make_plan(&made, problem, fit, err);
+  if (st == FD_STATUS_OK) *plan = made;
+  return st;
+}
+
+fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error *err) {
+  return fd_plan_init_fit(plan, problem, NULL, err);
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "internal.h"
+#include "row_keys.h"
 
 static const char *scale_name(fd_kv_scale s) {
   switch (s) {
@@ -70,13 +71,10 @@ fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, f
         if (!scale_ok(ptr[w][i])) return bad_scale(err, name[w], i, ptr[w][i]);
     return FD_STATUS_OK;
   }
-  /* per token: the positions some row reads, [first row's window start, kv_len) */
+  /* per token: the positions some row sees, [fd_first_seen_key, kv_len) */
   for (int32_t b = 0; b < p->batch; b++) {
     const int32_t n = t->kv_len[b];
-    int32_t lo = 0;
-    if (p->window_left >= 0 && (int64_t)n - p->q_len - p->window_left > 0)
-      lo = n - p->q_len - p->window_left;
-    for (int32_t j = lo; j < n; j++)
+    for (int32_t j = fd_first_seen_key(n, p->q_len, p->window_left); j < n; j++)
       for (int32_t hk = 0; hk < p->num_heads_kv; hk++) {
         const int64_t i = fd_scale_index(plan, t->block_table, t->block_table_stride,
                                          t->scale_strides, b, j, hk);

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "row_keys.h"
+
 #if defined(__CUDACC__)
 #define FD_HD __host__ __device__ __forceinline__
 #else
@@ -23,18 +25,16 @@ FD_HD int32_t fd_split_len(int32_t kv_len, int32_t chunk_len, int32_t num_splits
   return len > INT32_MAX ? INT32_MAX : (int32_t)len;
 }
 
-/* The first key any row of a sequence may see, rounded down to a multiple of
- * chunk_len: 0 without a window (window_left < 0), else
- * max(0, kv_len - q_len - window_left) rounded down (the first row's window
- * starts there). Splits cut keys [start, kv_len): pass kv_len - start as the
- * length to the functions above and add start to the ranges. Rounding down
- * keeps tiles and paged copies on multiples of chunk_len keys. */
+/* The first key any row of a sequence may see (fd_first_seen_key,
+ * row_keys.h: 0 without a window, i.e. window_left < 0 as the plan resolves
+ * it), rounded down to a multiple of chunk_len. Splits cut keys
+ * [start, kv_len): pass kv_len - start as the length to the functions above
+ * and add start to the ranges. Rounding down keeps tiles and paged copies on
+ * multiples of chunk_len keys. */
 FD_HD int32_t fd_window_start(int32_t kv_len, int32_t q_len, int32_t window_left,
                               int32_t chunk_len) {
-  if (window_left < 0 || kv_len <= 0) return 0;
-  int64_t lo = (int64_t)kv_len - q_len - window_left;
-  if (lo <= 0) return 0;
-  return (int32_t)(lo / chunk_len * chunk_len);
+  const int32_t lo = fd_first_seen_key(kv_len, q_len, window_left);
+  return lo / chunk_len * chunk_len;
 }
 
 /* Keys per split of a sequence: fixed_len when the plan fixes it (the

@@ -4,6 +4,7 @@
  * rejected fd_run writes nothing (out and lse keep their NaN poison). Also
  * status names, backend names, dtype sizes and the version macros.
  */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,6 +194,9 @@ static void m_soft_cap_nan(fd_problem *p) { p->logits_soft_cap = NAN; }
 static void m_soft_cap_inf(fd_problem *p) { p->logits_soft_cap = INFINITY; }
 static void m_soft_cap_neg_inf(fd_problem *p) { p->logits_soft_cap = -INFINITY; }
 static void m_soft_cap_tiny_neg(fd_problem *p) { p->logits_soft_cap = -1e-30f; }
+/* below FLT_MIN: 1 / cap overflows float, a zero score would become NaN */
+static void m_soft_cap_subnormal(fd_problem *p) { p->logits_soft_cap = 1e-39f; }
+static void m_soft_cap_denorm_min(fd_problem *p) { p->logits_soft_cap = 1.4e-45f; }
 static void m_non_causal2(fd_problem *p) { p->non_causal = 2; }
 static void m_no_pdl2(fd_problem *p) { p->no_pdl = 2; }
 static void m_no_pdl_neg(fd_problem *p) { p->no_pdl = -1; }
@@ -248,6 +252,8 @@ static void test_plan_bad_fields(void **state) {
       {"logits_soft_cap inf", "logits_soft_cap", m_soft_cap_inf},
       {"logits_soft_cap -inf", "logits_soft_cap", m_soft_cap_neg_inf},
       {"logits_soft_cap -1e-30", "logits_soft_cap", m_soft_cap_tiny_neg},
+      {"logits_soft_cap 1e-39", "logits_soft_cap", m_soft_cap_subnormal},
+      {"logits_soft_cap 1.4e-45", "logits_soft_cap", m_soft_cap_denorm_min},
       {"non_causal 2", "non_causal", m_non_causal2},
       {"no_pdl 2", "no_pdl", m_no_pdl2},
       {"no_pdl -1", "no_pdl", m_no_pdl_neg},
@@ -332,13 +338,26 @@ static void test_plan_variants_accepted(void **state) {
         assert_int_equal(plan.problem.has_window, windows[i] >= 0);
         assert_int_equal(plan.problem.window_left, windows[i]);
       }
-      const float caps[] = {1e-30f, 1.0f, 50.0f, 3.0e38f};
+      const float caps[] = {FLT_MIN, 1e-30f, 1.0f, 50.0f, 3.0e38f};
       for (size_t i = 0; i < sizeof caps / sizeof *caps; i++) {
         fd_problem v = p;
         v.logits_soft_cap = caps[i];
         snprintf(what, sizeof what, "%s logits_soft_cap %g", fd_backend_name(p.backend), (double)caps[i]);
         expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_OK, &err, NULL, what);
         assert_true(plan.problem.logits_soft_cap == caps[i]);
+      }
+      {
+        /* just below the smallest accepted cap: refused, the message names it */
+        fd_problem v = p;
+        v.logits_soft_cap = nextafterf(FLT_MIN, 0.0f);
+        snprintf(what, sizeof what, "%s logits_soft_cap below FLT_MIN", fd_backend_name(p.backend));
+        expect_status(fd_plan_init(&plan, &v, &err), FD_STATUS_INVALID_ARGUMENT, &err,
+                      "logits_soft_cap", what);
+        char smallest[32];
+        snprintf(smallest, sizeof smallest, ">= %g", (double)FLT_MIN);
+        if (!strstr(err.message, smallest))
+          fail_msg("%s: message \"%s\" does not give the smallest cap (%s)", what, err.message,
+                   smallest);
       }
       const int32_t qs[] = {1, 17, 64, FD_MAX_Q_LEN_NON_CAUSAL};
       for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
@@ -727,6 +746,28 @@ static void test_decode_variants(void **state) {
   expect_status(fd_decode(&good, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode window 10, soft-cap 5");
   assert_false(outputs_untouched(f));
   free_fixture(f);
+
+  /* The smallest soft-cap: zero scores (q = 0) stay 0 (1 / cap is finite:
+   * below FLT_MIN it overflowed and 0 * inf made every output NaN); one
+   * below it is refused, nothing written. CPU and reference. */
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++) {
+    f = make_fixture(backends[bi], 0);
+    memset(f->q, 0, sizeof f->q);
+    fd_problem tiny = f->problem;
+    tiny.logits_soft_cap = nextafterf(FLT_MIN, 0.0f);
+    poison_outputs(f);
+    expect_status(fd_decode(&tiny, &f->t, NULL, &err), FD_STATUS_INVALID_ARGUMENT, &err,
+                  "logits_soft_cap", "decode soft-cap below FLT_MIN");
+    assert_true(outputs_untouched(f));
+    tiny.logits_soft_cap = FLT_MIN;
+    expect_status(fd_decode(&tiny, &f->t, NULL, &err), FD_STATUS_OK, &err, NULL, "decode soft-cap FLT_MIN");
+    for (size_t i = 0; i < sizeof f->out / sizeof *f->out; i++)
+      if (!isfinite(f->out[i])) fail_msg("%s soft-cap FLT_MIN: out[%zu] = %g", fd_backend_name(backends[bi]), i, (double)f->out[i]);
+    for (size_t i = 0; i < sizeof f->lse / sizeof *f->lse; i++)
+      if (!isfinite(f->lse[i])) fail_msg("%s soft-cap FLT_MIN: lse[%zu] = %g", fd_backend_name(backends[bi]), i, (double)f->lse[i]);
+    free_fixture(f);
+  }
 }
 
 /* ---- Names and versions ---------------------------------------------------------------- */

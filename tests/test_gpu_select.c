@@ -269,11 +269,18 @@ static int device_main(void) {
   for (size_t di = 0; di < 3; di++) {
     for (size_t i = 0; i < NDIMS; i++) {
       const int32_t hd = HEAD_DIMS[i];
-      int32_t bps = 0;
-      int wide = 0;
-      const fd_status st = fd_cuda_kernel_fit(0, dtypes[di], dtypes[di], hd, &bps, &wide, &err);
+      fd_cuda_fit fit;
+      const fd_status st = fd_cuda_device_fit(0, dtypes[di], hd, 1, &fit, &err);
       CHECK(st == FD_STATUS_OK, "dtype %d head_dim %d: %s", (int)dtypes[di], hd, err.message);
       if (st != FD_STATUS_OK) continue;
+      const int32_t bps = fit.split_blocks;
+      /* the 8-warp config: 16-bit q and cache where the device holds it */
+      const int wide = dtypes[di] != FD_DTYPE_F32 && fd_mma_wide_ok(&fit.g, hd);
+      CHECK(memcmp(&fit.g, &g, sizeof g) == 0, "dtype %d head_dim %d: another budget",
+            (int)dtypes[di], hd);
+      if (dtypes[di] != FD_DTYPE_F32 && (hd == 64 || hd == 128))
+        CHECK(fit.rows_blocks == 0 || fit.rows_blocks <= fd_gpu_blocks_fit(&g, FD_ROWS_SMEM(hd)),
+              "head_dim %d: %d rows-kernel blocks an SM", hd, fit.rows_blocks);
       CHECK(bps >= 1, "dtype %d head_dim %d: %d blocks an SM", (int)dtypes[di], hd, bps);
       if (dtypes[di] == FD_DTYPE_F32) {
         if (di == 2 && i == 0) printf("  float32 (CUDA cores):");

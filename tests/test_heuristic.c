@@ -2,8 +2,10 @@
  * test_heuristic.c — fd_num_splits_heuristic as a pure function over
  * simulated machines (8, 78, 108, 132 multiprocessors), and the split count
  * and workspace layout fd_plan_init derives from it (CUDA plans with a
- * simulated sm_count when a GPU is present; CPU plans, whose slots are
- * num_threads, everywhere).
+ * simulated sm_count, on the GPU when one is present, else for an H100's
+ * facts through fd_plan_init_fit; CPU plans, whose slots are num_threads),
+ * and the kernel each plan records (fd_plan.kernel) for simulated H100, A100
+ * and sm_86 budgets: no GPU needed.
  *
  * The rule (flashdecode.h, plan.c), from which the worked values below are
  * derived by hand: slots = sm_count * blocks_per_sm; 1 when max_chunks <= 1
@@ -277,18 +279,17 @@ static void test_plan_explicit_and_hint(void **state) {
 /* The least split count of a CUDA 16-bit plan of 2^20 keys (plan.c). */
 #define MMA_LEAST_SPLITS ((1 << 20) / FD_MMA_MAX_SPLIT_KEYS)
 
-/* CUDA plans for simulated GPUs (needs the CUDA backend to be available). */
+static fd_plan plan_cuda(const fd_problem *p);
+
+/* CUDA plans for simulated GPUs (sm_count set): on the GPU when there is
+ * one, else for an H100's budget (fd_plan_init_fit). */
 static void test_plan_cuda_simulated(void **state) {
   (void)state;
-  if (!fd_backend_available(FD_BACKEND_CUDA)) {
-    print_message("CUDA backend not available: simulated-GPU plans not checked\n");
-    skip();
-  }
   int32_t prev = 1;
   for (size_t si = 0; si < sizeof SMS / sizeof *SMS; si++) {
     fd_problem p = problem(FD_BACKEND_CUDA, 1, 1, 1 << 20);
     p.sm_count = SMS[si];
-    fd_plan plan = plan_ok(&p);
+    fd_plan plan = plan_cuda(&p);
     assert_int_equal(plan.sm_count, SMS[si]);
     assert_int_equal(plan.backend, FD_BACKEND_CUDA);
     /* The plan uses the public heuristic with some resident-blocks count,
@@ -314,19 +315,223 @@ static void test_plan_cuda_simulated(void **state) {
     pair.sm_count = SMS[si];
     const int32_t pair_hint[2] = {16384, 1};
     pair.kv_len_hint = pair_hint;
-    if (plan_ok(&pair).num_splits > plan_ok(&alone).num_splits)
+    if (plan_cuda(&pair).num_splits > plan_cuda(&alone).num_splits)
       fail_msg("sm=%d: ragged pair %d splits, more than the long sequence alone (%d)", SMS[si],
-               plan_ok(&pair).num_splits, plan_ok(&alone).num_splits);
+               plan_cuda(&pair).num_splits, plan_cuda(&alone).num_splits);
 
     /* A full machine: 8 kv heads x batch 64 >= every plausible slot count.
      * The heuristic says 1; 1M keys of bf16 still take the tensor-core
      * bound's splits, and FD_MMA_MAX_SPLIT_KEYS keys take 1. */
     fd_problem full = problem(FD_BACKEND_CUDA, 64, 8, 1 << 20);
     full.sm_count = SMS[si];
-    assert_int_equal(plan_ok(&full).num_splits, MMA_LEAST_SPLITS);
+    assert_int_equal(plan_cuda(&full).num_splits, MMA_LEAST_SPLITS);
     full.kv_capacity = FD_MMA_MAX_SPLIT_KEYS;
-    assert_int_equal(plan_ok(&full).num_splits, 1);
+    assert_int_equal(plan_cuda(&full).num_splits, 1);
   }
+}
+
+/* ---- The recorded kernel (fd_plan.kernel) on simulated GPUs ------------------------------ */
+
+/* Budgets the CUDA runtime reports (test_gpu_select.c has the same). */
+#define KB 1024
+static const fd_gpu_budget H100 = {9, 0, 132, 227 * KB, 228 * KB, KB, 90}; /* H100 / H200 */
+static const fd_gpu_budget A100 = {8, 0, 108, 163 * KB, 164 * KB, KB, 80};
+static const fd_gpu_budget SM86 = {8, 6, 84, 99 * KB, 100 * KB, KB, 80};
+/* compute_80 PTX JIT-compiled on an H100: the budget holds the 8-warp block,
+ * the code has none */
+static const fd_gpu_budget H100_PTX80 = {9, 0, 132, 227 * KB, 228 * KB, KB, 80};
+
+/* The facts fd_cuda_device_fit would report, with registers allowing every
+ * block shared memory does (fp32: 3 blocks an SM, an arbitrary count). */
+static fd_cuda_fit fit_for(const fd_gpu_budget *g, const fd_problem *p) {
+  fd_cuda_fit f;
+  memset(&f, 0, sizeof f);
+  f.g = *g;
+  if (p->dtype == FD_DTYPE_F32) {
+    f.split_blocks = 3;
+  } else {
+    const int cfg = fd_mma_config_4w(g, p->head_dim);
+    assert_true(cfg >= 0);
+    f.split_blocks = fd_gpu_blocks_fit(g, fd_mma_smem_bytes(p->head_dim, (fd_mma_config)cfg));
+  }
+  if (p->head_dim == 64 || p->head_dim == 128)
+    f.rows_blocks = fd_gpu_blocks_fit(g, FD_ROWS_SMEM(p->head_dim));
+  return f;
+}
+
+static fd_plan plan_on(const fd_gpu_budget *g, const fd_problem *p) {
+  const fd_cuda_fit f = fit_for(g, p);
+  fd_plan plan;
+  fd_error err;
+  const fd_status st = fd_plan_init_fit(&plan, p, &f, &err);
+  if (st != FD_STATUS_OK) fail_msg("fd_plan_init_fit: %s: %s", fd_status_name(st), err.message);
+  assert_int_equal(plan.backend, FD_BACKEND_CUDA);
+  assert_int_equal(plan.sm_count, p->sm_count ? p->sm_count : g->sm_count);
+  check_workspace_layout(&plan);
+  return plan;
+}
+
+/* A CUDA plan: from the GPU when there is one, else for an H100. */
+static fd_plan plan_cuda(const fd_problem *p) {
+  return fd_backend_available(FD_BACKEND_CUDA) ? plan_ok(p) : plan_on(&H100, p);
+}
+
+/* fp16, B=1, 32 query heads over 8 kv heads, head_dim 128, kv_capacity keys. */
+static fd_problem decode_problem(int32_t batch, int32_t kv_capacity) {
+  fd_problem p = problem(FD_BACKEND_CUDA, batch, 8, kv_capacity);
+  p.dtype = FD_DTYPE_F16;
+  return p;
+}
+
+#define EXPECT_KERNEL(plan, k)                                                                  \
+  do {                                                                                          \
+    if ((plan).kernel != (k))                                                                   \
+      fail_msg("line %d: kernel %d, expected %s (%d); %d splits of %d keys", __LINE__,         \
+               (int)(plan).kernel, #k, (int)(k), (plan).num_splits, (plan).split_keys);        \
+  } while (0)
+
+static void test_plan_kernel(void **state) {
+  (void)state;
+  /* H100, B=1, 16k keys: 8 kv heads x 16 splits of 1024 keys = 128 blocks,
+   * no more than the 132 SMs: the 8-warp config, one block an SM (the
+   * one-block-an-SM count, not the occupancy's 2 blocks an SM). */
+  fd_problem p = decode_problem(1, 16384);
+  fd_plan plan = plan_on(&H100, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_WIDE);
+  assert_int_equal(plan.num_splits, 16);
+  assert_int_equal(plan.split_keys, 1024);
+  /* the same at head_dim 64 (short splits: one block an SM) and 256 */
+  p.head_dim = 64;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_WIDE);
+  assert_int_equal(plan_on(&H100, &p).num_splits, 16);
+  p.head_dim = 256;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_WIDE);
+  p.head_dim = 128;
+  /* bf16 alike */
+  p.dtype = FD_DTYPE_BF16;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_WIDE);
+  p.dtype = FD_DTYPE_F16;
+
+  /* The deterministic mode: always a 4-warp config (fixed 2048-key splits). */
+  p.deterministic = 1;
+  plan = plan_on(&H100, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_4W);
+  assert_int_equal(plan.num_splits, 16384 / FD_DETERMINISTIC_SPLIT_LEN);
+  plan = plan_on(&SM86, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_LEAN);
+  assert_int_equal(plan.num_splits, 16384 / FD_DETERMINISTIC_SPLIT_LEN);
+  p.deterministic = 0;
+
+  /* An fp8 cache has no 8-warp instance: the 4-warp config. At 16k keys
+   * still the one-block-an-SM count (16 splits of 1024 keys x head_dim 128
+   * = FD_ONE_BLOCK_PER_SM_ELEMS); at 32k keys (16 of 2048 would exceed it)
+   * the heuristic's count at the occupancy's 2 blocks an SM. */
+  p.kv_dtype = FD_DTYPE_E4M3;
+  plan = plan_on(&H100, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_4W);
+  assert_int_equal(plan.num_splits, 16);
+  p.kv_capacity = 32768;
+  plan = plan_on(&H100, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_4W);
+  assert_int_equal(plan.num_splits, fd_num_splits_heuristic(8, 32768 / 64, 132, 2));
+  assert_int_not_equal(plan.num_splits, fd_num_splits_heuristic(8, 32768 / 64, 132, 1));
+  p.kv_capacity = 16384;
+  p.kv_dtype = FD_DTYPE_E5M2;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_4W);
+  p.kv_dtype = 0;
+
+  /* fp32: the CUDA-core kernel, the heuristic at its occupancy. */
+  p.dtype = FD_DTYPE_F32;
+  plan = plan_on(&H100, &p);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_F32);
+  assert_int_equal(plan.num_splits, fd_num_splits_heuristic(8, 16384 / 64, 132, 3));
+  EXPECT_KERNEL(plan_on(&SM86, &p), FD_KERNEL_CUDA_F32);
+  p.dtype = FD_DTYPE_F16;
+
+  /* A grid larger than the GPU (B=64: 512 blocks unsplit): 4-warp. */
+  fd_problem big = decode_problem(64, 4096);
+  plan = plan_on(&H100, &big);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_4W);
+  assert_int_equal(plan.num_splits, 1);
+  /* Splits shorter than the 8-warp tile (128 keys): 4-warp. 1 kv head, 100
+   * keys: 2 chunks, 2 splits of 64 keys. */
+  fd_problem tiny = decode_problem(1, 100);
+  tiny.num_heads_kv = 1, tiny.num_heads_q = 4;
+  plan = plan_on(&H100, &tiny);
+  assert_int_equal(plan.split_keys, 64);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_4W);
+  /* The same grid on fewer SMs than blocks (sm_count 100 < 128): 4-warp. */
+  p.num_splits = 16;
+  p.sm_count = 100;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_4W);
+  p.sm_count = 0;
+  EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_WIDE);
+  p.num_splits = 0;
+
+  /* No 8-warp config without its code (compute_80 PTX on an H100) or its
+   * shared memory (A100: 163 KB a block; sm_86: 99 KB). */
+  EXPECT_KERNEL(plan_on(&H100_PTX80, &p), FD_KERNEL_CUDA_MMA_4W);
+  EXPECT_KERNEL(plan_on(&A100, &p), FD_KERNEL_CUDA_MMA_4W);
+  EXPECT_KERNEL(plan_on(&SM86, &p), FD_KERNEL_CUDA_MMA_LEAN);
+  p.head_dim = 64; /* the 4-warp block fits 99 KB at head_dim 64 */
+  EXPECT_KERNEL(plan_on(&SM86, &p), FD_KERNEL_CUDA_MMA_4W);
+  for (int32_t hd = 80; hd <= 256; hd = hd == 96 ? 128 : hd == 128 ? 256 : hd + 16) {
+    p.head_dim = hd;
+    EXPECT_KERNEL(plan_on(&SM86, &p), FD_KERNEL_CUDA_MMA_LEAN);
+    EXPECT_KERNEL(plan_on(&A100, &p), FD_KERNEL_CUDA_MMA_4W);
+    EXPECT_KERNEL(plan_on(&H100, &p), FD_KERNEL_CUDA_MMA_WIDE);
+  }
+  p.head_dim = 128;
+
+  /* The rows kernel: non-causal, fp16/bf16 over the same cache dtype,
+   * head_dim 64 or 128, >= FD_ROWS_MIN rows a kv head (4 x 16 = 64), and a
+   * device that holds its block (114,880 B at head_dim 128: not sm_86's
+   * 99 KB, which runs the lean split kernel). */
+  fd_problem nc = decode_problem(2, 8192);
+  nc.non_causal = 1, nc.q_len = 16;
+  plan = plan_on(&H100, &nc);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_ROWS);
+  EXPECT_KERNEL(plan_on(&A100, &nc), FD_KERNEL_CUDA_ROWS);
+  EXPECT_KERNEL(plan_on(&SM86, &nc), FD_KERNEL_CUDA_MMA_LEAN);
+  nc.deterministic = 1; /* the rows kernel's shapes run it in the deterministic mode too */
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_ROWS);
+  nc.deterministic = 0;
+  nc.head_dim = 64;
+  EXPECT_KERNEL(plan_on(&SM86, &nc), FD_KERNEL_CUDA_ROWS);
+  /* a device whose rows block does not fit (rows_blocks 0): the split kernel */
+  {
+    fd_cuda_fit f = fit_for(&H100, &nc);
+    f.rows_blocks = 0;
+    fd_error err;
+    assert_int_equal(fd_plan_init_fit(&plan, &nc, &f, &err), FD_STATUS_OK);
+    assert_int_not_equal(plan.kernel, FD_KERNEL_CUDA_ROWS);
+  }
+  nc.head_dim = 96; /* no rows instance: the split kernel (2 x 8 x 8 splits fit the SMs) */
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_MMA_WIDE);
+  nc.head_dim = 128;
+  nc.q_len = 4; /* 16 rows a kv head: below FD_ROWS_MIN */
+  plan = plan_on(&H100, &nc);
+  assert_false(fd_rows_kernel_shape(&plan.problem));
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_MMA_WIDE);
+  nc.q_len = 16;
+  nc.kv_dtype = FD_DTYPE_E4M3; /* fp8 cache: no rows kernel */
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_MMA_4W);
+  nc.kv_dtype = 0;
+  nc.dtype = FD_DTYPE_F32;
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_F32);
+
+  /* CPU and reference plans record their own kernels. */
+  fd_problem c = problem(FD_BACKEND_CPU, 1, 8, 4096);
+  c.num_threads = 4;
+  EXPECT_KERNEL(plan_ok(&c), FD_KERNEL_CPU);
+  c.backend = FD_BACKEND_REFERENCE;
+  EXPECT_KERNEL(plan_ok(&c), FD_KERNEL_REFERENCE);
+  /* A failed plan records none. */
+  c.batch = 0;
+  fd_error err;
+  memset(&plan, 0x5a, sizeof plan);
+  assert_int_equal(fd_plan_init(&plan, &c, &err), FD_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(plan.kernel, FD_KERNEL_NONE);
 }
 
 int main(void) {
@@ -334,7 +539,7 @@ int main(void) {
       cmocka_unit_test(test_worked_values),         cmocka_unit_test(test_bounds_and_properties),
       cmocka_unit_test(test_monotonic_in_sm_count), cmocka_unit_test(test_degenerate_inputs),
       cmocka_unit_test(test_plan_cpu),              cmocka_unit_test(test_plan_explicit_and_hint),
-      cmocka_unit_test(test_plan_cuda_simulated),
+      cmocka_unit_test(test_plan_cuda_simulated),   cmocka_unit_test(test_plan_kernel),
   };
   return cmocka_run_group_tests_name("heuristic", tests, NULL, NULL);
 }

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "row_keys.h"
 #include "split.h"
 
 /* Floats of q in one pass: heads * rows * head_dim (as many accumulators). */
@@ -216,24 +217,18 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
   const void *wide_rows[FD_CPU_SMALL_BLOCK];
 
-  /* Row r sees keys [lower[r], limit[r]) of the split: causal rows up to
-   * their position p (keys 0 .. p), from p - window_left with a window;
-   * non-causal rows every key. Keys before the lowest lower bound are not
-   * read (tile_begin). */
-  const int32_t window_left = p->window_left;
+  /* Row r sees keys [lower[r], limit[r]) of the split (fd_row_keys,
+   * row_keys.h: the same rule as the CUDA kernels and the reference). Keys
+   * before the lowest lower bound are not read (tile_begin). */
   int32_t tile_end = begin, tile_begin = end;
   int windowed = 0; /* some row's lower bound is inside the keys read */
   for (int r = 0; r < rows; r++) {
-    const int tok = (row0 + r) % q_len;
-    const int64_t pos = (int64_t)kv_len - q_len + tok; /* may be < 0 */
-    const int64_t visible = p->non_causal ? kv_len : pos + 1; /* keys .. visible-1 */
-    int64_t lo = begin;
-    if (window_left >= 0 && pos - window_left > lo) lo = pos - window_left;
-    int64_t hi = visible < end ? visible : end;
-    if (hi <= lo) hi = lo = begin; /* sees none of the split's keys */
-    limit[r] = (int32_t)hi;
-    lower[r] = (int32_t)lo;
-    if (hi > lo && lo < tile_begin) tile_begin = (int32_t)lo;
+    int lo, hi;
+    fd_row_keys((row0 + r) % q_len, q_len, kv_len, p->window_left, p->non_causal, begin, end, &lo,
+                &hi);
+    limit[r] = hi;
+    lower[r] = lo;
+    if (hi > lo && lo < tile_begin) tile_begin = lo;
     if (limit[r] > tile_end) tile_end = limit[r];
   }
   if (tile_begin > tile_end) tile_begin = tile_end;

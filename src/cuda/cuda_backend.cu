@@ -1,13 +1,14 @@
 /*
  * cuda_backend.cu — the CUDA backend's entry points (declared in internal.h):
- * device queries, stream-ordered allocation for fd_decode, and fd_cuda_run,
- * which fills one fd_kernel_params and enqueues the split kernel (tensor
- * cores for fp16/bf16, CUDA cores for fp32) and, when the plan splits, the
- * combine kernel (programmatic dependent launch where the code is sm_90+),
- * each in the configuration the device's shared memory holds (gpu_select.h;
- * the device's facts are read once, device_facts). fd_cuda_run allocates nothing, never
- * synchronises and never reads kv_len or block_table on the host, so it can
- * be captured in a CUDA graph.
+ * device queries (the facts fd_plan_init decides from: fd_cuda_device_fit;
+ * each device's are read once, device_facts), stream-ordered allocation for
+ * fd_decode, and fd_cuda_run, which fills one fd_kernel_params and enqueues
+ * the kernel the plan chose (fd_plan.kernel: CUDA cores for fp32, the
+ * tensor-core split kernel in its 4-warp, 8-warp or lean config, or the rows
+ * kernel) and, when the plan splits, the combine kernel (programmatic
+ * dependent launch where the code is sm_90+). fd_cuda_run chooses nothing,
+ * allocates nothing, never synchronises and never reads kv_len or
+ * block_table on the host, so it can be captured in a CUDA graph.
  *
  * Every runtime call that fails is followed by cudaGetLastError() so that the
  * error does not linger for the caller; without a driver or GPU the queries
@@ -196,52 +197,23 @@ extern "C" int fd_cuda_pdl(int device) {
   return f->status == FD_STATUS_OK && fd_gpu_pdl_ok(&f->g);
 }
 
-extern "C" fd_status fd_cuda_sm_count(int device, int32_t *sm_count, fd_error *err) {
-  *sm_count = 0;
-  int n = 0;
-  const cudaError_t e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return cuda_fail(err, "device: multiprocessor count query failed", e);
-  *sm_count = n;
-  return fd_ok(err);
-}
-
-/* Whether the 8-warp tensor-core config may run dtype q over a kv_dtype
- * cache (0: the same) at head_dim on budget g: 16-bit caches only (fp32 runs
- * the CUDA-core kernel; an fp8 cache has no 8-warp instance,
- * split_mma_kernel.cuh FP8) where the device holds it. */
-static int wide_config_ok(const fd_gpu_budget *g, fd_dtype dtype, fd_dtype kv_dtype,
-                          int32_t head_dim) {
-  return dtype != FD_DTYPE_F32 && (kv_dtype == 0 || kv_dtype == dtype) &&
-         fd_mma_wide_ok(g, head_dim);
-}
-
-extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_dtype,
-                                        int32_t head_dim, int32_t *blocks_per_sm, int *wide_ok,
-                                        fd_error *err) {
-  *blocks_per_sm = 1;
-  *wide_ok = 0;
-  fd_device_facts tmp;
-  const fd_device_facts *f = device_facts(device, &tmp);
-  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
-  const fd_gpu_budget *g = &f->g;
+/* Blocks of the split kernel dtype runs at head_dim that a multiprocessor
+ * of budget g holds: fp32 the CUDA-core kernel, fp16/bf16 the tensor-core
+ * kernel in its 4-warp config; the smaller of the budget's count and the
+ * occupancy calculator's (registers), the budget's when that query fails.
+ * 0 and the shared memory asked for (*smem) when no block fits. */
+static int32_t split_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype, int32_t head_dim,
+                            size_t *smem) {
   int cfg = FD_MMA_4W;
-  size_t smem;
   if (dtype == FD_DTYPE_F32) {
-    smem = fd_split_smem(head_dim);
+    *smem = fd_split_smem(head_dim);
   } else {
     cfg = fd_mma_config_4w(g, head_dim);
-    smem = fd_mma_smem_bytes(head_dim, cfg < 0 ? FD_MMA_LEAN : (fd_mma_config)cfg);
-    if (smem == 0) smem = fd_mma_smem_bytes(head_dim, FD_MMA_4W);
+    *smem = fd_mma_smem_bytes(head_dim, cfg < 0 ? FD_MMA_LEAN : (fd_mma_config)cfg);
+    if (*smem == 0) *smem = fd_mma_smem_bytes(head_dim, FD_MMA_4W);
   }
-  const int32_t fit = fd_gpu_blocks_fit(g, smem);
-  if (fit < 1 || cfg < 0)
-    return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                   "head_dim: %d needs %zu bytes of shared memory a block; device %d (compute "
-                   "capability %d.%d) has %d a block and %d a multiprocessor%s",
-                   head_dim, smem, device, g->cc_major, g->cc_minor, g->smem_block, g->smem_sm,
-                   FD_CUDA_SMEM_LIMIT_KB > 0 ? " (capped by FD_CUDA_SMEM_LIMIT_KB)" : "");
-  /* Registers may allow fewer blocks than shared memory: the occupancy
-   * calculator, on the device (its budget may be capped: the smaller count). */
+  const int32_t fit = fd_gpu_blocks_fit(g, *smem);
+  if (fit < 1 || cfg < 0) return 0;
   int current = 0, n = 0;
   cudaError_t e = cudaGetDevice(&current);
   if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
@@ -254,16 +226,16 @@ extern "C" fd_status fd_cuda_kernel_fit(int device, fd_dtype dtype, fd_dtype kv_
     (void)cudaGetLastError();
     n = fit;
   }
-  *blocks_per_sm = n < fit ? n : fit;
-  *wide_ok = wide_config_ok(g, dtype, kv_dtype, head_dim);
-  return fd_ok(err);
+  return n < fit ? n : fit;
 }
 
-extern "C" int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim) {
-  fd_device_facts tmp;
-  const fd_device_facts *f = device_facts(device, &tmp);
-  if (f->status != FD_STATUS_OK || (head_dim != 64 && head_dim != 128)) return 0;
-  const int32_t fit = fd_gpu_blocks_fit(&f->g, FD_ROWS_SMEM(head_dim));
+/* Blocks of the rows kernel (fp16/bf16, head_dim 64 or 128) a
+ * multiprocessor of budget g holds: shared memory and the occupancy
+ * calculator; 0 when none fits or the query fails (then it is not run). */
+static int32_t rows_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype, int32_t head_dim) {
+  if ((dtype != FD_DTYPE_F16 && dtype != FD_DTYPE_BF16) || (head_dim != 64 && head_dim != 128))
+    return 0;
+  const int32_t fit = fd_gpu_blocks_fit(g, FD_ROWS_SMEM(head_dim));
   if (fit < 1) return 0;
   int current = 0, n = 0;
   cudaError_t e = cudaGetDevice(&current);
@@ -277,6 +249,26 @@ extern "C" int32_t fd_cuda_rows_fit(int device, fd_dtype dtype, int32_t head_dim
     return 0;
   }
   return n < fit ? n : fit;
+}
+
+extern "C" fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head_dim, int rows,
+                                        fd_cuda_fit *fit, fd_error *err) {
+  memset(fit, 0, sizeof *fit);
+  fd_device_facts tmp;
+  const fd_device_facts *f = device_facts(device, &tmp);
+  if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+  const fd_gpu_budget *g = &f->g;
+  fit->g = *g;
+  size_t smem = 0;
+  fit->split_blocks = split_blocks(device, g, dtype, head_dim, &smem);
+  if (fit->split_blocks < 1)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: %d needs %zu bytes of shared memory a block; device %d (compute "
+                   "capability %d.%d) has %d a block and %d a multiprocessor%s",
+                   head_dim, smem, device, g->cc_major, g->cc_minor, g->smem_block, g->smem_sm,
+                   FD_CUDA_SMEM_LIMIT_KB > 0 ? " (capped by FD_CUDA_SMEM_LIMIT_KB)" : "");
+  if (rows) fit->rows_blocks = rows_blocks(device, g, dtype, head_dim);
+  return fd_ok(err);
 }
 
 extern "C" fd_status fd_cuda_malloc_async(void **ptr, size_t bytes, void *stream, fd_error *err) {
@@ -353,21 +345,23 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   for (int i = 0; i < 3; i++) kp->scale_strides[i] = t->scale_strides[i];
 }
 
-/* The tensor-core configuration a call runs (gpu_select.h): the 4-warp one
- * the device's budget holds, or the 8-warp one for a grid no larger than
- * the GPU where the device has it; -1 when none fits. */
-static int mma_config(const fd_plan *plan, const fd_kernel_params *kp, const fd_gpu_budget *g) {
+/* Whether device budget g runs the plan's kernel for its dtype and
+ * head_dim: the plan chose it for this device; this guards the launch. */
+static bool kernel_runs(const fd_gpu_budget *g, const fd_plan *plan) {
   const fd_problem *pr = &plan->problem;
-  /* A grid no larger than the GPU runs one block per SM whichever kernel
-   * runs it: take the 8-warp one, twice the bytes in flight. The
-   * deterministic mode always runs a 4-warp config: the variant must not
-   * follow the grid (the 8-warp key-warp partition sums in another order;
-   * FD_MMA_4W and FD_MMA_LEAN sum alike). */
-  const int64_t blocks = (int64_t)kp->num_splits * kp->num_heads_kv * kp->batch;
-  if (!pr->deterministic && wide_config_ok(g, pr->dtype, pr->kv_dtype, pr->head_dim) &&
-      fd_cuda_wide_kernel(blocks, plan->sm_count, plan->split_keys))
-    return FD_MMA_WIDE;
-  return fd_mma_config_4w(g, pr->head_dim);
+  const bool mma = pr->dtype == FD_DTYPE_F16 || pr->dtype == FD_DTYPE_BF16;
+  switch (plan->kernel) {
+    case FD_KERNEL_CUDA_F32: return pr->dtype == FD_DTYPE_F32;
+    case FD_KERNEL_CUDA_ROWS:
+      return fd_rows_kernel_shape(pr) && fd_gpu_blocks_fit(g, FD_ROWS_SMEM(pr->head_dim)) >= 1;
+    case FD_KERNEL_CUDA_MMA_4W:
+      return mma && fd_gpu_blocks_fit(g, fd_mma_smem_bytes(pr->head_dim, FD_MMA_4W)) >= 1;
+    case FD_KERNEL_CUDA_MMA_LEAN:
+      return mma && fd_gpu_blocks_fit(g, fd_mma_smem_bytes(pr->head_dim, FD_MMA_LEAN)) >= 1;
+    case FD_KERNEL_CUDA_MMA_WIDE:
+      return mma && pr->kv_dtype == pr->dtype && fd_mma_wide_ok(g, pr->head_dim);
+    default: return false;
+  }
 }
 
 extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
@@ -398,6 +392,11 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   fd_device_facts tmp;
   const fd_device_facts *f = device_facts(pr->device, &tmp);
   if (f->status != FD_STATUS_OK) return fd_fail(err, f->status, "%s", f->why);
+  if (!kernel_runs(&f->g, plan))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "plan: kernel %d does not run %s on device %d (a plan made for another "
+                   "device, or changed by hand)",
+                   (int)plan->kernel, fd_dtype_name(pr->dtype), pr->device);
 
   fd_kernel_params kp;
   fill_params(&kp, plan, t, workspace);
@@ -414,16 +413,13 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
 
   const cudaStream_t s = (cudaStream_t)stream;
   const char *what = "split kernel launch failed";
-  /* 16-bit K/V: tensor cores (split_mma_kernel.cu); fp32: CUDA cores. */
-  if (pr->dtype == FD_DTYPE_F32) {
-    e = fd_split_launch(&kp, s);
-  } else if (fd_rows_kernel_shape(pr) &&
-             fd_gpu_blocks_fit(&f->g, FD_ROWS_SMEM(pr->head_dim)) >= 1) {
-    /* many rows a kv head (non-causal): rows as the mma's M side */
-    e = fd_rows_mma_launch(&kp, s);
-  } else {
-    const int cfg = mma_config(plan, &kp, &f->g);
-    e = cfg < 0 ? cudaErrorInvalidConfiguration : fd_split_mma_launch(&kp, cfg, s);
+  switch (plan->kernel) {
+    case FD_KERNEL_CUDA_F32: e = fd_split_launch(&kp, s); break;
+    case FD_KERNEL_CUDA_ROWS: e = fd_rows_mma_launch(&kp, s); break;
+    case FD_KERNEL_CUDA_MMA_4W: e = fd_split_mma_launch(&kp, FD_MMA_4W, s); break;
+    case FD_KERNEL_CUDA_MMA_WIDE: e = fd_split_mma_launch(&kp, FD_MMA_WIDE, s); break;
+    case FD_KERNEL_CUDA_MMA_LEAN: e = fd_split_mma_launch(&kp, FD_MMA_LEAN, s); break;
+    default: e = cudaErrorInvalidConfiguration; break; /* refused above */
   }
   if (e == cudaSuccess && plan->num_splits > 1) {
     what = "combine kernel launch failed";

@@ -127,22 +127,9 @@ static __device__ __forceinline__ void fd_pdl_launch_dependents(void) {
 
 /* ---- Variants: a row's visible keys, soft-cap, the sink epilogue ---- */
 
-/* Keys [*lo, *hi) that query token t sees, within the split's [begin, end):
- * causal rows up to their position kv - q_len + t, from position -
- * window_left with a window; non-causal rows every key. Empty rows get
- * lo = hi = begin. */
-static __device__ __forceinline__ void fd_row_keys(int t, int q_len, int kv, int window_left,
-                                                   int non_causal, int begin, int end, int *lo,
-                                                   int *hi) {
-  const int pos = kv - q_len + t;
-  int h = non_causal ? kv : pos + 1;
-  int l = begin;
-  if (window_left >= 0 && pos - window_left > l) l = pos - window_left;
-  h = min(h, end);
-  if (h <= l) h = l = begin;
-  *lo = l;
-  *hi = h;
-}
+/* fd_row_keys (row_keys.h, shared with the CPU backend and the reference):
+ * keys [*lo, *hi) that query token t sees within a split's [begin, end). */
+#include "row_keys.h"
 
 /* The soft-cap on a base-2 score s: cap * tanh(x / cap) in natural units,
  * x = s ln 2, back in base 2 (cap_out = cap, cap_in = 1 / (cap log2 e); the

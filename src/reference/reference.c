@@ -12,6 +12,7 @@
 
 #include "dtype.h"
 #include "internal.h"
+#include "row_keys.h"
 
 /* double -> float rounding toward zero with the last bit set when inexact
  * ("round to odd"). float keeps more than two bits beyond fp16 and bf16, so
@@ -81,13 +82,11 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
     for (int32_t tok = 0; tok < q_len; tok++) {
       for (int32_t h = 0; h < num_heads_q; h++) {
         const int32_t hk = h / group;
-        /* visible keys [lo, hi): causal rows see up to their position p,
-         * a window from p - window_left; non-causal rows see every key */
-        const int64_t pos = (int64_t)t->kv_len[b] - q_len + tok;
-        int64_t hi = p->non_causal ? t->kv_len[b] : pos + 1;
-        int64_t lo = 0;
-        if (window_left >= 0 && pos - window_left > lo) lo = pos - window_left;
-        if (hi < lo) hi = lo;
+        /* visible keys [lo, hi) of all kv_len (fd_row_keys, row_keys.h:
+         * the rule every backend follows) */
+        int lo, hi;
+        fd_row_keys(tok, q_len, t->kv_len[b], window_left, p->non_causal, 0, t->kv_len[b], &lo,
+                    &hi);
         const int has_sink = t->sinks != NULL;
         const double sink = has_sink ? (double)t->sinks[h] : -INFINITY;
         double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
