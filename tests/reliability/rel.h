@@ -110,6 +110,7 @@ rel_group rel_group_concurrency(fd_backend backend); /* threads (CPU) / threads 
 rel_group rel_group_graphs(fd_backend backend);      /* CUDA graph replay (CUDA only) */
 rel_group rel_group_trust(fd_backend backend);       /* long sums, NaN, deterministic mode */
 rel_group rel_group_variants(fd_backend backend);    /* the attention variants, deterministic mode */
+rel_group rel_group_edges(fd_backend backend);       /* float32 / int32 range ends, refused soft-caps */
 
 /* The programs' main: runs group argv[1] (or every group) for backend. */
 int rel_main(fd_backend backend, int argc, char **argv);
