@@ -589,10 +589,11 @@ typedef struct fd_tensors {
  *     NaN on the CPU backend and right on CUDA when softmax_scale * log2(e)
  *     < 1. An overflow never gives a finite wrong row, except through a
  *     score of -inf (weight zero) that the exact score would not have.
- *   - fp8 scales: every finite k_scale, v_scale > 0 (2^-149 to 2^128) gives
- *     the results of the dequantized values k_cache * k_scale and
- *     v_cache * v_scale, as long as those are finite (and the scores and
- *     sums above stay within float32), with a 16-bit cache's accuracy.
+ *   - fp8 scales: every finite k_scale, v_scale > 0 (subnormal to
+ *     FLT_MAX) gives the results of the dequantized values
+ *     k_cache * k_scale and v_cache * v_scale, as long as those are finite
+ *     (and the scores and sums above stay within float32), with a 16-bit
+ *     cache's accuracy.
  * Keys at or beyond kv_len, before a window's first key, and pages no
  * sequence uses are never read, so NaN or Inf there does not matter (fp8
  * NaN codes and per-token scales there included); a row that does not see
