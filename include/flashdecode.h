@@ -496,7 +496,8 @@ FD_API fd_status fd_plan_init(fd_plan *plan, const fd_problem *problem, fd_error
  *            paged [num_pages, page_size, num_heads_kv], both with
  *            scale_strides {batch or page, position, head} (all zero =
  *            dense). Device memory on CUDA. Values must be finite and > 0
- *            where a key is read (positions below kv_len).
+ *            where a key is read (positions below kv_len); any such value
+ *            works, however far from 1 (fd_run: non-finite values).
  * out and lse must not overlap q, k_cache, v_cache, kv_len, block_table,
  * sinks, k_scale, v_scale, the workspace or each other. fd_run checks this from addresses and
  * strides alone (no memory is read, so CUDA device pointers are checked the
@@ -579,23 +580,46 @@ typedef struct fd_tensors {
  *       (head_dim and the longest kv_len doubles) could not be allocated.
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
  *
- * Blow-ups show, the same on every backend and split count: a NaN in q, in a
- * K or V element a row sees, or in its sink, and a score that is +inf (a
- * q.k that overflows float32, which the CPU and CUDA backends sum q.k in;
- * the reference sums in double), give that row NaN in out and lse. A NaN or
- * Inf in one V element a row sees makes its lse NaN and its out NaN in that
- * column on the reference backend and in CUDA calls of one split, in the
- * whole row on the CPU backend and in CUDA calls with splits (the partials
- * carry one blow-up flag a row). V values so large that a row's weighted sum
- * over a split overflows float32 (|V| within a factor of the keys summed of
- * 3.4e38; the reference sums in double) blow up the same way. A -inf score
- * (a q.k that overflows float32 downwards included) is a key of weight
- * zero. With a soft-cap, +inf scores are capped (cap). Keys at
- * or beyond kv_len, before a window's first key, and pages no sequence uses
- * are never read, so NaN or Inf there does not matter (fp8 NaN codes and
- * per-token scales there included); a row that does not
- * see a key another row of the same call sees may still get NaN from a NaN
- * in that key's V (the kernels multiply it by a zero weight).
+ * Non-finite values and float32's range, on every backend and split count
+ * (a row "sees" the keys WHAT IT COMPUTES gives it):
+ *   - A NaN in q, in a K element a row sees, or in its sink, a +inf sink,
+ *     and a score that is NaN, or +inf without a soft-cap, give that row NaN
+ *     in all of out and in lse. A score of -inf is a key of weight zero: a
+ *     row whose every score is -inf gets out = 0 and lse = -inf (its sink,
+ *     with sinks), as a row without keys. An infinite K element gives its
+ *     key a score of +-inf or NaN (by q's element there). With a soft-cap,
+ *     +-inf scores become +-cap.
+ *   - A NaN or +-inf in a V element a row sees (its weight zero included)
+ *     gives that row lse = NaN and makes its out non-finite (NaN or +-inf) in
+ *     that element's column. Which other elements of the row are non-finite
+ *     is backend-defined (the CPU backend and CUDA calls with splits: all of
+ *     them, NaN; the reference and CUDA calls of one split: that column).
+ *     V values so large that a row's weighted sum over a split overflows
+ *     float32 (|V| within a factor of the keys summed of 3.4e38; the
+ *     reference sums in double) count as +-inf in V. An out value beyond
+ *     its dtype's range (fp16: 65504) is +-inf, with a finite lse.
+ *   - Scores are float32 on the CPU and CUDA backends; the reference
+ *     computes in double and rounds only out and lse. The CPU backend and
+ *     CUDA's 16-bit and fp8 kernels form the dot product q.k, then multiply
+ *     it by softmax_scale (fp8 on CUDA: the dot product of q with the codes,
+ *     times softmax_scale, then times k_scale); CUDA's float32 kernel
+ *     multiplies q by softmax_scale * log2(e) first. A product or sum along
+ *     the way that overflows float32 gives a score of +-inf (with the
+ *     outcomes above), even where the exact score is within float32: a
+ *     float32 row whose q.k overflows while softmax_scale * q.k does not is
+ *     NaN on the CPU backend and right on CUDA when softmax_scale * log2(e)
+ *     < 1. An overflow never gives a finite wrong row, except through a
+ *     score of -inf (weight zero) that the exact score would not have.
+ *   - fp8 scales: every finite k_scale, v_scale > 0 (subnormal to
+ *     FLT_MAX) gives the results of the dequantized values
+ *     k_cache * k_scale and v_cache * v_scale, as long as those are finite
+ *     (and the scores and sums above stay within float32), with a 16-bit
+ *     cache's accuracy.
+ * Keys at or beyond kv_len, before a window's first key, and pages no
+ * sequence uses are never read, so NaN or Inf there does not matter (fp8
+ * NaN codes and per-token scales there included); a row that does not see
+ * a key another row of the same call sees may still get NaN from a NaN or
+ * Inf in that key's V (the kernels multiply it by a zero weight).
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
  * backend sums each 32-key block in float32 and the blocks in double; the

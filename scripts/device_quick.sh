@@ -34,7 +34,7 @@ elif [ "${FD_QUICK_ROWS:-0}" = 1 ]; then # after a rows-kernel change (rows_mma_
   # its grid cases (FD_QUICK_CTEST=1 runs the whole grid later), bad page ids, the cascade example,
   # memcheck and racecheck
   [ "${FD_QUICK_CTEST:-0}" = 1 ] || FD_TEST_FILTER='cuda/*noncausal*' run 120 build-90a/tests/test_gpu_grid
-  FD_TEST_FILTER='item6_bad_page_ids' run 120 build-90a/tests/reliability/test_reliability_gpu layout
+  FD_TEST_FILTER='bad_page_ids_skipped_or_refused' run 120 build-90a/tests/reliability/test_reliability_gpu layout
   run 60 python3 examples/shared_prefix_decode.py --device cuda --batch 40 --q-len 2
   FD_TEST_QUICK=1 FD_TEST_FILTER='cuda/*noncausal*' run 180 \
     compute-sanitizer --tool memcheck --error-exitcode 99 build-90a/tests/test_gpu_grid

@@ -470,6 +470,21 @@ static double run_share(const cpu_call *c, int share, int shares, double total) 
   return prefix;
 }
 
+/* TENSOR / HEAD fp8 scales fold into the bf16 kernels' score scale
+ * (softmax_scale * k_scale) only when that product is finite for every
+ * scale: past float32's range (softmax_scale 16, k_scale 2^126) a zero q.k
+ * would score 0 * inf = NaN. Else the keys are widened to float32 times
+ * their scale, as with TOKEN scales. */
+static int fp8_scales_fold(const fd_plan *plan, const fd_tensors *t) {
+  const fd_problem *p = &plan->problem;
+  if (p->kv_scale == FD_KV_SCALE_NONE) return 1;
+  if (p->kv_scale == FD_KV_SCALE_TOKEN) return 0;
+  const int n = p->kv_scale == FD_KV_SCALE_HEAD ? p->num_heads_kv : 1;
+  for (int i = 0; i < n; i++)
+    if (!isfinite(plan->softmax_scale * t->k_scale[i])) return 0;
+  return 1;
+}
+
 /* fd_cpu_run_isa once isa is known to run here. */
 static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_cpu_isa isa,
                          fd_error *err) {
@@ -483,7 +498,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
     fd_cpu_fp8_table(p->kv_dtype, lut);
     c.fp8_lut = lut;
     c.kernel_dtype = FD_DTYPE_F32;
-    if (p->kv_scale != FD_KV_SCALE_TOKEN) { /* scales fold: the bf16 kernels */
+    if (fp8_scales_fold(plan, t)) { /* scales fold: the bf16 kernels */
       fd_cpu_fp8_table_bf16(lut, lut16);
       c.fp8_lut16 = lut16;
       c.kernel_dtype = FD_DTYPE_BF16;

@@ -121,6 +121,17 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
           if (x > max) max = x;
         }
 
+        /* every score -inf (none NaN): no key has weight, as in a row
+         * without keys (the CPU and CUDA backends agree) */
+        if (max == -INFINITY) {
+          int any_nan = 0;
+          for (int64_t j = lo; j < hi; j++) any_nan |= isnan(att[j - lo]);
+          if (!any_nan) {
+            if (lse) *lse = sink;
+            continue;
+          }
+        }
+
         /* softmax, max subtracted; the sink joins the denominator only */
         double sum = has_sink ? exp(sink - max) : 0.0;
         for (int64_t j = lo; j < hi; j++) {

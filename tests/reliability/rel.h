@@ -102,14 +102,15 @@ typedef struct rel_group {
   size_t count;
 } rel_group;
 
-rel_group rel_group_numerics(fd_backend backend);    /* items 1, 3, 4, 5, 7, 9, 10 */
-rel_group rel_group_layout(fd_backend backend);      /* items 6, 8 */
-rel_group rel_group_capacity(fd_backend backend);    /* item 11 */
-rel_group rel_group_dispatch(fd_backend backend);    /* item 12 */
+rel_group rel_group_numerics(fd_backend backend);    /* values: empty rows, splits, padding, lse, logits */
+rel_group rel_group_layout(fd_backend backend);      /* 64-bit offsets, strides, alignment, page ids */
+rel_group rel_group_capacity(fd_backend backend);    /* long sequences, split and workspace limits */
+rel_group rel_group_dispatch(fd_backend backend);    /* every head_dim, ratio, dtype, CPU ISA */
 rel_group rel_group_concurrency(fd_backend backend); /* threads (CPU) / threads on streams (CUDA) */
-rel_group rel_group_graphs(fd_backend backend);      /* item 2 (CUDA only) */
+rel_group rel_group_graphs(fd_backend backend);      /* CUDA graph replay (CUDA only) */
 rel_group rel_group_trust(fd_backend backend);       /* long sums, NaN, deterministic mode */
 rel_group rel_group_variants(fd_backend backend);    /* the attention variants, deterministic mode */
+rel_group rel_group_edges(fd_backend backend);       /* float32 / int32 range ends, refused soft-caps */
 
 /* The programs' main: runs group argv[1] (or every group) for backend. */
 int rel_main(fd_backend backend, int argc, char **argv);

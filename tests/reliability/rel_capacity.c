@@ -1,5 +1,5 @@
 /*
- * rel_capacity.c — item 11, capacity:
+ * rel_capacity.c — capacity:
  *   - one sequence of 256k tokens on the CPU, 1M on the GPU (FD_TEST_QUICK:
  *     128k), against the float64 oracle, with automatic splits and with
  *     262144 splits asked for (clamped to FD_MAX_SPLITS);
@@ -17,7 +17,7 @@
 #include "rel.h"
 #include "split.h"
 
-static void item11_long_sequence(void **state) {
+static void long_sequence_matches_f64(void **state) {
   const rel_env *env = REL_ENV(state);
   const int cuda = env->backend == FD_BACKEND_CUDA;
   /* FD_TEST_QUICK (compute-sanitizer runs): 64k keys, no 1-split pass */
@@ -58,7 +58,7 @@ static double workspace_needed(const fd_plan *plan) {
   return rows * plan->num_splits * (p->head_dim + 2) * 4.0;
 }
 
-static void item11_split_clamp(void **state) {
+static void split_count_clamped(void **state) {
   const rel_env *env = REL_ENV(state);
   fd_problem p;
   memset(&p, 0, sizeof p);
@@ -94,7 +94,7 @@ static void item11_split_clamp(void **state) {
  * FD_STATUS_INVALID_ARGUMENT (or planned with a workspace_size that did not
  * wrap around); never a small wrapped size that fd_run would write past, and
  * (in the UBSan build) no signed overflow on the way. */
-static void item11_workspace_overflow(void **state) {
+static void workspace_size_never_wraps(void **state) {
   const rel_env *env = REL_ENV(state);
   const struct {
     int32_t batch, q_len, heads_q, heads_kv, head_dim, splits;
@@ -140,7 +140,7 @@ static void item11_workspace_overflow(void **state) {
 }
 
 /* split.h for every length near INT32_MAX (kv_capacity may be INT32_MAX). */
-static void item11_split_ranges_near_int32_max(void **state) {
+static void split_ranges_near_int32_max(void **state) {
   (void)state;
   const int32_t lens[] = {INT32_MAX,      INT32_MAX - 1, INT32_MAX - 63, INT32_MAX - 64,
                           INT32_MAX - 65, 1 << 30,       262144,         1};
@@ -175,7 +175,7 @@ static void item11_split_ranges_near_int32_max(void **state) {
  * in whole chunks from w0, in order, each of fd_seq_split_len keys but the
  * last; the splits past them empty; the deterministic mode's fixed pieces
  * exact. Lengths near INT32_MAX, windows, 1..FD_MAX_SPLITS splits. */
-static void item11_seq_split(void **state) {
+static void seq_split_tiles_window_and_keys(void **state) {
   (void)state;
   const int32_t lens[] = {1, 63, 64, 65, 1000, 8192, 8193, 8202, 32769, 32768 + 64 * 15 + 1,
                           131073, 1 << 30, INT32_MAX - 65, INT32_MAX};
@@ -215,11 +215,11 @@ static void item11_seq_split(void **state) {
 
 rel_group rel_group_capacity(fd_backend backend) {
   static const struct CMUnitTest tests[] = {
-      {"item11_long_sequence", item11_long_sequence, NULL, NULL, NULL},
-      {"item11_split_clamp", item11_split_clamp, NULL, NULL, NULL},
-      {"item11_workspace_overflow", item11_workspace_overflow, NULL, NULL, NULL},
-      {"item11_split_ranges_near_int32_max", item11_split_ranges_near_int32_max, NULL, NULL, NULL},
-      {"item11_seq_split", item11_seq_split, NULL, NULL, NULL},
+      {"long_sequence_matches_f64", long_sequence_matches_f64, NULL, NULL, NULL},
+      {"split_count_clamped", split_count_clamped, NULL, NULL, NULL},
+      {"workspace_size_never_wraps", workspace_size_never_wraps, NULL, NULL, NULL},
+      {"split_ranges_near_int32_max", split_ranges_near_int32_max, NULL, NULL, NULL},
+      {"seq_split_tiles_window_and_keys", seq_split_tiles_window_and_keys, NULL, NULL, NULL},
   };
   /* split.h is host code: its two tests (the last two) run once, with the CPU group */
   rel_group g = {"capacity", tests, sizeof tests / sizeof *tests - 2 * (backend == FD_BACKEND_CUDA)};

@@ -1,5 +1,5 @@
 /*
- * rel_dispatch.c — item 12, dispatch coverage: every head_dim 1..256
+ * rel_dispatch.c — dispatch coverage: every head_dim 1..256
  * x group ratio x dtype x backend either works (matches the float64 oracle,
  * through the harness) or returns FD_STATUS_UNSUPPORTED from fd_plan_init
  * with a message naming head_dim — never an abort, never a wrong answer.
@@ -53,7 +53,7 @@ static void run_all(const rel_env *env, fd_case *cases, int n, const char *what)
     fail_msg("%s: %d of %d cases failed (FD_TEST_SEED=%llu)", what, failed, n, (unsigned long long)env->seed);
 }
 
-static void item12_cpu_every_head_dim(void **state) {
+static void cpu_every_head_dim_and_ratio(void **state) {
   const rel_env *env = REL_ENV(state);
   static fd_case cases[256 * NRATIOS * 3];
   int n = 0;
@@ -63,7 +63,7 @@ static void item12_cpu_every_head_dim(void **state) {
   run_all(env, cases, n, "CPU, every head_dim x ratio x dtype");
 }
 
-static void item12_cpu_every_isa(void **state) {
+static void cpu_every_isa_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_cpu_isa best = fd_cpu_isa_detect();
   static fd_case cases[3 * 256 * 3];
@@ -83,7 +83,7 @@ static void item12_cpu_every_isa(void **state) {
   run_all(env, cases, n, what);
 }
 
-static void item12_reference_every_head_dim(void **state) {
+static void reference_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
   static fd_case cases[256 * 3];
   int n = 0;
@@ -94,7 +94,7 @@ static void item12_reference_every_head_dim(void **state) {
 }
 
 /* CUDA: head_dim 64, 80, 96, 128 and 256 run; every other one is refused cleanly. */
-static void item12_cuda_every_head_dim(void **state) {
+static void cuda_head_dims_run_or_refused(void **state) {
   const rel_env *env = REL_ENV(state);
   static fd_case cases[5 * NRATIOS * 3];
   int n = 0, refused = 0;
@@ -144,12 +144,12 @@ static void item12_cuda_every_head_dim(void **state) {
 
 rel_group rel_group_dispatch(fd_backend backend) {
   static const struct CMUnitTest cpu[] = {
-      {"item12_cpu_every_head_dim", item12_cpu_every_head_dim, NULL, NULL, NULL},
-      {"item12_cpu_every_isa", item12_cpu_every_isa, NULL, NULL, NULL},
-      {"item12_reference_every_head_dim", item12_reference_every_head_dim, NULL, NULL, NULL},
+      {"cpu_every_head_dim_and_ratio", cpu_every_head_dim_and_ratio, NULL, NULL, NULL},
+      {"cpu_every_isa_every_head_dim", cpu_every_isa_every_head_dim, NULL, NULL, NULL},
+      {"reference_every_head_dim", reference_every_head_dim, NULL, NULL, NULL},
   };
   static const struct CMUnitTest cuda[] = {
-      {"item12_cuda_every_head_dim", item12_cuda_every_head_dim, NULL, NULL, NULL},
+      {"cuda_head_dims_run_or_refused", cuda_head_dims_run_or_refused, NULL, NULL, NULL},
   };
   rel_group g = {"dispatch", cpu, sizeof cpu / sizeof *cpu};
   rel_group gc = {"dispatch", cuda, sizeof cuda / sizeof *cuda};

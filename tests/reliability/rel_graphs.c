@@ -1,5 +1,5 @@
 /*
- * rel_graphs.c — item 2 (CUDA only): fd_run captured in a CUDA graph
+ * rel_graphs.c — CUDA only: fd_run captured in a CUDA graph
  * and replayed while the kv_len values in device memory change.
  *
  * Per case (batch 8, every cache filled to its capacity of 4096 keys) and per
@@ -182,7 +182,7 @@ static void graph_case(const rel_env *env, const fd_case *c) {
   fd_case_data_free(d);
 }
 
-static void item2_graph_replay(void **state) {
+static void graph_replay_follows_kv_len(void **state) {
   const rel_env *env = REL_ENV(state);
   for (int variant = 0; variant < 4; variant++) {
     if (rel_quick() && variant != 0 && variant != 3) continue; /* quick: one plain, the window */
@@ -213,7 +213,7 @@ static void item2_graph_replay(void **state) {
 
 rel_group rel_group_graphs(fd_backend backend) {
   static const struct CMUnitTest tests[] = {
-      {"item2_graph_replay", item2_graph_replay, NULL, NULL, NULL},
+      {"graph_replay_follows_kv_len", graph_replay_follows_kv_len, NULL, NULL, NULL},
   };
   rel_group g = {"graphs", tests, backend == FD_BACKEND_CUDA ? sizeof tests / sizeof *tests : 0};
   return g;

@@ -1,18 +1,21 @@
 /*
- * rel_layout.c — the items about addresses (CPU and CUDA):
- *   6  64-bit offsets: page ids * page stride beyond 2^31 (and 2^32) elements,
+ * rel_layout.c — the tests about addresses (CPU and CUDA):
+ *   page_offsets_past_2_32_elements, batch_stride_past_2_32_elements:
+ *      64-bit offsets: page ids * page stride beyond 2^31 (and 2^32) elements,
  *      a batch stride of 2^30 elements, a KV pool above 4 GiB. The CPU maps
  *      the huge tensors with mmap(MAP_NORESERVE): only the pages the test
  *      writes (and the kernels read) are ever touched. Each huge-layout run
  *      must equal bitwise the same data in a compact layout, and the oracle.
- *   8  output addressing: four strided layouts of out and lse (and of the
- *      inputs), base pointers moved off alignment (CPU: any element-aligned
- *      pointer works; CUDA: a clean FD_STATUS_UNSUPPORTED, nothing written);
- *      then one pointer or one stride at a time misaligned: CPU results
- *      bitwise equal to the aligned run; CUDA unsupported (lse, which needs
- *      no alignment, must still work).
- *   and block_table ids outside [0, num_pages): CUDA skips their keys
- *   (checked against the oracle without those pages); CPU refuses the call.
+ *   strided_out_lse_layouts, misaligned_bases_work_or_unsupported,
+ *   each_pointer_misaligned_alone: output addressing: four strided layouts
+ *      of out and lse (and of the inputs), base pointers moved off alignment
+ *      (CPU: any element-aligned pointer works; CUDA: a clean
+ *      FD_STATUS_UNSUPPORTED, nothing written); then one pointer or one
+ *      stride at a time misaligned: CPU results bitwise equal to the aligned
+ *      run; CUDA unsupported (lse, which needs no alignment, must still work).
+ *   bad_page_ids_skipped_or_refused: block_table ids outside [0, num_pages):
+ *      CUDA skips their keys (checked against the oracle without those
+ *      pages); CPU refuses the call.
  */
 #define _GNU_SOURCE /* MAP_NORESERVE, MAP_ANONYMOUS */
 #include <math.h>
@@ -27,9 +30,9 @@
 #define F16 FD_DTYPE_F16
 #define BF16 FD_DTYPE_BF16
 
-/* ---- 8: output layouts and misaligned pointers (through the harness) --------------- */
+/* ---- output layouts and misaligned pointers (through the harness) --------------- */
 
-static void item8_layouts(void **state) {
+static void strided_out_lse_layouts(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_layout layouts[4] = {FD_LAYOUT_CONTIG, FD_LAYOUT_NONCONTIG, FD_LAYOUT_HEAD_MAJOR,
                                 FD_LAYOUT_INTERLEAVED};
@@ -55,7 +58,7 @@ static void item8_layouts(void **state) {
     }
 }
 
-static void item8_misaligned_bases(void **state) {
+static void misaligned_bases_work_or_unsupported(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_dtype dtypes[3] = {F32, F16, BF16};
   for (int di = 0; di < 3; di++) {
@@ -110,7 +113,7 @@ static void relayout(fd_dtype dt, void *dst, const int64_t s[3], const void *src
                (const char *)src + (((a * n1 + b) * n2 + c) * D) * es, (size_t)D * es);
 }
 
-static void item8_each_pointer(void **state) {
+static void each_pointer_misaligned_alone(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   const fd_dtype dtypes[2] = {BF16, F32};
@@ -251,7 +254,7 @@ static void item8_each_pointer(void **state) {
   }
 }
 
-/* ---- 6: 64-bit offsets ------------------------------------------------------------------ */
+/* ---- 64-bit offsets --------------------------------------------------------------------- */
 
 /* A huge zero-cost reservation: CPU mmap(MAP_NORESERVE) (untouched pages cost
  * nothing), CUDA cudaMalloc. */
@@ -288,7 +291,7 @@ static void run_dense_out(const fd_plan *plan, const fd_tensors *t, void *out, f
  * * page stride (2048 elements) passes 2^31 and 2^32 elements; the pool is
  * 8 GiB (bf16) / 16 GiB (f32, CPU only). FD_TEST_QUICK: 2^16 pages (256 MiB),
  * the same code paths without the 64-bit offsets. */
-static void item6_huge_page_ids(void **state) {
+static void page_offsets_past_2_32_elements(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   /* FD_TEST_QUICK (compute-sanitizer runs): a 256 MiB pool instead */
@@ -418,7 +421,7 @@ static void item6_huge_page_ids(void **state) {
  * the fp32 kernel; and non-causal calls of 16 rows a query head (64 a kv
  * head: the rows kernel, rows_mma_kernel.cu), where every row sees every key
  * too. CPU: the same call is refused (FD_STATUS_INVALID_ARGUMENT). */
-static void item6_bad_page_ids(void **state) {
+static void bad_page_ids_skipped_or_refused(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   enum { B = 3 };
@@ -546,7 +549,7 @@ static void item6_bad_page_ids(void **state) {
 /* Dense: batch stride 2^30 elements for k and v (CPU: q, out and lse too),
  * batch 5 on the CPU (offsets past 2^32 elements), 3 on CUDA (past 2^31,
  * 12 GiB of device memory). FD_TEST_QUICK: batch stride 2^24. */
-static void item6_huge_batch_stride(void **state) {
+static void batch_stride_past_2_32_elements(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   const int cpu = be != FD_BACKEND_CUDA;
@@ -655,12 +658,12 @@ static void item6_huge_batch_stride(void **state) {
 rel_group rel_group_layout(fd_backend backend) {
   (void)backend;
   static const struct CMUnitTest tests[] = {
-      {"item8_layouts", item8_layouts, NULL, NULL, NULL},
-      {"item8_misaligned_bases", item8_misaligned_bases, NULL, NULL, NULL},
-      {"item8_each_pointer", item8_each_pointer, NULL, NULL, NULL},
-      {"item6_huge_page_ids", item6_huge_page_ids, NULL, NULL, NULL},
-      {"item6_huge_batch_stride", item6_huge_batch_stride, NULL, NULL, NULL},
-      {"item6_bad_page_ids", item6_bad_page_ids, NULL, NULL, NULL},
+      {"strided_out_lse_layouts", strided_out_lse_layouts, NULL, NULL, NULL},
+      {"misaligned_bases_work_or_unsupported", misaligned_bases_work_or_unsupported, NULL, NULL, NULL},
+      {"each_pointer_misaligned_alone", each_pointer_misaligned_alone, NULL, NULL, NULL},
+      {"page_offsets_past_2_32_elements", page_offsets_past_2_32_elements, NULL, NULL, NULL},
+      {"batch_stride_past_2_32_elements", batch_stride_past_2_32_elements, NULL, NULL, NULL},
+      {"bad_page_ids_skipped_or_refused", bad_page_ids_skipped_or_refused, NULL, NULL, NULL},
   };
   rel_group g = {"layout", tests, sizeof tests / sizeof *tests};
   return g;

@@ -1,21 +1,26 @@
 /*
- * rel_numerics.c — the items about values (every test runs on the CPU and
+ * rel_numerics.c — the tests about values (every test runs on the CPU and
  * on the CUDA backend):
- *   1  empty rows (kv_len 0 in a batch of 64): out 0, lse -inf, others right;
- *      with sinks (windowed, non-causal) lse = the sink
- *   3  more splits than keys, NaN-filled workspace: finite, bitwise equal to
- *      zero-filled and huge-finite-filled workspaces
- *   4  every num_splits 1..64 within two ulps (f16, bf16; f32: 4 sqrt(kv_len)
- *      ulps, its own accumulation order) of 1 split, at each row's largest
- *      value; a paged cache grown token by token to 2048 with automatic
- *      splits: never NaN, right at every page and chunk boundary
- *   5  NaN / +-inf in every cache slot nobody may read (with a window: the
- *      keys before it too): bitwise equal to zero
- *   7  lse against float64 for every head and split count; merging the two
- *      halves of a cache by their lse gives the one-call result
- *   9  extreme logits (scores +-1e6, large-norm bf16): right, finite; adding a
- *      constant to every score leaves out unchanged
- *  10  bf16 with 256 splits: error at most the 1-split error plus one ulp
+ *   empty_rows_out_zero_lse_neg_inf  kv_len 0 in a batch of 64: out 0, lse
+ *      -inf, others right; with sinks (windowed, non-causal) lse = the sink
+ *   more_splits_than_keys_ignore_workspace  NaN-filled workspace: finite,
+ *      bitwise equal to zero-filled and huge-finite-filled workspaces
+ *   split_counts_1_to_64_agree  every num_splits 1..64 within two ulps (f16,
+ *      bf16; f32: 4 sqrt(kv_len) ulps, its own accumulation order) of 1
+ *      split, at each row's largest value
+ *   paged_cache_grown_token_by_token  to 2048 keys with automatic splits:
+ *      never NaN, right at every page and chunk boundary
+ *   unread_slots_nan_inf_change_nothing  NaN / +-inf in every cache slot
+ *      nobody may read (with a window: the keys before it too): bitwise equal
+ *      to zero
+ *   lse_matches_f64_every_split_count  for every head and split count;
+ *   lse_merge_of_halves_equals_one_call  merging the two halves of a cache
+ *      by their lse gives the one-call result
+ *   huge_logits_right_and_finite  scores +-1e6, large-norm bf16: right, finite
+ *   score_shift_moves_only_lse  adding a constant to every score leaves out
+ *      unchanged and moves lse by it
+ *   bf16_256_splits_as_accurate_as_one  error at most the 1-split error plus
+ *      one ulp
  * FD_TEST_QUICK=1 (compute-sanitizer runs) keeps one or two variants of each.
  */
 #include <math.h>
@@ -40,9 +45,9 @@ static uint64_t next_u64(uint64_t *s) {
 }
 static double next_unit(uint64_t *s) { return ((double)(next_u64(s) >> 11) + 0.5) * 0x1.0p-53 * 2.0 - 1.0; }
 
-/* ---- 1: empty rows ------------------------------------------------------------------ */
+/* ---- empty rows ------------------------------------------------------------------ */
 
-static void item1_empty_rows(void **state) {
+static void empty_rows_out_zero_lse_neg_inf(void **state) {
   const rel_env *env = REL_ENV(state);
   const int32_t splits[] = {1, 2, 8, 0};
   const fd_dtype dtypes[] = {F16, F32};
@@ -117,9 +122,9 @@ static void item1_empty_rows(void **state) {
   rel_run_case(env, &c);
 }
 
-/* ---- 3: more splits than keys, garbage workspace -------------------------------------- */
+/* ---- more splits than keys, garbage workspace -------------------------------------- */
 
-static void item3_splits_over_keys(void **state) {
+static void more_splits_than_keys_ignore_workspace(void **state) {
   const rel_env *env = REL_ENV(state);
   for (size_t di = rel_quick() ? 2 : 0; di < 3; di++) /* quick: bf16 */
     for (int variant = 0; variant < 3; variant++) {
@@ -155,7 +160,7 @@ static void item3_splits_over_keys(void **state) {
     }
 }
 
-/* ---- 4: split-count independence ------------------------------------------------------ */
+/* ---- split-count independence ------------------------------------------------------ */
 
 /* Largest distance between a and b (dense outputs of one case) in units in
  * the last place of the dtype at each row's largest |value| (a row of
@@ -177,7 +182,7 @@ static double ulp_distance(fd_dtype dtype, const double *a, const double *b, siz
   return worst;
 }
 
-static void item4_split_counts(void **state) {
+static void split_counts_1_to_64_agree(void **state) {
   const rel_env *env = REL_ENV(state);
   for (size_t di = 0; di < 3; di++)
     for (int variant = 0; variant < 2; variant++) {
@@ -231,7 +236,7 @@ static void item4_split_counts(void **state) {
  * (automatic splits, as a CUDA graph would) and a plan made from the step's
  * lengths (kv_len_hint). Outputs must be finite at every step and match the
  * oracle at page and chunk boundaries and every 61st step. */
-static void item4_paged_growth(void **state) {
+static void paged_cache_grown_token_by_token(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   enum { B = 2, HQ = 8, HKV = 2, D = 64, P = 16, CAP = 2048, MAXP = CAP / P, POOL = 2 * MAXP + 5 };
@@ -398,9 +403,9 @@ static void item4_paged_growth(void **state) {
   }
 }
 
-/* ---- 5: poisoned padding ------------------------------------------------------------------ */
+/* ---- poisoned padding ------------------------------------------------------------------ */
 
-static void item5_poisoned_padding(void **state) {
+static void unread_slots_nan_inf_change_nothing(void **state) {
   const rel_env *env = REL_ENV(state);
   for (int variant = 0; variant < 5; variant++) {
     if (rel_quick() && variant != 1 && variant != 4) continue;
@@ -453,9 +458,9 @@ static void item5_poisoned_padding(void **state) {
   }
 }
 
-/* ---- 7: lse --------------------------------------------------------------------------------- */
+/* ---- lse --------------------------------------------------------------------------------- */
 
-static void item7_lse_every_split(void **state) {
+static void lse_matches_f64_every_split_count(void **state) {
   const rel_env *env = REL_ENV(state);
   for (int variant = rel_quick() ? 1 : 0; variant < (rel_quick() ? 2 : 3); variant++) {
     fd_case c = rel_case(env);
@@ -490,7 +495,7 @@ static void item7_lse_every_split(void **state) {
 /* Two halves of a cache, each run alone, merged by their lse in double: the
  * one-call out and lse. Dense caches: the second half starts at a shifted
  * k/v pointer; paged: at a shifted block_table pointer. */
-static void item7_lse_merge_halves(void **state) {
+static void lse_merge_of_halves_equals_one_call(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_backend be = env->backend;
   for (int variant = 0; variant < 4; variant++) {
@@ -595,9 +600,9 @@ static void item7_lse_merge_halves(void **state) {
   }
 }
 
-/* ---- 9: extreme logits ------------------------------------------------------------------------- */
+/* ---- extreme logits ------------------------------------------------------------------------- */
 
-static void item9_huge_logits_random(void **state) {
+static void huge_logits_right_and_finite(void **state) {
   const rel_env *env = REL_ENV(state);
   /* input_scale x: scores have a standard deviation of about 2 x^2 */
   const struct {
@@ -772,7 +777,7 @@ static void exact_shift_case(const rel_env *env, fd_dtype dt, double spread, con
   free(q), free(k), free(ks), free(v), free(out0), free(out);
 }
 
-static void item9_exact_shift(void **state) {
+static void score_shift_moves_only_lse(void **state) {
   const rel_env *env = REL_ENV(state);
   const double f32_big[] = {0.0, 1e3, -3e4, 1e6, -1e6, 3e6, -7e6};
   const double f32_small[] = {0.0, 1e3, -3e4, 1e5};
@@ -782,9 +787,9 @@ static void item9_exact_shift(void **state) {
   exact_shift_case(env, BF16, 244.0 * 4096.0, bf16_big, 4);
 }
 
-/* ---- 10: precision with 256 splits ------------------------------------------------------------ */
+/* ---- precision with 256 splits ------------------------------------------------------------ */
 
-static void item10_bf16_256_splits(void **state) {
+static void bf16_256_splits_as_accurate_as_one(void **state) {
   const rel_env *env = REL_ENV(state);
   fd_case c = rel_case(env);
   c.dtype = BF16;
@@ -829,16 +834,16 @@ static void item10_bf16_256_splits(void **state) {
 rel_group rel_group_numerics(fd_backend backend) {
   (void)backend;
   static const struct CMUnitTest tests[] = {
-      {"item1_empty_rows", item1_empty_rows, NULL, NULL, NULL},
-      {"item3_splits_over_keys", item3_splits_over_keys, NULL, NULL, NULL},
-      {"item4_split_counts", item4_split_counts, NULL, NULL, NULL},
-      {"item4_paged_growth", item4_paged_growth, NULL, NULL, NULL},
-      {"item5_poisoned_padding", item5_poisoned_padding, NULL, NULL, NULL},
-      {"item7_lse_every_split", item7_lse_every_split, NULL, NULL, NULL},
-      {"item7_lse_merge_halves", item7_lse_merge_halves, NULL, NULL, NULL},
-      {"item9_huge_logits_random", item9_huge_logits_random, NULL, NULL, NULL},
-      {"item9_exact_shift", item9_exact_shift, NULL, NULL, NULL},
-      {"item10_bf16_256_splits", item10_bf16_256_splits, NULL, NULL, NULL},
+      {"empty_rows_out_zero_lse_neg_inf", empty_rows_out_zero_lse_neg_inf, NULL, NULL, NULL},
+      {"more_splits_than_keys_ignore_workspace", more_splits_than_keys_ignore_workspace, NULL, NULL, NULL},
+      {"split_counts_1_to_64_agree", split_counts_1_to_64_agree, NULL, NULL, NULL},
+      {"paged_cache_grown_token_by_token", paged_cache_grown_token_by_token, NULL, NULL, NULL},
+      {"unread_slots_nan_inf_change_nothing", unread_slots_nan_inf_change_nothing, NULL, NULL, NULL},
+      {"lse_matches_f64_every_split_count", lse_matches_f64_every_split_count, NULL, NULL, NULL},
+      {"lse_merge_of_halves_equals_one_call", lse_merge_of_halves_equals_one_call, NULL, NULL, NULL},
+      {"huge_logits_right_and_finite", huge_logits_right_and_finite, NULL, NULL, NULL},
+      {"score_shift_moves_only_lse", score_shift_moves_only_lse, NULL, NULL, NULL},
+      {"bf16_256_splits_as_accurate_as_one", bf16_256_splits_as_accurate_as_one, NULL, NULL, NULL},
   };
   rel_group g = {"numerics", tests, sizeof tests / sizeof *tests};
   return g;

@@ -8,10 +8,12 @@
  *                    max|V|), lse = s + ln(n)
  *   long_realistic   one page of 256 random keys repeated to 4M keys: out and
  *                    lse - ln(16384) equal attention over the page alone
- *   nan_shows        NaN in q, in a visible K or V element, a score that
+ *   nan_shows        NaN in q, in a visible K element, a score that
  *                    overflows to +inf, or a NaN sink: the affected rows get
- *                    NaN out and lse with 1, 2, 7 and automatic splits (and on
- *                    the reference backend); the other rows stay finite
+ *                    NaN out and lse; NaN, +inf or -inf in a visible V
+ *                    element: lse NaN and out non-finite in its column (with
+ *                    1, 2, 7 and automatic splits, and on the reference
+ *                    backend); the other rows stay finite
  *   deterministic    a sequence decoded alone and inside a batch of 64 (other
  *                    lengths, kv_capacity, kv_len_hint, CPU threads or SM
  *                    count, a window) gives the same bits
@@ -174,9 +176,9 @@ static void long_realistic(void **state) {
 
 /* ---- NaN that always shows ----------------------------------------------------------- */
 
-enum blowup { NAN_Q, NAN_K, NAN_V, OVERFLOW, INF_K, NAN_SINK, BLOWUPS };
-static const char *blowup_name[BLOWUPS] = {"NaN in q", "NaN in k", "NaN in v",
-                                           "q.k overflows", "+inf in k", "NaN sink"};
+enum blowup { NAN_Q, NAN_K, NAN_V, OVERFLOW, INF_K, NAN_SINK, INF_V, NEG_INF_V, ALL_NEG_INF_K, BLOWUPS };
+static const char *blowup_name[BLOWUPS] = {"NaN in q",  "NaN in k",  "NaN in v",  "q.k overflows", "+inf in k",
+                                           "NaN sink",  "+inf in v", "-inf in v", "every score -inf"};
 
 #define NS_B 2
 #define NS_HQ 4
@@ -208,8 +210,14 @@ static void nan_case(const rel_env *env, fd_backend be, fd_dtype dt, enum blowup
     case NAN_Q: rel_store(dt, q, q_at, NAN); break;
     case NAN_K: rel_store(dt, k, k_at, NAN); break;
     case NAN_V: rel_store(dt, v, k_at, NAN); break;
+    case INF_V: rel_store(dt, v, k_at, INFINITY); break;
+    case NEG_INF_V: rel_store(dt, v, k_at, -INFINITY); break;
+    case ALL_NEG_INF_K: /* every key of b0, kv head 0: score -inf (q's element 7 > 0) */
     case INF_K:
-      rel_store(dt, k, k_at, INFINITY); /* q's element there made positive below */
+      if (kind == INF_K) rel_store(dt, k, k_at, INFINITY); /* q's element there made positive below */
+      else
+        for (int32_t j = 0; j < NS_CAP; j++)
+          rel_store(dt, k, (((int64_t)0 * NS_CAP + j) * NS_HKV + 0) * NS_D + 7, -INFINITY);
       for (int h = 0; h < NS_HQ / NS_HKV; h++)
         for (int t = 0; t < NS_T; t++) {
           const int64_t i = (((int64_t)0 * NS_T + t) * NS_HQ + h) * NS_D + 7;
@@ -273,7 +281,28 @@ static void nan_case(const rel_env *env, fd_backend be, fd_dtype dt, enum blowup
             all_finite &= isfinite(o);
           }
           const float l = lse[((int64_t)b * NS_HQ + h) * NS_T + tt];
-          if (must_nan[b][tt][h] && !(any_nan && isnan(l)))
+          /* a non-finite V element (flashdecode.h, fd_run): lse NaN, out NaN
+           * or +-inf in that element's column at least (which other
+           * elements is backend-defined) */
+          const int in_v = kind == NAN_V || kind == INF_V || kind == NEG_INF_V;
+          if (in_v && must_nan[b][tt][h]) {
+            if (isfinite(rel_load(dt, out, row * NS_D + 7)) || !isnan(l))
+              fail_msg("%s (%s, %s, num_splits %d): row b%d t%d h%d out[7] %g, lse %g: want a non-finite "
+                       "out[7] and lse NaN",
+                       blowup_name[kind], fd_backend_name(be), dt == FD_DTYPE_F32 ? "f32" : "bf16",
+                       plan.num_splits, b, tt, h, rel_load(dt, out, row * NS_D + 7), (double)l);
+          }
+          if (kind == ALL_NEG_INF_K && must_nan[b][tt][h]) {
+            /* no key has weight: a row without keys (out 0, lse -inf) */
+            int all_zero = 1;
+            for (int d = 0; d < NS_D; d++) all_zero &= rel_load(dt, out, row * NS_D + d) == 0.0;
+            if (!all_zero || !(isinf(l) && l < 0))
+              fail_msg("%s (%s, %s, num_splits %d): row b%d t%d h%d: want out 0 and lse -inf, lse %g",
+                       blowup_name[kind], fd_backend_name(be), dt == FD_DTYPE_F32 ? "f32" : "bf16",
+                       plan.num_splits, b, tt, h, (double)l);
+            continue;
+          }
+          if (must_nan[b][tt][h] && kind != INF_V && kind != NEG_INF_V && !(any_nan && isnan(l)))
             fail_msg("%s (%s, %s, num_splits %d): row b%d t%d h%d out %s, lse %g: the blow-up vanished",
                      blowup_name[kind], fd_backend_name(be), dt == FD_DTYPE_F32 ? "f32" : "bf16",
                      plan.num_splits, b, tt, h, any_nan ? "has NaN" : "has no NaN", (double)l);

@@ -4,7 +4,7 @@
  * are test_reliability_cpu.c and test_reliability_gpu.c:
  *   test_reliability_cpu [group]    test_reliability_gpu [group]
  * groups: numerics, layout, capacity, dispatch, concurrency, graphs (CUDA), trust,
- * variants;
+ * variants, edges;
  * none = every group. The GPU program exits 77 (ctest: skipped) when the
  * CUDA backend is not available. FD_TEST_SEED fixes the inputs,
  * FD_TEST_FILTER selects tests by name (cmocka wildcards), FD_TEST_QUICK=1
@@ -21,7 +21,7 @@
 int rel_main(fd_backend backend, int argc, char **argv) {
   const char *tag = backend == FD_BACKEND_CUDA ? "cuda" : "cpu";
   if (argc > 2) {
-    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs|trust|variants]\n",
+    fprintf(stderr, "usage: %s [numerics|layout|capacity|dispatch|concurrency|graphs|trust|variants|edges]\n",
             argv[0]);
     return 2;
   }
@@ -39,7 +39,7 @@ int rel_main(fd_backend backend, int argc, char **argv) {
       {"capacity", rel_group_capacity},       {"dispatch", rel_group_dispatch},
       {"concurrency", rel_group_concurrency}, {"graphs", rel_group_graphs},
       {"trust", rel_group_trust},
-      {"variants", rel_group_variants},
+      {"variants", rel_group_variants},       {"edges", rel_group_edges},
   };
   static struct CMUnitTest tests[MAX_TESTS];
   size_t count = 0;
