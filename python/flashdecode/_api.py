@@ -13,6 +13,8 @@ def load_torch_ops():
     if _torch_ops is None:
         from . import _torch_ops as ops
 
+        if ops.torch.compiler.is_compiling():
+            return ops  # (a global set under a trace would fail the guard made on it)
         _torch_ops = ops
     return _torch_ops
 

@@ -90,8 +90,37 @@ class TensorInfo:
         return self.obj.__array_interface__["data"][0]
 
 
+# torch, once seen, and the names of its dtypes. Both are set together, once, by bind_torch
+# (from _torch_ops' import, or the first eager call with torch imported) and only read
+# afterwards: code that torch.compile traces (decode's describe) must neither read
+# sys.modules (Dynamo would wrap that process-wide dict and iterate it; an import on another
+# thread meanwhile, e.g. one of inductor's compile workers, fails the compile with
+# "dictionary changed size during iteration") nor fill a cache (a fake implementation
+# running for real under tracing would change a dict Dynamo has guarded on).
+_torch_module = None
+_TORCH_DTYPE_NAMES = {}
+
+
+def bind_torch(torch):
+    """Remember the torch module and name all its dtypes (idempotent; nothing under a
+    trace: a global or dict changed there would fail the guards made on it)."""
+    global _torch_module
+    if _torch_module is torch or torch.compiler.is_compiling():
+        return
+    names = {v: str(v).replace("torch.", "") for v in vars(torch).values()
+             if isinstance(v, torch.dtype)}
+    _TORCH_DTYPE_NAMES.update(names)
+    _torch_module = torch
+
+
 def _torch():
-    return sys.modules.get("torch")
+    """The torch module when torch is imported, else None (never imports it)."""
+    torch = _torch_module
+    if torch is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            bind_torch(torch)
+    return torch
 
 
 def is_torch_tensor(x):
@@ -99,17 +128,15 @@ def is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-# dtype -> name caches (names are costly to build), one for each kind: torch.compile
-# traces the torch lookup, and Dynamo (torch 2.11) cannot hash a numpy dtype met as a
-# key of the same dict (a numpy call before a compiled one then broke its graph)
-_TORCH_DTYPE_NAMES = {}
+# the numpy dtype -> name cache is a dict of its own (names are costly to build): Dynamo
+# (torch 2.11) cannot hash a numpy dtype met as a key of a dict it traces
 _NUMPY_DTYPE_NAMES = {}
 
 
 def _torch_dtype_name(dtype):
     name = _TORCH_DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _TORCH_DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    if name is None:  # (a dtype made after bind_torch: named, not cached)
+        name = str(dtype).replace("torch.", "")
     return name
 
 

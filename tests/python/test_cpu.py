@@ -386,6 +386,29 @@ def test_torch_compile_traces_without_graph_break():
 
 
 @needs_torch
+@pytest.mark.parametrize("imports", ["torch, flashdecode", "flashdecode, torch"])
+def test_torch_compile_as_the_first_call(imports):
+    """A fresh process whose first flashdecode call is a compiled one (float16 and bfloat16
+    never seen eagerly; torch imported before flashdecode, so that the custom ops register
+    at import, or after): tracing must not fill a cache or set a global that its guards
+    read (the fake implementation runs for real under the trace), else the guards fail
+    on the frame that made them."""
+    code = ("import %s\n" % imports +
+            "for dtype in (torch.float16, torch.bfloat16):\n"
+            "    q = torch.randn(2, 1, 4, 16).to(dtype); k = torch.randn(2, 32, 2, 16).to(dtype)\n"
+            "    kv_len = torch.tensor([5, 32], dtype=torch.int32)\n"
+            "    step = torch.compile(lambda q, k, n: flashdecode.decode(q, k, k, n),\n"
+            "                         fullgraph=True, backend='eager')\n"
+            "    for _ in range(2):\n"
+            "        got = step(q, k, kv_len)\n"
+            "        assert torch.equal(got, flashdecode.decode(q, k, k, kv_len))\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+@needs_torch
 def test_torch_opcheck():
     case = Case("opcheck", 2, 2, 4, 2, 64, [30, 64], capacity=64)
     q, k, v, kv_len, _ = torch_inputs(case, torch.float32)
