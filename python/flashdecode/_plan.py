@@ -6,6 +6,7 @@ import threading
 import numpy as np
 
 from . import _arrays, _core, _lib
+from .errors import BackendError, FlashDecodeError, UnsupportedError
 from ._tensors import (FD_DTYPE, FD_KV_DTYPE, KV_SCALES, check_call, check_out_dtype, describe,
                        fill_tensors, is_torch_tensor, kv_scale_code, resolve_kv_dtype)
 
@@ -148,6 +149,44 @@ def _rows_of(ptr, row_stride, rows, cols):
                                            strides=(stride * itemsize, itemsize))
 
 
+_CPU_HINT = 'pass device="cpu" for the CPU backend'
+
+
+def _cuda_unusable_reason():
+    """The C library's message for a small CUDA plan here (why CUDA is not usable)."""
+    try:
+        _core.make_plan(backend=_lib.FD_BACKEND_CUDA, device=0, dtype=_lib.FD_DTYPE_F16, batch=1,
+                        q_len=1, num_heads_q=1, num_heads_kv=1, head_dim=128, kv_capacity=64,
+                        page_size=0, max_pages_per_seq=0, num_pages=0, num_splits=0,
+                        softmax_scale=0.0)
+    except FlashDecodeError as exc:
+        return exc.c_message
+    return "fd_backend_available(FD_BACKEND_CUDA) is 0"
+
+
+def _default_device():
+    """device=None: 'cuda' when the CUDA backend can run here (device 0: built in, a GPU
+    of compute capability 8.0+), else UnsupportedError saying why and to pass 'cpu'."""
+    if _lib.lib.fd_backend_available(_lib.FD_BACKEND_CUDA):
+        return "cuda"
+    raise UnsupportedError("device: no CUDA device is usable (%s); %s"
+                           % (_cuda_unusable_reason(), _CPU_HINT),
+                           _lib.FD_STATUS_UNSUPPORTED, _lib.status_name(_lib.FD_STATUS_UNSUPPORTED))
+
+
+def _make_plan_on(kind, fields):
+    """_core.make_plan for a 'cpu' or 'cuda' plan; a CUDA plan refused because CUDA is not
+    usable here gets the hint to pass device='cpu'."""
+    try:
+        return _core.make_plan(
+            backend=_lib.FD_BACKEND_CPU if kind == "cpu" else _lib.FD_BACKEND_CUDA, **fields)
+    except (UnsupportedError, BackendError) as exc:
+        if kind == "cpu" or _lib.lib.fd_backend_available(_lib.FD_BACKEND_CUDA):
+            raise
+        raise type(exc)("%s; no CUDA device is usable: %s" % (exc.c_message, _CPU_HINT),
+                        exc.status, exc.status_name) from None
+
+
 class DecodePlan:
     """A plan for decode attention: split count and workspace, made once, run many times.
 
@@ -188,8 +227,13 @@ class DecodePlan:
         chunks of kv_capacity).
     softmax_scale : float, optional
         Default ``1 / sqrt(head_dim)``; finite and nonzero.
-    device : str or torch.device
-        'cuda', 'cuda:N' (CUDA backend, compute capability 8.0+) or 'cpu' (default 'cuda').
+    device : str, torch.device or None
+        'cuda', 'cuda:N' (CUDA backend, compute capability 8.0+) or 'cpu' (the
+        threaded CPU backend). None (default): 'cuda' when a CUDA device is
+        usable here (the library built with CUDA, a GPU of compute capability
+        8.0+ that the build holds code for, see :func:`flashdecode.backend_available`),
+        else UnsupportedError saying why, and to pass device="cpu". 'cuda' is
+        torch's current device when torch sees a GPU, else device 0.
     kv_len_hint : sequence of int, optional
         [batch] lengths the next runs will see: the automatic split count is
         then sized from them rather than kv_capacity. Runs stay correct for
@@ -263,12 +307,19 @@ class DecodePlan:
 
     Raises
     ------
+    UnsupportedError (a ValueError)
+        No usable CUDA device for device=None or 'cuda' (CUDA not built in, no
+        GPU, a GPU below sm_80): the C library's reason and the hint to pass
+        device="cpu"; or, from the C library, a head_dim the backend lacks.
+    InvalidArgumentError (a ValueError)
+        The C library's FD_STATUS_INVALID_ARGUMENT message, naming the
+        argument (e.g. batch < 1, num_heads_q not a multiple of num_heads_kv,
+        q_len above 16 (128 non_causal), page_size above 256, num_splits
+        other than 0 with deterministic, kv_capacity above
+        DETERMINISTIC_MAX_KEYS with deterministic).
     ValueError
-        The C library's FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
-        message (e.g. CUDA not built in or a GPU below sm_80, head_dim not
-        supported, num_splits other than 0 with deterministic, kv_capacity
-        above DETERMINISTIC_MAX_KEYS with deterministic), or a device that is
-        not 'cpu'/'cuda'.
+        A device that is not 'cpu', 'cuda' or 'cuda:N'; kv_capacity missing
+        for a contiguous cache; a kv_len_hint of other than batch values.
     TypeError
         An unsupported dtype; non_causal, deterministic or pdl not a bool (or 0 / 1).
 
@@ -290,10 +341,12 @@ class DecodePlan:
 
     def __init__(self, *, batch, q_len=1, num_heads_q, num_heads_kv, head_dim, dtype,
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
-                 num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
+                 num_splits=0, softmax_scale=None, device=None, kv_len_hint=None,
                  num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
                  non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None,
                  deterministic=False, pdl=True):
+        if device is None:
+            device = _default_device()
         kind, index = _core.parse_device(device)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
@@ -313,8 +366,7 @@ class DecodePlan:
             if not page_size:
                 raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
             kv_capacity = 0
-        self._plan = _core.make_plan(
-            backend=_lib.FD_BACKEND_CPU if kind == "cpu" else _lib.FD_BACKEND_CUDA,
+        self._plan = _make_plan_on(kind, dict(
             device=index or 0, dtype=FD_DTYPE[self._dtype], batch=batch, q_len=q_len,
             num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
             kv_capacity=kv_capacity, page_size=page_size, max_pages_per_seq=max_pages_per_seq,
@@ -325,7 +377,7 @@ class DecodePlan:
             non_causal=self._variants.non_causal,
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
             kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
-            deterministic=self._variants.deterministic, pdl=self._variants.pdl)
+            deterministic=self._variants.deterministic, pdl=self._variants.pdl))
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)

@@ -197,6 +197,32 @@ def test_cuda_plan_unsupported_without_gpu():
     assert isinstance(info.value, flashdecode.UnsupportedError)
 
 
+@pytest.mark.skipif(flashdecode.backend_available("cuda"), reason="a CUDA GPU is present")
+def test_plan_default_device_without_cuda_says_pass_cpu():
+    """device=None (the default) without a usable CUDA device: UnsupportedError that says
+    no CUDA device is usable, the C library's reason, and to pass device="cpu"; an explicit
+    'cuda' gets the same hint after the library's message."""
+    kw = dict(batch=1, num_heads_q=8, num_heads_kv=8, head_dim=128, dtype="bf16",
+              kv_capacity=1024)
+    with pytest.raises(flashdecode.UnsupportedError) as info:
+        flashdecode.DecodePlan(**kw)
+    msg = str(info.value)
+    assert msg.startswith("device: no CUDA device is usable (backend: "), msg
+    assert 'pass device="cpu" for the CPU backend' in msg, msg
+    assert info.value.status_name == "FD_STATUS_UNSUPPORTED"
+    with pytest.raises(flashdecode.UnsupportedError,
+                       match=r"^backend: .*no CUDA device is usable: pass device=\"cpu\""):
+        flashdecode.DecodePlan(device="cuda:0", **kw)
+    assert flashdecode.DecodePlan(device="cpu", **kw).device == "cpu"
+
+
+@pytest.mark.skipif(not flashdecode.backend_available("cuda"), reason="no usable CUDA device")
+def test_plan_default_device_is_cuda():
+    plan = flashdecode.DecodePlan(batch=1, num_heads_q=8, num_heads_kv=8, head_dim=128,
+                                  dtype="bf16", kv_capacity=1024)
+    assert plan.backend == "cuda" and plan.device.startswith("cuda:")
+
+
 # ---- DecodePlan on the CPU ---------------------------------------------------------------------
 def test_plan_cpu_runs_many_lengths():
     case = Case("plan", 3, 1, 8, 2, 64, [300, 1, 511], capacity=512)
