@@ -53,6 +53,7 @@ def _output_signature(x):
     return _signature(x)
 
 
+_HOST_INDEX_TYPES = (list, tuple, int)  # run()'s kv_len / block_table given as Python ints
 _c_char_from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -597,8 +598,11 @@ class DecodePlan:
         q : tensor/array [batch, q_len, num_heads_q, head_dim], the plan's dtype and device
         k_cache, v_cache : contiguous [batch, >= kv_capacity, num_heads_kv, head_dim] or
             paged [>= num_pages, page_size, num_heads_kv, head_dim]
-        kv_len : int32 [batch], on the plan's device; 0 <= kv_len[b] <= kv_capacity
-        block_table : int32 [batch, >= max_pages_per_seq], paged plans only
+        kv_len : int32 [batch], on the plan's device; or a list / tuple of ints, or an int
+            (every sequence's); 0 <= kv_len[b] <= kv_capacity. Python ints are
+            converted (on CUDA: a host-to-device copy, so not for a CUDA graph).
+        block_table : int32 [batch, >= max_pages_per_seq] (or nested lists of ints),
+            paged plans only
         out : like q, of the plan's out_dtype, optional
             Written in place (strided allowed; head_dim unit-stride); allocated
             when None.
@@ -646,6 +650,10 @@ class DecodePlan:
             As :func:`flashdecode.decode`, plus tensors that do not match the
             plan (dtype, device, shapes).
         """
+        if type(kv_len) in _HOST_INDEX_TYPES:
+            kv_len = self._host_index(kv_len, "kv_len", self._problem.batch)
+        if type(block_table) in _HOST_INDEX_TYPES:
+            block_table = self._host_index(block_table, "block_table", None)
         if self._kv_dtype is not None or k_scale is not None or v_scale is not None:
             return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks,
                                        None, (k_scale, v_scale))
@@ -703,6 +711,17 @@ class DecodePlan:
         if status:
             _lib.check(status, err)
         return out
+
+    def _host_index(self, values, name, batch):
+        """kv_len / block_table given as Python ints (a list, a tuple; an int: every
+        sequence's kv_len) as int32 on the plan's device (a host-to-device copy on CUDA)."""
+        from ._api import as_index_array
+
+        arr = as_index_array(values, name, batch)
+        if self._on_cuda:
+            torch = _arrays.import_torch("DecodePlan.run on CUDA with %s as a list" % name)
+            return torch.as_tensor(arr, device=self._device)
+        return arr
 
     def _scale_infos(self, q, scales):
         """TensorInfos of run()'s k_scale / v_scale (floats become float32 arrays on q's

@@ -240,6 +240,32 @@ def test_plan_cpu_runs_many_lengths():
         np.testing.assert_array_equal(out, flashdecode.decode(q, k, v, kv, num_splits=4))
 
 
+def test_plan_run_takes_kv_len_as_python_ints():
+    """run() takes kv_len as decode() does: a list, a tuple, an int (every sequence's); and
+    block_table as nested lists; numpy and torch inputs alike."""
+    case = Case("plan-lists", 2, 1, 4, 2, 64, [100, 37], page_size=16, capacity=128)
+    q, k, v, kv_len, block_table = make_case(case)
+    plan = flashdecode.DecodePlan(batch=2, num_heads_q=4, num_heads_kv=2, head_dim=64,
+                                  dtype="f32", page_size=16, max_pages_per_seq=8, device="cpu")
+    want = flashdecode.decode(q, k, v, kv_len, block_table=block_table)
+    check_against_reference(want, None, q, k, v, kv_len, block_table, "float32")
+    arrays = [(q, k, v)]
+    if torch is not None:
+        arrays.append(tuple(torch.from_numpy(x) for x in (q, k, v)))
+    for qq, kk, vv in arrays:
+        for lens in ([100, 37], (100, 37)):
+            for table in (block_table, block_table.tolist()):
+                got = plan.run(qq, kk, vv, lens, block_table=table)
+                np.testing.assert_array_equal(np.asarray(got), want)
+        got = plan.run(qq, kk, vv, 37, block_table=block_table)
+        np.testing.assert_array_equal(
+            np.asarray(got), flashdecode.decode(q, k, v, [37, 37], block_table=block_table))
+    with pytest.raises(ValueError, match=r"kv_len: shape \(3,\), expected \(2,\)"):
+        plan.run(q, k, v, [1, 2, 3], block_table=block_table)
+    with pytest.raises(TypeError, match=r"kv_len: dtype float64, expected int32"):
+        plan.run(q, k, v, [1.0, 2.0], block_table=block_table)
+
+
 def test_plan_cpu_paged_hint_threads_and_shared_workspace():
     case = Case("plan-paged", 2, 2, 4, 4, 64, [100, 37], page_size=16, capacity=128)
     q, k, v, kv_len, block_table = make_case(case)
