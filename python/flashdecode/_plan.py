@@ -8,7 +8,8 @@ import numpy as np
 from . import _arrays, _core, _lib
 from .errors import BackendError, FlashDecodeError, UnsupportedError
 from ._tensors import (FD_DTYPE, FD_KV_DTYPE, KV_SCALES, check_call, check_out_dtype, describe,
-                       fill_tensors, is_torch_tensor, kv_scale_code, resolve_kv_dtype)
+                       fill_tensors, heads_layout_error, is_torch_tensor, kv_scale_code,
+                       resolve_kv_dtype)
 
 # ---- the checked-call cache of run() ---------------------------------------------------------
 # run() validates its arguments from their metadata only (type, shape, strides, dtype, device,
@@ -536,6 +537,9 @@ class DecodePlan:
             raise ValueError("q: shape (%d, %d, %d, %d), the plan was made for %r"
                              % (g.batch, g.q_len, g.num_heads_q, g.head_dim, want))
         if g.num_heads_kv != p.num_heads_kv:
+            swapped = heads_layout_error(k, "k_cache", g.paged, p.num_heads_q, p.num_heads_kv)
+            if swapped is not None:
+                raise swapped
             raise ValueError("k_cache: %d kv heads, the plan was made for %d"
                              % (g.num_heads_kv, p.num_heads_kv))
         if p.page_size == 0:

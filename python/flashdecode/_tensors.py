@@ -352,6 +352,34 @@ def check_scales(k_scale, v_scale, g, cache_shape):
     return codes[0]
 
 
+def heads_layout_error(k, name, paged, num_heads_q, num_heads_kv=None):
+    """A ValueError naming a cache given in the head-major layout (transformers' [batch,
+    num_heads_kv, capacity, head_dim]; paged: [num_pages, num_heads_kv, page_size,
+    head_dim]) where flashdecode reads the heads from dimension 2, or None.
+
+    With num_heads_kv known (a plan): dimension 1 holds it and dimension 2 does not.
+    Without (decode): dimension 2 cannot be the kv heads (it does not divide num_heads_q)
+    while dimension 1 can (the library would otherwise name num_heads_q and a 'head'
+    count that is the capacity)."""
+    d1, d2 = int(k.shape[1]), int(k.shape[2])
+    if num_heads_kv is not None:
+        swapped = d1 == num_heads_kv and d2 != num_heads_kv
+    else:
+        swapped = (d1 != d2 and 0 < d1 <= num_heads_q and num_heads_q % d1 == 0
+                   and (d2 == 0 or num_heads_q % d2 != 0))
+    if not swapped:
+        return None
+    if paged:
+        layout, want = ("[num_pages, num_heads_kv, page_size, head_dim]",
+                        "[num_pages, page_size, num_heads_kv, head_dim]")
+    else:
+        layout, want = ("[batch, num_heads_kv, capacity, head_dim] (transformers' layout)",
+                        "[batch, capacity, num_heads_kv, head_dim]")
+    return ValueError("%s: shape %s looks like %s: pass k.transpose(1, 2) and v.transpose(1, 2) "
+                      "(views, no copy); flashdecode reads %s" % (name, _shape_str(k.shape),
+                                                                  layout, want))
+
+
 def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None, k_scale=None,
                v_scale=None):
     """Validate one call's TensorInfos (out, lse, sinks and the scales may be None) and
@@ -390,6 +418,9 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None
     if int(k.shape[3]) != g.head_dim:
         raise ValueError("k_cache: head_dim %d differs from q's %d" % (int(k.shape[3]), g.head_dim))
     g.num_heads_kv = int(k.shape[2])
+    swapped = heads_layout_error(k, "k_cache", block_table is not None, g.num_heads_q)
+    if swapped is not None:
+        raise swapped
     _check_index_vector(kv_len, "kv_len", g.batch, g.device)
     if g.paged:
         _check_rank(block_table, "block_table", 2, "[batch, max_pages_per_seq]")

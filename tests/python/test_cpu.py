@@ -266,6 +266,55 @@ def test_plan_run_takes_kv_len_as_python_ints():
         plan.run(q, k, v, [1.0, 2.0], block_table=block_table)
 
 
+LAYOUT = r"k_cache: shape \(%s\) looks like \[%s, num_heads_kv, %s, head_dim\]%s: pass " \
+         r"k\.transpose\(1, 2\) and v\.transpose\(1, 2\)"
+
+
+def test_head_major_cache_is_named():
+    """A cache in transformers' layout [batch, num_heads_kv, capacity, head_dim] (paged:
+    [num_pages, num_heads_kv, page_size, head_dim]) is named as such: by decode where
+    dimension 2 cannot be the kv heads, by a plan, append_kv (which know num_heads_kv)
+    also where the capacity divides num_heads_q (which decode reads as another valid
+    problem); the transposed view runs."""
+    rng = np.random.default_rng(11)
+    hq, hkv, d = 8, 2, 16
+    q = rng.standard_normal((2, 1, hq, d), dtype=np.float32)
+    contiguous = (r"batch", r"capacity", r" \(transformers' layout\)")
+    for cap in (64, 4):
+        k = rng.standard_normal((2, hkv, cap, d), dtype=np.float32)
+        v = rng.standard_normal((2, hkv, cap, d), dtype=np.float32)
+        kv_len = np.array([1, cap], np.int32)
+        pattern = LAYOUT % (("2, 2, %d, 16" % cap,) + contiguous)
+        if cap == 64:   # (cap 4 divides num_heads_q: decode cannot tell)
+            with pytest.raises(ValueError, match=pattern):
+                flashdecode.decode(q, k, v, kv_len)
+            if torch is not None:
+                with pytest.raises(ValueError, match=pattern):
+                    flashdecode.decode(torch.from_numpy(q), torch.from_numpy(k),
+                                       torch.from_numpy(v), kv_len)
+        plan = flashdecode.DecodePlan(batch=2, num_heads_q=hq, num_heads_kv=hkv, head_dim=d,
+                                      dtype="f32", kv_capacity=cap, device="cpu")
+        with pytest.raises(ValueError, match=pattern):
+            plan.run(q, k, v, kv_len)
+        new = rng.standard_normal((2, 1, hkv, d), dtype=np.float32)
+        with pytest.raises(ValueError, match=pattern):
+            flashdecode.append_kv(new, new, k, v, [0, 0])
+        kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        got = plan.run(q, kt, vt, kv_len)
+        check_against_reference(got, None, q, kt, vt, kv_len, None, "float32")
+        np.testing.assert_array_equal(got, flashdecode.decode(q, kt, vt, kv_len))
+    # paged: [num_pages, num_heads_kv, page_size, head_dim]
+    k = rng.standard_normal((6, hkv, 16, d), dtype=np.float32)
+    table = np.arange(6, dtype=np.int32).reshape(2, 3)
+    pattern = LAYOUT % ("6, 2, 16, 16", "num_pages", "page_size", "")
+    plan = flashdecode.DecodePlan(batch=2, num_heads_q=hq, num_heads_kv=hkv, head_dim=d,
+                                  dtype="f32", page_size=16, max_pages_per_seq=3, device="cpu")
+    for run in (lambda: plan.run(q, k, k, [5, 40], block_table=table),
+                lambda: flashdecode.decode(q, k, k, [5, 40], block_table=table)):
+        with pytest.raises(ValueError, match=pattern):
+            run()
+
+
 def test_plan_cpu_paged_hint_threads_and_shared_workspace():
     case = Case("plan-paged", 2, 2, 4, 4, 64, [100, 37], page_size=16, capacity=128)
     q, k, v, kv_len, block_table = make_case(case)
