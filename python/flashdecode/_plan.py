@@ -89,12 +89,12 @@ def _address_getter(x, info):
 class _Checked:
     """What a successful check of one call signature leaves behind (read only)."""
 
-    __slots__ = ("template", "getters", "buffers", "alloc_out", "page_ids")
+    __slots__ = ("template", "getters", "buffers", "alloc_out", "plan")
 
-    def __init__(self, template, getters, alloc_out, page_ids):
+    def __init__(self, template, getters, alloc_out, plan):
         self.template, self.getters = template, getters
         self.buffers = all(f is None or f is _numpy_address for f in getters)
-        self.alloc_out, self.page_ids = alloc_out, page_ids
+        self.alloc_out, self.plan = alloc_out, plan  # plan: the FdPlan to run with
 
 
 def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
@@ -138,17 +138,6 @@ def _hint_list(kv_len_hint):
     if is_torch_tensor(kv_len_hint):
         return [int(v) for v in kv_len_hint.detach().cpu().tolist()]
     return [int(v) for v in np.asarray(kv_len_hint).reshape(-1).tolist()]
-
-
-def _rows_of(ptr, row_stride, rows, cols):
-    """A host int32 block table (address, row stride in elements) as a numpy view
-    [rows, cols]."""
-    itemsize = 4
-    stride = row_stride if rows > 1 else cols
-    n = (rows - 1) * stride + cols if rows else 0
-    flat = np.ctypeslib.as_array((ctypes.c_int32 * max(n, 1)).from_address(ptr))
-    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols),
-                                           strides=(stride * itemsize, itemsize))
 
 
 _CPU_HINT = 'pass device="cpu" for the CPU backend'
@@ -368,7 +357,7 @@ class DecodePlan:
             if not page_size:
                 raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
             kv_capacity = 0
-        self._plan = _make_plan_on(kind, dict(
+        self._kind, self._fields = kind, dict(
             device=index or 0, dtype=FD_DTYPE[self._dtype], batch=batch, q_len=q_len,
             num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
             kv_capacity=kv_capacity, page_size=page_size, max_pages_per_seq=max_pages_per_seq,
@@ -379,7 +368,9 @@ class DecodePlan:
             non_causal=self._variants.non_causal,
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
             kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
-            deterministic=self._variants.deterministic, pdl=self._variants.pdl))
+            deterministic=self._variants.deterministic, pdl=self._variants.pdl)
+        self._plan = _make_plan_on(kind, self._fields)
+        self._paged_plans = {}  # num_pages -> this plan for that pool (see _run_plan)
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
@@ -523,7 +514,7 @@ class DecodePlan:
                                           self.workspace_size, extra))
 
     # ---- run -----------------------------------------------------------------------
-    def _check_geometry(self, g, k, block_table, kv_len):
+    def _check_geometry(self, g, k):
         p = self._problem
         if g.dtype != self._dtype:
             raise TypeError("q: dtype %s, the plan was made for %s" % (g.dtype, self._dtype))
@@ -557,41 +548,24 @@ class DecodePlan:
         if g.max_pages_per_seq < p.max_pages_per_seq:
             raise ValueError("block_table: %d columns, the plan needs max_pages_per_seq = %d"
                              % (g.max_pages_per_seq, p.max_pages_per_seq))
-        if p.num_pages > 0:
-            if g.num_pages < p.num_pages:
-                raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
-                                 % (g.num_pages, p.num_pages))
-        elif self._device == "cpu":
-            self._check_page_ids(block_table.ptr, block_table.strides[0], kv_len.ptr,
-                                 g.num_pages)
+        if p.num_pages > 0 and g.num_pages < p.num_pages:
+            raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
+                             % (g.num_pages, p.num_pages))
 
-    def _page_ids_check(self, g, block_table):
-        """(row stride, num_pages) when every run must check the page ids, else None."""
-        if g.paged and self._problem.num_pages <= 0 and self._device == "cpu":
-            return block_table.strides[0], g.num_pages
-        return None
-
-    def _check_page_ids(self, block_table_ptr, row_stride, kv_len_ptr, num_pages):
-        """CPU, num_pages unknown to the plan: page ids against k_cache's pages. Pages
-        wholly before a window's first key (rounded down to chunk_len, split.h's
-        fd_window_start) are never read, so not checked (an engine may have freed them),
-        as the C library does (api.c)."""
-        p = self._problem
-        lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len_ptr))
-        lens = np.clip(lens, 0, self._plan.kv_capacity)  # the C library reports bad kv_len
-        table = _rows_of(block_table_ptr, row_stride, p.batch, p.max_pages_per_seq)
-        chunk = int(self._plan.chunk_len)
-        for b in range(p.batch):
-            n = int(lens[b])
-            first = 0
-            if p.window_left >= 0 and n > 0:
-                first = max(0, n - p.q_len - p.window_left) // chunk * chunk // p.page_size
-            ids = table[b, first:(n + p.page_size - 1) // p.page_size]
-            bad = np.nonzero((ids < 0) | (ids >= num_pages))[0]
-            if bad.size:
-                i = first + int(bad[0])
-                raise ValueError("block_table[%d][%d]: page id %d is outside [0, %d) (the pages "
-                                 "of k_cache)" % (b, i, int(table[b, i]), num_pages))
+    def _run_plan(self, g):
+        """The FdPlan a run of Geometry g uses: the plan itself, or, for a paged CPU run
+        when the plan does not know num_pages, the same plan made for k_cache's pages, so
+        that the C library checks the page ids the run reads (as decode's plans do); on
+        CUDA the device reads them (out-of-pool ids are skipped there)."""
+        if not g.paged or self._problem.num_pages > 0 or self._device != "cpu":
+            return self._plan
+        plan = self._paged_plans.get(g.num_pages)
+        if plan is None:
+            plan = _make_plan_on(self._kind, dict(self._fields, num_pages=g.num_pages))
+            if len(self._paged_plans) >= _CACHE_SIZE:
+                self._paged_plans.clear()
+            self._paged_plans[g.num_pages] = plan
+        return plan
 
     def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
             sinks=None, k_scale=None, v_scale=None):
@@ -700,18 +674,16 @@ class DecodePlan:
         else:
             _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len, block_table,
                            out, lse, sinks)
-        if checked.page_ids is not None:
-            self._check_page_ids(tensors.block_table, checked.page_ids[0], tensors.kv_len,
-                                 checked.page_ids[1])
         stream = None
         if self._on_cuda:  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         err = _FdError()
         if self._cpu_lock is None:
-            status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+            status = _fd_run(checked.plan, tensors, self._ws_addr, self._ws_size, stream, err)
         else:
             with self._cpu_lock:
-                status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+                status = _fd_run(checked.plan, tensors, self._ws_addr, self._ws_size, stream,
+                                 err)
         if status:
             _lib.check(status, err)
         return out
@@ -776,7 +748,7 @@ class DecodePlan:
         keep = self._scale_infos(q, scales)  # (keeps converted scales alive for the run)
         ksi, vsi = keep[0][1], keep[1][1]
         g = check_call(qi, ki, vi, li, bi, oi, ei, si, self._kv_dtype, ksi, vsi)
-        self._check_geometry(g, ki, bi, li)
+        self._check_geometry(g, ki)
         if g.kv_dtype != self._kv_dtype:
             raise TypeError("k_cache: dtype %s, the plan was made for kv_dtype %s"
                             % (ki.dtype, self._kv_dtype or self._dtype))
@@ -785,25 +757,24 @@ class DecodePlan:
             raise ValueError("k_scale: %s scales, the plan was made for kv_scale=%r"
                              % (names[g.kv_scale], names[self._kv_scale]))
         tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si, ksi, vsi)
+        plan = self._run_plan(g)
         if foreign is None and sig is not None and _NOT_CACHED not in sig:
             self._remember(sig, tensors,
                            (q, k_cache, v_cache, kv_len, block_table, out, lse, sinks),
-                           (qi, ki, vi, li, bi, oi, ei, si), alloc_out,
-                           self._page_ids_check(g, bi))
+                           (qi, ki, vi, li, bi, oi, ei, si), alloc_out, plan)
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         if self._cpu_lock is None:
-            _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
+            _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
         else:
             with self._cpu_lock:
-                _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size,
-                             stream)
+                _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
         if foreign is not None:
             return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
         return out
 
-    def _remember(self, sig, tensors, args, infos, alloc_out, page_ids):
+    def _remember(self, sig, tensors, args, infos, alloc_out, plan):
         """Cache a checked call: fd_tensors with its strides (addresses cleared)."""
         if sig[5] is None and alloc_out is None:
             return  # (out allocated by no rule the cached path knows)
@@ -817,5 +788,5 @@ class DecodePlan:
                 del cache[next(iter(cache))]
             except (KeyError, RuntimeError, StopIteration):  # another thread got there first
                 break
-        cache[sig] = checked = _Checked(template, getters, alloc_out, page_ids)
+        cache[sig] = checked = _Checked(template, getters, alloc_out, plan)
         self._last = sig, checked
