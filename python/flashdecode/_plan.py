@@ -626,7 +626,15 @@ class DecodePlan:
         ------
         TypeError, ValueError
             As :func:`flashdecode.decode`, plus tensors that do not match the
-            plan (dtype, device, shapes).
+            plan (dtype, device, shapes), and a cache in transformers' layout
+            [batch, num_heads_kv, capacity, head_dim] (dimension 1 holds the
+            plan's num_heads_kv, dimension 2 does not; paged: [num_pages,
+            num_heads_kv, page_size, head_dim]): the message says to pass
+            ``k.transpose(1, 2)``.
+        InvalidArgumentError (a ValueError)
+            The C library's checks of the values (CPU): a kv_len outside [0,
+            kv_capacity], a page id the run reads outside [0, num_pages)
+            (num_pages: the plan's, else k_cache's pages).
         """
         if type(kv_len) in _HOST_INDEX_TYPES:
             kv_len = self._host_index(kv_len, "kv_len", self._problem.batch)
