@@ -320,11 +320,9 @@ def test_deterministic_config_reaches_flashdecode(monkeypatch):
     assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
 
 
-def test_decode_step_compiles_fullgraph():
-    """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
-    function and the attention function have no graph break, and the compiled step gives
-    the eager step's logits."""
-    model = tiny("llama")
+def _eager_and_compiled_steps(model):
+    """Logits of 4 static-cache decode steps after a 7-token prefill, eager and through
+    torch.compile(model.forward, fullgraph=True) (aot_eager); stats count the compiled run."""
     set_impl(model, NAME)
     prompt = PROMPTS[:1]
 
@@ -352,6 +350,14 @@ def test_decode_step_compiles_fullgraph():
     fh.reset_stats()
     compiled = run(lambda tok, cache, kw: compiled_forward(tok, **cache_kw(model, cache),
                                                            use_cache=True, **kw).logits)
+    return eager, compiled
+
+
+def test_decode_step_compiles_fullgraph():
+    """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
+    function and the attention function have no graph break, and the compiled step gives
+    the eager step's logits."""
+    eager, compiled = _eager_and_compiled_steps(tiny("llama"))
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
     # the prefill (eager, 7 tokens) and the traced step both ran flashdecode
     assert fh.stats["flashdecode"] >= 6 and fh.stats["sdpa"] == 0, fh.stats
@@ -424,7 +430,7 @@ def test_cuda_graph_replay_of_static_decode_steps():
         torch.testing.assert_close(a, b, rtol=0, atol=2e-2, msg="step %d" % step)
 
 
-def test_decode_step_compiles_while_modules_change():
+def test_decode_step_compiles_while_modules_change(monkeypatch):
     """The decode step of test_decode_step_compiles_fullgraph, compiled after other
     flashdecode calls in this process (numpy, torch float32/bfloat16, a DecodePlan,
     merge_states) and while sys.modules changes under the trace: every garbage collection
@@ -464,6 +470,12 @@ def test_decode_step_compiles_while_modules_change():
     gc.set_threshold(1)   # a collection at (almost) every allocation: sys.modules churns
     try:
         test_decode_step_compiles_fullgraph()
+        # a traced step that falls back to the model's eager attention (a soft-cap this
+        # flashdecode is told it lacks)
+        monkeypatch.setitem(fh._state, "features", frozenset())
+        eager, compiled = _eager_and_compiled_steps(tiny("gemma2"))
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
+        assert fh.stats["eager"] >= 1 and fh.stats["flashdecode"] == 0, fh.stats
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(churn)
