@@ -105,10 +105,11 @@ def bind_torch(torch):
     """Remember the torch module and name all its dtypes (idempotent; nothing under a
     trace: a global or dict changed there would fail the guards made on it)."""
     global _torch_module
-    if _torch_module is torch or torch.compiler.is_compiling():
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)  # (torch 2.3+)
+    if _torch_module is torch or (compiling is not None and compiling()):
         return
-    names = {v: str(v).replace("torch.", "") for v in vars(torch).values()
-             if isinstance(v, torch.dtype)}
+    names = {v: str(v).replace("torch.", "") for v in list(vars(torch).values())  # (a copy:
+             if isinstance(v, torch.dtype)}                                     # one C call)
     _TORCH_DTYPE_NAMES.update(names)
     _torch_module = torch
 
