@@ -108,8 +108,9 @@ def bind_torch(torch):
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)  # (torch 2.3+)
     if _torch_module is torch or (compiling is not None and compiling()):
         return
-    names = {v: str(v).replace("torch.", "") for v in list(vars(torch).values())  # (a copy:
-             if isinstance(v, torch.dtype)}                                     # one C call)
+    # (over a copy, taken in one C call: another thread's import may add to torch's namespace)
+    names = {v: str(v).replace("torch.", "") for v in list(vars(torch).values())
+             if isinstance(v, torch.dtype)}
     _TORCH_DTYPE_NAMES.update(names)
     _torch_module = torch
 
