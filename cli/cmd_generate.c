@@ -77,7 +77,8 @@ static void print_usage(void) {
       "  --kv-dtype T         bf16, e4m3 or e5m2: the attention runs in bf16 on a KV cache of\n"
       "                       that type (fp8: per-token scales; rows written by fd_append_kv;\n"
       "                       CPU backend). e4m3 / e5m2 also run a bf16-cache decode and\n"
-      "                       report how many tokens match it\n"
+      "                       report how many generated tokens the two share before they\n"
+      "                       first differ\n"
       "  -h, --help           this text\n"
       "\n"
       "Prints 'achieved tok/s: X' on stderr at the end (with --check the per-layer\n"
@@ -436,11 +437,20 @@ int cmd_generate(int argc, char **argv, const char *exe_path) {
   status = 0;
   if (o.check && !report_check(&main_dec, &ref_dec, &ca)) status = 1;
   if (compare_bf16) {
+    /* the common prefix of the two sequences, counted in generated tokens (after the
+     * prompt, BOS included, which both share) */
     int same = 0, n = main_dec.n_ids < ref_dec.n_ids ? main_dec.n_ids : ref_dec.n_ids;
     while (same < n && main_dec.ids[same] == ref_dec.ids[same]) same++;
-    printf("kv_dtype %s: %d of %d tokens match the bf16-cache decode%s\n",
-           args_dtype_name(o.kv_dtype), same, ref_dec.n_ids,
-           same == main_dec.n_ids && same == ref_dec.n_ids ? " (identical)" : "");
+    int gen_same = same > n_prompt ? same - n_prompt : 0;
+    int gen_here = main_dec.n_ids > n_prompt ? main_dec.n_ids - n_prompt : 0;
+    int gen_ref = ref_dec.n_ids > n_prompt ? ref_dec.n_ids - n_prompt : 0;
+    if (same == main_dec.n_ids && same == ref_dec.n_ids)
+      printf("kv_dtype %s: the %d generated tokens are those of the bf16-cache decode "
+             "(identical)\n", args_dtype_name(o.kv_dtype), gen_here);
+    else
+      printf("kv_dtype %s: the first %d generated tokens are those of the bf16-cache decode, "
+             "then the sequences diverge (%d generated tokens here, %d there)\n",
+             args_dtype_name(o.kv_dtype), gen_same, gen_here, gen_ref);
   }
   fflush(stdout);
   if (timed_steps > 0)

@@ -59,7 +59,8 @@ static void print_usage(const char *command) {
             "gbps (K/V bytes read / time, bytes = 2 * sum keys * num_heads_kv * head_dim *\n"
             "sizeof(dtype), keys = kv_len, with --window-left the keys some row sees:\n"
             "min(kv_len, window_left + q_len)), num_splits (the split count used), us_split1 (the same with\n"
-            "--num-splits 1) and speedup = us_split1 / us. CUDA adds sets (buffer sets\n"
+            "--num-splits 1: us itself when num_splits is 1) and, when num_splits > 1,\n"
+            "speedup = us_split1 / us. CUDA adds sets (buffer sets\n"
             "rotated). CPU adds threads (worker threads), sets (input sets rotated, together\n"
             "over 4 x the last-level cache, so K/V come from memory), read_gbps (this\n"
             "machine's read bandwidth, measured in the same run by a multithreaded read\n"
@@ -247,6 +248,13 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
   if (fp8 && !a->kv_scale_set) a->kv_scale = FD_KV_SCALE_TENSOR;
   if (!fp8 && a->kv_scale != FD_KV_SCALE_NONE) {
     fprintf(stderr, "flashdecode: --kv-scale needs --kv-dtype e4m3 or e5m2\n");
+    return -1;
+  }
+  if (a->n_kv_lens > a->batch) {
+    fprintf(stderr,
+            "flashdecode: --kv-len has %d lengths but --batch is %d: give at most --batch lengths "
+            "(one per sequence; a shorter list is repeated over the batch)\n",
+            a->n_kv_lens, a->batch);
     return -1;
   }
   if (a->num_heads_q % a->num_heads_kv != 0) {

@@ -13,6 +13,8 @@ def load_torch_ops():
     if _torch_ops is None:
         from . import _torch_ops as ops
 
+        if ops.torch.compiler.is_compiling():
+            return ops  # (a global set under a trace would fail the guard made on it)
         _torch_ops = ops
     return _torch_ops
 
@@ -173,8 +175,12 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     ValueError
         Shapes that disagree, tensors on different devices, a head_dim
         dimension that is not unit-stride, a negative or broadcast output
-        stride, sinks not of shape [num_heads_q] or on another device; and
-        every FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED from the C
+        stride, sinks not of shape [num_heads_q] or on another device, a
+        cache that looks like transformers' [batch, num_heads_kv, capacity,
+        head_dim] layout (dimension 2 does not divide num_heads_q and
+        dimension 1 does: the message says to pass ``k.transpose(1, 2)``;
+        where both divide, decode cannot tell the layouts apart, a plan
+        can); and every FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED from the C
         library (e.g. q_len > 16, or > 128 with non_causal, num_heads_q not a
         multiple of num_heads_kv, a kv_len or page id out of range on the
         CPU, window_left < -1 or with non_causal, a negative or non-finite

@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _arrays, _core, _lib
 from ._tensors import (FD_DTYPE, FD_KV_DTYPE, TensorInfo, _check_rows, c_strides, check_call,
-                       describe, is_torch_tensor)
+                       describe, heads_layout_error, is_torch_tensor)
 
 
 def _one_row(info):
@@ -123,6 +123,9 @@ def append_kv(k_new, v_new, k_cache, v_cache, kv_len, *, block_table=None, k_sca
         kn, vn = _one_row(kn), _one_row(vn)
     g = check_call(kn, ki, vi, li, bi, None, None, None, fp8.kv_dtype, ksi, vsi)
     if g.num_heads_q != g.num_heads_kv:
+        swapped = heads_layout_error(ki, "k_cache", g.paged, g.num_heads_q, g.num_heads_q)
+        if swapped is not None:
+            raise swapped
         raise ValueError("k_new: %d heads, the cache has num_heads_kv = %d"
                          % (g.num_heads_q, g.num_heads_kv))
     backend, device = _core._backend_of(g.device)

@@ -6,8 +6,10 @@ import threading
 import numpy as np
 
 from . import _arrays, _core, _lib
+from .errors import BackendError, FlashDecodeError, UnsupportedError
 from ._tensors import (FD_DTYPE, FD_KV_DTYPE, KV_SCALES, check_call, check_out_dtype, describe,
-                       fill_tensors, is_torch_tensor, kv_scale_code, resolve_kv_dtype)
+                       fill_tensors, heads_layout_error, is_torch_tensor, kv_scale_code,
+                       resolve_kv_dtype)
 
 # ---- the checked-call cache of run() ---------------------------------------------------------
 # run() validates its arguments from their metadata only (type, shape, strides, dtype, device,
@@ -52,6 +54,7 @@ def _output_signature(x):
     return _signature(x)
 
 
+_HOST_INDEX_TYPES = (list, tuple, int)  # run()'s kv_len / block_table given as Python ints
 _c_char_from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -86,12 +89,12 @@ def _address_getter(x, info):
 class _Checked:
     """What a successful check of one call signature leaves behind (read only)."""
 
-    __slots__ = ("template", "getters", "buffers", "alloc_out", "page_ids")
+    __slots__ = ("template", "getters", "buffers", "alloc_out", "plan")
 
-    def __init__(self, template, getters, alloc_out, page_ids):
+    def __init__(self, template, getters, alloc_out, plan):
         self.template, self.getters = template, getters
         self.buffers = all(f is None or f is _numpy_address for f in getters)
-        self.alloc_out, self.page_ids = alloc_out, page_ids
+        self.alloc_out, self.plan = alloc_out, plan  # plan: the FdPlan to run with
 
 
 def _set_addresses(tensors, getters, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks):
@@ -137,15 +140,42 @@ def _hint_list(kv_len_hint):
     return [int(v) for v in np.asarray(kv_len_hint).reshape(-1).tolist()]
 
 
-def _rows_of(ptr, row_stride, rows, cols):
-    """A host int32 block table (address, row stride in elements) as a numpy view
-    [rows, cols]."""
-    itemsize = 4
-    stride = row_stride if rows > 1 else cols
-    n = (rows - 1) * stride + cols if rows else 0
-    flat = np.ctypeslib.as_array((ctypes.c_int32 * max(n, 1)).from_address(ptr))
-    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols),
-                                           strides=(stride * itemsize, itemsize))
+_CPU_HINT = 'pass device="cpu" for the CPU backend'
+
+
+def _cuda_unusable_reason():
+    """The C library's message for a small CUDA plan here (why CUDA is not usable)."""
+    try:
+        _core.make_plan(backend=_lib.FD_BACKEND_CUDA, device=0, dtype=_lib.FD_DTYPE_F16, batch=1,
+                        q_len=1, num_heads_q=1, num_heads_kv=1, head_dim=128, kv_capacity=64,
+                        page_size=0, max_pages_per_seq=0, num_pages=0, num_splits=0,
+                        softmax_scale=0.0)
+    except FlashDecodeError as exc:
+        return exc.c_message
+    return "fd_backend_available(FD_BACKEND_CUDA) is 0"
+
+
+def _default_device():
+    """device=None: 'cuda' when the CUDA backend can run here (device 0: built in, a GPU
+    of compute capability 8.0+), else UnsupportedError saying why and to pass 'cpu'."""
+    if _lib.lib.fd_backend_available(_lib.FD_BACKEND_CUDA):
+        return "cuda"
+    raise UnsupportedError("device: no CUDA device is usable (%s); %s"
+                           % (_cuda_unusable_reason(), _CPU_HINT),
+                           _lib.FD_STATUS_UNSUPPORTED, _lib.status_name(_lib.FD_STATUS_UNSUPPORTED))
+
+
+def _make_plan_on(kind, fields):
+    """_core.make_plan for a 'cpu' or 'cuda' plan; a CUDA plan refused because CUDA is not
+    usable here gets the hint to pass device='cpu'."""
+    try:
+        return _core.make_plan(
+            backend=_lib.FD_BACKEND_CPU if kind == "cpu" else _lib.FD_BACKEND_CUDA, **fields)
+    except (UnsupportedError, BackendError) as exc:
+        if kind == "cpu" or _lib.lib.fd_backend_available(_lib.FD_BACKEND_CUDA):
+            raise
+        raise type(exc)("%s; no CUDA device is usable: %s" % (exc.c_message, _CPU_HINT),
+                        exc.status, exc.status_name) from None
 
 
 class DecodePlan:
@@ -188,8 +218,13 @@ class DecodePlan:
         chunks of kv_capacity).
     softmax_scale : float, optional
         Default ``1 / sqrt(head_dim)``; finite and nonzero.
-    device : str or torch.device
-        'cuda', 'cuda:N' (CUDA backend, compute capability 8.0+) or 'cpu' (default 'cuda').
+    device : str, torch.device or None
+        'cuda', 'cuda:N' (CUDA backend, compute capability 8.0+) or 'cpu' (the
+        threaded CPU backend). None (default): 'cuda' when a CUDA device is
+        usable here (the library built with CUDA, a GPU of compute capability
+        8.0+ that the build holds code for, see :func:`flashdecode.backend_available`),
+        else UnsupportedError saying why, and to pass device="cpu". 'cuda' is
+        torch's current device when torch sees a GPU, else device 0.
     kv_len_hint : sequence of int, optional
         [batch] lengths the next runs will see: the automatic split count is
         then sized from them rather than kv_capacity. Runs stay correct for
@@ -263,12 +298,19 @@ class DecodePlan:
 
     Raises
     ------
+    UnsupportedError (a ValueError)
+        No usable CUDA device for device=None or 'cuda' (CUDA not built in, no
+        GPU, a GPU below sm_80): the C library's reason and the hint to pass
+        device="cpu"; or, from the C library, a head_dim the backend lacks.
+    InvalidArgumentError (a ValueError)
+        The C library's FD_STATUS_INVALID_ARGUMENT message, naming the
+        argument (e.g. batch < 1, num_heads_q not a multiple of num_heads_kv,
+        q_len above 16 (128 non_causal), page_size above 256, num_splits
+        other than 0 with deterministic, kv_capacity above
+        DETERMINISTIC_MAX_KEYS with deterministic).
     ValueError
-        The C library's FD_STATUS_INVALID_ARGUMENT / FD_STATUS_UNSUPPORTED
-        message (e.g. CUDA not built in or a GPU below sm_80, head_dim not
-        supported, num_splits other than 0 with deterministic, kv_capacity
-        above DETERMINISTIC_MAX_KEYS with deterministic), or a device that is
-        not 'cpu'/'cuda'.
+        A device that is not 'cpu', 'cuda' or 'cuda:N'; kv_capacity missing
+        for a contiguous cache; a kv_len_hint of other than batch values.
     TypeError
         An unsupported dtype; non_causal, deterministic or pdl not a bool (or 0 / 1).
 
@@ -290,10 +332,12 @@ class DecodePlan:
 
     def __init__(self, *, batch, q_len=1, num_heads_q, num_heads_kv, head_dim, dtype,
                  kv_capacity=None, page_size=0, max_pages_per_seq=0, num_pages=0,
-                 num_splits=0, softmax_scale=None, device="cuda", kv_len_hint=None,
+                 num_splits=0, softmax_scale=None, device=None, kv_len_hint=None,
                  num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
                  non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None,
                  deterministic=False, pdl=True):
+        if device is None:
+            device = _default_device()
         kind, index = _core.parse_device(device)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
@@ -313,8 +357,7 @@ class DecodePlan:
             if not page_size:
                 raise ValueError("kv_capacity: required for a contiguous cache (page_size=0)")
             kv_capacity = 0
-        self._plan = _core.make_plan(
-            backend=_lib.FD_BACKEND_CPU if kind == "cpu" else _lib.FD_BACKEND_CUDA,
+        self._kind, self._fields = kind, dict(
             device=index or 0, dtype=FD_DTYPE[self._dtype], batch=batch, q_len=q_len,
             num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
             kv_capacity=kv_capacity, page_size=page_size, max_pages_per_seq=max_pages_per_seq,
@@ -326,6 +369,8 @@ class DecodePlan:
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
             kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
             deterministic=self._variants.deterministic, pdl=self._variants.pdl)
+        self._plan = _make_plan_on(kind, self._fields)
+        self._paged_plans = {}  # num_pages -> this plan for that pool (see _run_plan)
         self._problem = self._plan.problem
         self._workspace, self._ws_addr = self._make_workspace(workspace)
         self._ws_size = int(self._plan.workspace_size)
@@ -469,7 +514,7 @@ class DecodePlan:
                                           self.workspace_size, extra))
 
     # ---- run -----------------------------------------------------------------------
-    def _check_geometry(self, g, k, block_table, kv_len):
+    def _check_geometry(self, g, k):
         p = self._problem
         if g.dtype != self._dtype:
             raise TypeError("q: dtype %s, the plan was made for %s" % (g.dtype, self._dtype))
@@ -483,6 +528,9 @@ class DecodePlan:
             raise ValueError("q: shape (%d, %d, %d, %d), the plan was made for %r"
                              % (g.batch, g.q_len, g.num_heads_q, g.head_dim, want))
         if g.num_heads_kv != p.num_heads_kv:
+            swapped = heads_layout_error(k, "k_cache", g.paged, p.num_heads_q, p.num_heads_kv)
+            if swapped is not None:
+                raise swapped
             raise ValueError("k_cache: %d kv heads, the plan was made for %d"
                              % (g.num_heads_kv, p.num_heads_kv))
         if p.page_size == 0:
@@ -500,41 +548,24 @@ class DecodePlan:
         if g.max_pages_per_seq < p.max_pages_per_seq:
             raise ValueError("block_table: %d columns, the plan needs max_pages_per_seq = %d"
                              % (g.max_pages_per_seq, p.max_pages_per_seq))
-        if p.num_pages > 0:
-            if g.num_pages < p.num_pages:
-                raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
-                                 % (g.num_pages, p.num_pages))
-        elif self._device == "cpu":
-            self._check_page_ids(block_table.ptr, block_table.strides[0], kv_len.ptr,
-                                 g.num_pages)
+        if p.num_pages > 0 and g.num_pages < p.num_pages:
+            raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
+                             % (g.num_pages, p.num_pages))
 
-    def _page_ids_check(self, g, block_table):
-        """(row stride, num_pages) when every run must check the page ids, else None."""
-        if g.paged and self._problem.num_pages <= 0 and self._device == "cpu":
-            return block_table.strides[0], g.num_pages
-        return None
-
-    def _check_page_ids(self, block_table_ptr, row_stride, kv_len_ptr, num_pages):
-        """CPU, num_pages unknown to the plan: page ids against k_cache's pages. Pages
-        wholly before a window's first key (rounded down to chunk_len, split.h's
-        fd_window_start) are never read, so not checked (an engine may have freed them),
-        as the C library does (api.c)."""
-        p = self._problem
-        lens = np.ctypeslib.as_array((ctypes.c_int32 * p.batch).from_address(kv_len_ptr))
-        lens = np.clip(lens, 0, self._plan.kv_capacity)  # the C library reports bad kv_len
-        table = _rows_of(block_table_ptr, row_stride, p.batch, p.max_pages_per_seq)
-        chunk = int(self._plan.chunk_len)
-        for b in range(p.batch):
-            n = int(lens[b])
-            first = 0
-            if p.window_left >= 0 and n > 0:
-                first = max(0, n - p.q_len - p.window_left) // chunk * chunk // p.page_size
-            ids = table[b, first:(n + p.page_size - 1) // p.page_size]
-            bad = np.nonzero((ids < 0) | (ids >= num_pages))[0]
-            if bad.size:
-                i = first + int(bad[0])
-                raise ValueError("block_table[%d][%d]: page id %d is outside [0, %d) (the pages "
-                                 "of k_cache)" % (b, i, int(table[b, i]), num_pages))
+    def _run_plan(self, g):
+        """The FdPlan a run of Geometry g uses: the plan itself, or, for a paged CPU run
+        when the plan does not know num_pages, the same plan made for k_cache's pages, so
+        that the C library checks the page ids the run reads (as decode's plans do); on
+        CUDA the device reads them (out-of-pool ids are skipped there)."""
+        if not g.paged or self._problem.num_pages > 0 or self._device != "cpu":
+            return self._plan
+        plan = self._paged_plans.get(g.num_pages)
+        if plan is None:
+            plan = _make_plan_on(self._kind, dict(self._fields, num_pages=g.num_pages))
+            if len(self._paged_plans) >= _CACHE_SIZE:
+                self._paged_plans.clear()
+            self._paged_plans[g.num_pages] = plan
+        return plan
 
     def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
             sinks=None, k_scale=None, v_scale=None):
@@ -545,8 +576,11 @@ class DecodePlan:
         q : tensor/array [batch, q_len, num_heads_q, head_dim], the plan's dtype and device
         k_cache, v_cache : contiguous [batch, >= kv_capacity, num_heads_kv, head_dim] or
             paged [>= num_pages, page_size, num_heads_kv, head_dim]
-        kv_len : int32 [batch], on the plan's device; 0 <= kv_len[b] <= kv_capacity
-        block_table : int32 [batch, >= max_pages_per_seq], paged plans only
+        kv_len : int32 [batch], on the plan's device; or a list / tuple of ints, or an int
+            (every sequence's); 0 <= kv_len[b] <= kv_capacity. Python ints are
+            converted (on CUDA: a host-to-device copy, so not for a CUDA graph).
+        block_table : int32 [batch, >= max_pages_per_seq] (or nested lists of ints),
+            paged plans only
         out : like q, of the plan's out_dtype, optional
             Written in place (strided allowed; head_dim unit-stride); allocated
             when None.
@@ -592,8 +626,20 @@ class DecodePlan:
         ------
         TypeError, ValueError
             As :func:`flashdecode.decode`, plus tensors that do not match the
-            plan (dtype, device, shapes).
+            plan (dtype, device, shapes), and a cache in transformers' layout
+            [batch, num_heads_kv, capacity, head_dim] (dimension 1 holds the
+            plan's num_heads_kv, dimension 2 does not; paged: [num_pages,
+            num_heads_kv, page_size, head_dim]): the message says to pass
+            ``k.transpose(1, 2)``.
+        InvalidArgumentError (a ValueError)
+            The C library's checks of the values (CPU): a kv_len outside [0,
+            kv_capacity], a page id the run reads outside [0, num_pages)
+            (num_pages: the plan's, else k_cache's pages).
         """
+        if type(kv_len) in _HOST_INDEX_TYPES:
+            kv_len = self._host_index(kv_len, "kv_len", self._problem.batch)
+        if type(block_table) in _HOST_INDEX_TYPES:
+            block_table = self._host_index(block_table, "block_table", None)
         if self._kv_dtype is not None or k_scale is not None or v_scale is not None:
             return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks,
                                        None, (k_scale, v_scale))
@@ -636,21 +682,30 @@ class DecodePlan:
         else:
             _set_addresses(tensors, checked.getters, q, k_cache, v_cache, kv_len, block_table,
                            out, lse, sinks)
-        if checked.page_ids is not None:
-            self._check_page_ids(tensors.block_table, checked.page_ids[0], tensors.kv_len,
-                                 checked.page_ids[1])
         stream = None
         if self._on_cuda:  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         err = _FdError()
         if self._cpu_lock is None:
-            status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+            status = _fd_run(checked.plan, tensors, self._ws_addr, self._ws_size, stream, err)
         else:
             with self._cpu_lock:
-                status = _fd_run(self._plan, tensors, self._ws_addr, self._ws_size, stream, err)
+                status = _fd_run(checked.plan, tensors, self._ws_addr, self._ws_size, stream,
+                                 err)
         if status:
             _lib.check(status, err)
         return out
+
+    def _host_index(self, values, name, batch):
+        """kv_len / block_table given as Python ints (a list, a tuple; an int: every
+        sequence's kv_len) as int32 on the plan's device (a host-to-device copy on CUDA)."""
+        from ._api import as_index_array
+
+        arr = as_index_array(values, name, batch)
+        if self._on_cuda:
+            torch = _arrays.import_torch("DecodePlan.run on CUDA with %s as a list" % name)
+            return torch.as_tensor(arr, device=self._device)
+        return arr
 
     def _scale_infos(self, q, scales):
         """TensorInfos of run()'s k_scale / v_scale (floats become float32 arrays on q's
@@ -701,7 +756,7 @@ class DecodePlan:
         keep = self._scale_infos(q, scales)  # (keeps converted scales alive for the run)
         ksi, vsi = keep[0][1], keep[1][1]
         g = check_call(qi, ki, vi, li, bi, oi, ei, si, self._kv_dtype, ksi, vsi)
-        self._check_geometry(g, ki, bi, li)
+        self._check_geometry(g, ki)
         if g.kv_dtype != self._kv_dtype:
             raise TypeError("k_cache: dtype %s, the plan was made for kv_dtype %s"
                             % (ki.dtype, self._kv_dtype or self._dtype))
@@ -710,25 +765,24 @@ class DecodePlan:
             raise ValueError("k_scale: %s scales, the plan was made for kv_scale=%r"
                              % (names[g.kv_scale], names[self._kv_scale]))
         tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si, ksi, vsi)
+        plan = self._run_plan(g)
         if foreign is None and sig is not None and _NOT_CACHED not in sig:
             self._remember(sig, tensors,
                            (q, k_cache, v_cache, kv_len, block_table, out, lse, sinks),
-                           (qi, ki, vi, li, bi, oi, ei, si), alloc_out,
-                           self._page_ids_check(g, bi))
+                           (qi, ki, vi, li, bi, oi, ei, si), alloc_out, plan)
         stream = None
         if self._device != "cpu":  # (the C library switches to the plan's device itself)
             stream = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream
         if self._cpu_lock is None:
-            _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size, stream)
+            _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
         else:
             with self._cpu_lock:
-                _core.fd_run(self._plan, tensors, self._ws_addr, self._plan.workspace_size,
-                             stream)
+                _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
         if foreign is not None:
             return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
         return out
 
-    def _remember(self, sig, tensors, args, infos, alloc_out, page_ids):
+    def _remember(self, sig, tensors, args, infos, alloc_out, plan):
         """Cache a checked call: fd_tensors with its strides (addresses cleared)."""
         if sig[5] is None and alloc_out is None:
             return  # (out allocated by no rule the cached path knows)
@@ -742,5 +796,5 @@ class DecodePlan:
                 del cache[next(iter(cache))]
             except (KeyError, RuntimeError, StopIteration):  # another thread got there first
                 break
-        cache[sig] = checked = _Checked(template, getters, alloc_out, page_ids)
+        cache[sig] = checked = _Checked(template, getters, alloc_out, plan)
         self._last = sig, checked

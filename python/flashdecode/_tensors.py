@@ -90,8 +90,39 @@ class TensorInfo:
         return self.obj.__array_interface__["data"][0]
 
 
+# torch, once seen, and the names of its dtypes. Both are set together, once, by bind_torch
+# (from _torch_ops' import, or the first eager call with torch imported) and only read
+# afterwards: code that torch.compile traces (decode's describe) must neither read
+# sys.modules (Dynamo would wrap that process-wide dict and iterate it; an import on another
+# thread meanwhile, e.g. one of inductor's compile workers, fails the compile with
+# "dictionary changed size during iteration") nor fill a cache (a fake implementation
+# running for real under tracing would change a dict Dynamo has guarded on).
+_torch_module = None
+_TORCH_DTYPE_NAMES = {}
+
+
+def bind_torch(torch):
+    """Remember the torch module and name all its dtypes (idempotent; nothing under a
+    trace: a global or dict changed there would fail the guards made on it)."""
+    global _torch_module
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)  # (torch 2.3+)
+    if _torch_module is torch or (compiling is not None and compiling()):
+        return
+    # (over a copy, taken in one C call: another thread's import may add to torch's namespace)
+    names = {v: str(v).replace("torch.", "") for v in list(vars(torch).values())
+             if isinstance(v, torch.dtype)}
+    _TORCH_DTYPE_NAMES.update(names)
+    _torch_module = torch
+
+
 def _torch():
-    return sys.modules.get("torch")
+    """The torch module when torch is imported, else None (never imports it)."""
+    torch = _torch_module
+    if torch is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            bind_torch(torch)
+    return torch
 
 
 def is_torch_tensor(x):
@@ -99,17 +130,15 @@ def is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-# dtype -> name caches (names are costly to build), one for each kind: torch.compile
-# traces the torch lookup, and Dynamo (torch 2.11) cannot hash a numpy dtype met as a
-# key of the same dict (a numpy call before a compiled one then broke its graph)
-_TORCH_DTYPE_NAMES = {}
+# the numpy dtype -> name cache is a dict of its own (names are costly to build): Dynamo
+# (torch 2.11) cannot hash a numpy dtype met as a key of a dict it traces
 _NUMPY_DTYPE_NAMES = {}
 
 
 def _torch_dtype_name(dtype):
     name = _TORCH_DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _TORCH_DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    if name is None:  # (a dtype made after bind_torch: named, not cached)
+        name = str(dtype).replace("torch.", "")
     return name
 
 
@@ -325,6 +354,34 @@ def check_scales(k_scale, v_scale, g, cache_shape):
     return codes[0]
 
 
+def heads_layout_error(k, name, paged, num_heads_q, num_heads_kv=None):
+    """A ValueError naming a cache given in the head-major layout (transformers' [batch,
+    num_heads_kv, capacity, head_dim]; paged: [num_pages, num_heads_kv, page_size,
+    head_dim]) where flashdecode reads the heads from dimension 2, or None.
+
+    With num_heads_kv known (a plan): dimension 1 holds it and dimension 2 does not.
+    Without (decode): dimension 2 cannot be the kv heads (it does not divide num_heads_q)
+    while dimension 1 can (the library would otherwise name num_heads_q and a 'head'
+    count that is the capacity)."""
+    d1, d2 = int(k.shape[1]), int(k.shape[2])
+    if num_heads_kv is not None:
+        swapped = d1 == num_heads_kv and d2 != num_heads_kv
+    else:
+        swapped = (d1 != d2 and 0 < d1 <= num_heads_q and num_heads_q % d1 == 0
+                   and (d2 == 0 or num_heads_q % d2 != 0))
+    if not swapped:
+        return None
+    if paged:
+        layout, want = ("[num_pages, num_heads_kv, page_size, head_dim]",
+                        "[num_pages, page_size, num_heads_kv, head_dim]")
+    else:
+        layout, want = ("[batch, num_heads_kv, capacity, head_dim] (transformers' layout)",
+                        "[batch, capacity, num_heads_kv, head_dim]")
+    return ValueError("%s: shape %s looks like %s: pass k.transpose(1, 2) and v.transpose(1, 2) "
+                      "(views, no copy); flashdecode reads %s" % (name, _shape_str(k.shape),
+                                                                  layout, want))
+
+
 def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None, k_scale=None,
                v_scale=None):
     """Validate one call's TensorInfos (out, lse, sinks and the scales may be None) and
@@ -363,6 +420,9 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None
     if int(k.shape[3]) != g.head_dim:
         raise ValueError("k_cache: head_dim %d differs from q's %d" % (int(k.shape[3]), g.head_dim))
     g.num_heads_kv = int(k.shape[2])
+    swapped = heads_layout_error(k, "k_cache", block_table is not None, g.num_heads_q)
+    if swapped is not None:
+        raise swapped
     _check_index_vector(kv_len, "kv_len", g.batch, g.device)
     if g.paged:
         _check_rank(block_table, "block_table", 2, "[batch, max_pages_per_seq]")

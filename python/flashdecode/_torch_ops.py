@@ -38,13 +38,14 @@ from torch import Tensor
 
 from . import _core
 from ._merge import check_merge, out_dtype_of, run_merge
-from ._tensors import check_call, check_out_dtype, describe
+from ._tensors import bind_torch, check_call, check_out_dtype, describe
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError("flashdecode: the torch integration needs torch >= 2.4 "
                       "(torch.library.custom_op); found torch %s" % torch.__version__)
 
 Tensor_ = Tensor  # for the dispatch check in flashdecode._api
+bind_torch(torch)  # now, not while torch.compile traces decode (see _tensors.bind_torch)
 
 
 def _lse_shape(q):

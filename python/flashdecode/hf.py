@@ -376,8 +376,26 @@ def _unsupported(module, query, key, value, marker, dropout, sliding_window, sof
     return None
 
 
+# module name of an attention class -> that module's eager_attention_forward: filled by eager
+# calls (see _note_eager_function), so that a traced fallback reads this dict (string keys:
+# Dynamo guards only the key it reads), not sys.modules (Dynamo would wrap and iterate that
+# process-wide dict, which another thread's import may change meanwhile: "dictionary changed
+# size during iteration")
+_eager_functions = {}
+
+
+def _note_eager_function(module):
+    """Remember the eager attention of ``module``'s module (eager calls only)."""
+    name = type(module).__module__
+    if name not in _eager_functions and not _tracing():
+        _eager_functions[name] = getattr(sys.modules.get(name), "eager_attention_forward", None)
+
+
 def _eager_function(module):
-    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    name = type(module).__module__
+    fn = _eager_functions.get(name)
+    if fn is None:  # (not called eagerly yet)
+        fn = getattr(sys.modules.get(name), "eager_attention_forward", None)
     if fn is None:
         raise NotImplementedError(
             "flashdecode.hf: this attention call has a logit soft-cap or sinks, which SDPA cannot "
@@ -413,6 +431,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     """The attention function registered with ``register()`` (transformers' attention
     interface: query [B, Hq, q_len, D], key/value [B, Hkv, S, D] as the cache returns them;
     returns (out [B, q_len, Hq, D], None))."""
+    _note_eager_function(module)
     if not is_marker(attention_mask):
         return _fallback(module, query, key, value, attention_mask, dropout, scaling,
                          sliding_window, softcap, s_aux, kwargs, "not a decode step")

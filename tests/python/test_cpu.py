@@ -197,6 +197,32 @@ def test_cuda_plan_unsupported_without_gpu():
     assert isinstance(info.value, flashdecode.UnsupportedError)
 
 
+@pytest.mark.skipif(flashdecode.backend_available("cuda"), reason="a CUDA GPU is present")
+def test_plan_default_device_without_cuda_says_pass_cpu():
+    """device=None (the default) without a usable CUDA device: UnsupportedError that says
+    no CUDA device is usable, the C library's reason, and to pass device="cpu"; an explicit
+    'cuda' gets the same hint after the library's message."""
+    kw = dict(batch=1, num_heads_q=8, num_heads_kv=8, head_dim=128, dtype="bf16",
+              kv_capacity=1024)
+    with pytest.raises(flashdecode.UnsupportedError) as info:
+        flashdecode.DecodePlan(**kw)
+    msg = str(info.value)
+    assert msg.startswith("device: no CUDA device is usable (backend: "), msg
+    assert 'pass device="cpu" for the CPU backend' in msg, msg
+    assert info.value.status_name == "FD_STATUS_UNSUPPORTED"
+    with pytest.raises(flashdecode.UnsupportedError,
+                       match=r"^backend: .*no CUDA device is usable: pass device=\"cpu\""):
+        flashdecode.DecodePlan(device="cuda:0", **kw)
+    assert flashdecode.DecodePlan(device="cpu", **kw).device == "cpu"
+
+
+@pytest.mark.skipif(not flashdecode.backend_available("cuda"), reason="no usable CUDA device")
+def test_plan_default_device_is_cuda():
+    plan = flashdecode.DecodePlan(batch=1, num_heads_q=8, num_heads_kv=8, head_dim=128,
+                                  dtype="bf16", kv_capacity=1024)
+    assert plan.backend == "cuda" and plan.device.startswith("cuda:")
+
+
 # ---- DecodePlan on the CPU ---------------------------------------------------------------------
 def test_plan_cpu_runs_many_lengths():
     case = Case("plan", 3, 1, 8, 2, 64, [300, 1, 511], capacity=512)
@@ -212,6 +238,81 @@ def test_plan_cpu_runs_many_lengths():
         assert plan.run(q, k, v, kv, out=out, lse=lse) is out
         check_against_reference(out, lse, q, k, v, kv, None, "float32")
         np.testing.assert_array_equal(out, flashdecode.decode(q, k, v, kv, num_splits=4))
+
+
+def test_plan_run_takes_kv_len_as_python_ints():
+    """run() takes kv_len as decode() does: a list, a tuple, an int (every sequence's); and
+    block_table as nested lists; numpy and torch inputs alike."""
+    case = Case("plan-lists", 2, 1, 4, 2, 64, [100, 37], page_size=16, capacity=128)
+    q, k, v, kv_len, block_table = make_case(case)
+    plan = flashdecode.DecodePlan(batch=2, num_heads_q=4, num_heads_kv=2, head_dim=64,
+                                  dtype="f32", page_size=16, max_pages_per_seq=8, device="cpu")
+    want = flashdecode.decode(q, k, v, kv_len, block_table=block_table)
+    check_against_reference(want, None, q, k, v, kv_len, block_table, "float32")
+    arrays = [(q, k, v)]
+    if torch is not None:
+        arrays.append(tuple(torch.from_numpy(x) for x in (q, k, v)))
+    for qq, kk, vv in arrays:
+        for lens in ([100, 37], (100, 37)):
+            for table in (block_table, block_table.tolist()):
+                got = plan.run(qq, kk, vv, lens, block_table=table)
+                np.testing.assert_array_equal(np.asarray(got), want)
+        got = plan.run(qq, kk, vv, 37, block_table=block_table)
+        np.testing.assert_array_equal(
+            np.asarray(got), flashdecode.decode(q, k, v, [37, 37], block_table=block_table))
+    with pytest.raises(ValueError, match=r"kv_len: shape \(3,\), expected \(2,\)"):
+        plan.run(q, k, v, [1, 2, 3], block_table=block_table)
+    with pytest.raises(TypeError, match=r"kv_len: dtype float64, expected int32"):
+        plan.run(q, k, v, [1.0, 2.0], block_table=block_table)
+
+
+LAYOUT = r"k_cache: shape \(%s\) looks like \[%s, num_heads_kv, %s, head_dim\]%s: pass " \
+         r"k\.transpose\(1, 2\) and v\.transpose\(1, 2\)"
+
+
+def test_head_major_cache_is_named():
+    """A cache in transformers' layout [batch, num_heads_kv, capacity, head_dim] (paged:
+    [num_pages, num_heads_kv, page_size, head_dim]) is named as such: by decode where
+    dimension 2 cannot be the kv heads, by a plan, append_kv (which know num_heads_kv)
+    also where the capacity divides num_heads_q (which decode reads as another valid
+    problem); the transposed view runs."""
+    rng = np.random.default_rng(11)
+    hq, hkv, d = 8, 2, 16
+    q = rng.standard_normal((2, 1, hq, d), dtype=np.float32)
+    contiguous = (r"batch", r"capacity", r" \(transformers' layout\)")
+    for cap in (64, 4):
+        k = rng.standard_normal((2, hkv, cap, d), dtype=np.float32)
+        v = rng.standard_normal((2, hkv, cap, d), dtype=np.float32)
+        kv_len = np.array([1, cap], np.int32)
+        pattern = LAYOUT % (("2, 2, %d, 16" % cap,) + contiguous)
+        if cap == 64:   # (cap 4 divides num_heads_q: decode cannot tell)
+            with pytest.raises(ValueError, match=pattern):
+                flashdecode.decode(q, k, v, kv_len)
+            if torch is not None:
+                with pytest.raises(ValueError, match=pattern):
+                    flashdecode.decode(torch.from_numpy(q), torch.from_numpy(k),
+                                       torch.from_numpy(v), kv_len)
+        plan = flashdecode.DecodePlan(batch=2, num_heads_q=hq, num_heads_kv=hkv, head_dim=d,
+                                      dtype="f32", kv_capacity=cap, device="cpu")
+        with pytest.raises(ValueError, match=pattern):
+            plan.run(q, k, v, kv_len)
+        new = rng.standard_normal((2, 1, hkv, d), dtype=np.float32)
+        with pytest.raises(ValueError, match=pattern):
+            flashdecode.append_kv(new, new, k, v, [0, 0])
+        kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        got = plan.run(q, kt, vt, kv_len)
+        check_against_reference(got, None, q, kt, vt, kv_len, None, "float32")
+        np.testing.assert_array_equal(got, flashdecode.decode(q, kt, vt, kv_len))
+    # paged: [num_pages, num_heads_kv, page_size, head_dim]
+    k = rng.standard_normal((6, hkv, 16, d), dtype=np.float32)
+    table = np.arange(6, dtype=np.int32).reshape(2, 3)
+    pattern = LAYOUT % ("6, 2, 16, 16", "num_pages", "page_size", "")
+    plan = flashdecode.DecodePlan(batch=2, num_heads_q=hq, num_heads_kv=hkv, head_dim=d,
+                                  dtype="f32", page_size=16, max_pages_per_seq=3, device="cpu")
+    for run in (lambda: plan.run(q, k, k, [5, 40], block_table=table),
+                lambda: flashdecode.decode(q, k, k, [5, 40], block_table=table)):
+        with pytest.raises(ValueError, match=pattern):
+            run()
 
 
 def test_plan_cpu_paged_hint_threads_and_shared_workspace():
@@ -383,6 +484,29 @@ def test_torch_compile_traces_without_graph_break():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(got_lse, want_lse, rtol=0, atol=0)
     torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+@needs_torch
+@pytest.mark.parametrize("imports", ["torch, flashdecode", "flashdecode, torch"])
+def test_torch_compile_as_the_first_call(imports):
+    """A fresh process whose first flashdecode call is a compiled one (float16 and bfloat16
+    never seen eagerly; torch imported before flashdecode, so that the custom ops register
+    at import, or after): tracing must not fill a cache or set a global that its guards
+    read (the fake implementation runs for real under the trace), else the guards fail
+    on the frame that made them."""
+    code = ("import %s\n" % imports +
+            "for dtype in (torch.float16, torch.bfloat16):\n"
+            "    q = torch.randn(2, 1, 4, 16).to(dtype); k = torch.randn(2, 32, 2, 16).to(dtype)\n"
+            "    kv_len = torch.tensor([5, 32], dtype=torch.int32)\n"
+            "    step = torch.compile(lambda q, k, n: flashdecode.decode(q, k, k, n),\n"
+            "                         fullgraph=True, backend='eager')\n"
+            "    for _ in range(2):\n"
+            "        got = step(q, k, kv_len)\n"
+            "        assert torch.equal(got, flashdecode.decode(q, k, k, kv_len))\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
 
 
 @needs_torch

@@ -147,6 +147,12 @@ def test_cuda_plan_matches_decode_bitwise_and_allocates_nothing():
     assert torch.equal(out, want)
     ref_out, ref_lse = sdpa_f64(q, k, v, kv_len)
     assert_close_to_ref(out, lse, ref_out, ref_lse, "bfloat16")
+    # kv_len as a list or a tuple (copied to the device), and the default device
+    for lens in (kv_len.tolist(), tuple(kv_len.tolist())):
+        assert torch.equal(plan.run(q, k, v, lens), want)
+    assert flashdecode.DecodePlan(batch=8, num_heads_q=32, num_heads_kv=8, head_dim=128,
+                                  dtype=torch.bfloat16, kv_capacity=4096).device == (
+        "cuda:%d" % torch.cuda.current_device())
 
 
 def test_cuda_kv_len_beyond_capacity_is_clamped_on_device():

@@ -320,11 +320,9 @@ def test_deterministic_config_reaches_flashdecode(monkeypatch):
     assert len(rec.calls) == 36 and all(c.get("deterministic") is True for c in rec.calls)
 
 
-def test_decode_step_compiles_fullgraph():
-    """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
-    function and the attention function have no graph break, and the compiled step gives
-    the eager step's logits."""
-    model = tiny("llama")
+def _eager_and_compiled_steps(model):
+    """Logits of 4 static-cache decode steps after a 7-token prefill, eager and through
+    torch.compile(model.forward, fullgraph=True) (aot_eager); stats count the compiled run."""
     set_impl(model, NAME)
     prompt = PROMPTS[:1]
 
@@ -352,6 +350,14 @@ def test_decode_step_compiles_fullgraph():
     fh.reset_stats()
     compiled = run(lambda tok, cache, kw: compiled_forward(tok, **cache_kw(model, cache),
                                                            use_cache=True, **kw).logits)
+    return eager, compiled
+
+
+def test_decode_step_compiles_fullgraph():
+    """A static-cache decode step traces with torch.compile(fullgraph=True): the mask
+    function and the attention function have no graph break, and the compiled step gives
+    the eager step's logits."""
+    eager, compiled = _eager_and_compiled_steps(tiny("llama"))
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
     # the prefill (eager, 7 tokens) and the traced step both ran flashdecode
     assert fh.stats["flashdecode"] >= 6 and fh.stats["sdpa"] == 0, fh.stats
@@ -422,3 +428,55 @@ def test_cuda_graph_replay_of_static_decode_steps():
         replayed.append(out.float().clone())
     for step, (a, b) in enumerate(zip(replayed, eager)):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-2, msg="step %d" % step)
+
+
+def test_decode_step_compiles_while_modules_change(monkeypatch):
+    """The decode step of test_decode_step_compiles_fullgraph, compiled after other
+    flashdecode calls in this process (numpy, torch float32/bfloat16, a DecodePlan,
+    merge_states) and while sys.modules changes under the trace: every garbage collection
+    adds or removes a module, as another thread's imports would (inductor's compile
+    workers after an earlier compile). Tracing flashdecode must not iterate that dict
+    (Dynamo wraps a dict the traced code reads, iterating it: "dictionary changed size
+    during iteration")."""
+    import gc
+    import sys
+    import types
+
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for dtype in (torch.float32, torch.bfloat16):
+        q = torch.randn(2, 1, 4, 16).to(dtype)
+        k = torch.randn(2, 40, 2, 16).to(dtype)
+        flashdecode.decode(q, k, k, [3, 40], return_lse=True)
+    qn = rng.standard_normal((1, 1, 4, 16), dtype=np.float32)
+    kn = rng.standard_normal((1, 64, 2, 16), dtype=np.float32)
+    flashdecode.decode(qn, kn, kn, np.array([64], dtype=np.int32))
+    plan = flashdecode.DecodePlan(batch=1, num_heads_q=4, num_heads_kv=2, head_dim=16,
+                                  dtype="f32", kv_capacity=64, device="cpu")
+    plan.run(torch.from_numpy(qn), torch.from_numpy(kn), torch.from_numpy(kn),
+             torch.tensor([64], dtype=torch.int32))
+    flashdecode.merge_states(torch.randn(2, 1, 1, 4, 16), torch.randn(2, 1, 4, 1))
+
+    name = "_flashdecode_test_churn"
+
+    def churn(phase, info):
+        if phase == "start":
+            if sys.modules.pop(name, None) is None:
+                sys.modules[name] = types.ModuleType(name)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(churn)
+    gc.set_threshold(1)   # a collection at (almost) every allocation: sys.modules churns
+    try:
+        test_decode_step_compiles_fullgraph()
+        # a traced step that falls back to the model's eager attention (a soft-cap this
+        # flashdecode is told it lacks)
+        monkeypatch.setitem(fh._state, "features", frozenset())
+        eager, compiled = _eager_and_compiled_steps(tiny("gemma2"))
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
+        assert fh.stats["eager"] >= 1 and fh.stats["flashdecode"] == 0, fh.stats
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(churn)
+        sys.modules.pop(name, None)

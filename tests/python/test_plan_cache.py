@@ -154,7 +154,9 @@ def test_kv_len_and_page_ids_are_checked_on_every_call():
     bad_table = error_of(lambda: flashdecode.DecodePlan(
         batch=2, num_heads_q=4, num_heads_kv=2, head_dim=64, dtype="f32", page_size=16,
         max_pages_per_seq=3, device="cpu").run(q, k, v, kv_len, block_table=bad))
-    assert bad_table[0] is ValueError and "block_table[1][2]" in bad_table[1]
+    # (the C library's check, as for kv_len: InvalidArgumentError, a ValueError)
+    assert bad_table[0] is flashdecode.InvalidArgumentError and "block_table[1][2]" in bad_table[1]
+    assert "page id %d is outside [0, num_pages = %d)" % (k.shape[0], k.shape[0]) in bad_table[1]
     assert error_of(lambda: paged.run(q, k, v, kv_len, block_table=bad)) == bad_table
     # the same table memory, changed in place after a good run
     table = block_table.copy()
