@@ -124,6 +124,7 @@ class FdPlan(ctypes.Structure):
         ("chunk_len", ctypes.c_int32),
         ("sm_count", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
+        ("kernel", _c_enum),                   # fd_kernel: what fd_run runs (read-only)
         ("workspace_size", ctypes.c_size_t),
         ("magic", ctypes.c_uint32),
         ("split_keys", ctypes.c_int32),
@@ -232,7 +233,7 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
-                          "sm_count", "num_threads")
+                          "sm_count", "num_threads", "kernel")
 ] + [("workspace_size",) + _I64, ("magic",) + _I32, ("split_keys",) + _I32,
      ("ws_partial_o",) + _I64,
      ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64]
