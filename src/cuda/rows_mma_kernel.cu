@@ -199,10 +199,8 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
    * together: one block_table round trip) */
   using M = fd_mma_copy<D, C::NW>;
   const int num_tiles = (end - begin + KT - 1) / KT;
-  const int k0 = tid / C::CH * M::LOADS, cc = tid % C::CH;
-  int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
-  int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
-  const int64_t k_tile = (int64_t)KT * p.k_strides[1], v_tile = (int64_t)KT * p.v_strides[1];
+  int64_t off[2], off_tile[2];
+  if constexpr (!paged) fd_mma_contig_offsets<T, D, C::NW>(p, b, begin, off, off_tile);
   int pgp[ST][M::LOADS];
 #pragma unroll
   for (int s = 0; s < ST; s++) {
@@ -219,11 +217,10 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles &&
-        fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
+        fd_mma_copy_tile<T, D, C::NW, D, PG>(
             p, k_head, v_head, pshift, begin + s * KT, 0, min(KT, end - (begin + s * KT)), pgp[s],
             reinterpret_cast<unsigned char *>(sK + s * KT * D),
-            reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, k_off, v_off,
-            k_tile, v_tile))
+            reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, off, off_tile))
       badq |= 1u << s;
     fd_cp_async_commit();
   }
@@ -269,11 +266,11 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
       const int nt = i + ST - 1; /* the next tile into the freed stage */
       const int ns = nt % ST;
       if (nt < num_tiles &&
-          fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
+          fd_mma_copy_tile<T, D, C::NW, D, PG>(
               p, k_head, v_head, pshift, begin + nt * KT, 0, min(KT, end - (begin + nt * KT)), pg,
               reinterpret_cast<unsigned char *>(sK + ns * KT * D),
-              reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, k_off, v_off,
-              k_tile, v_tile))
+              reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, off,
+              off_tile))
         badq |= 1u << (ST - 1);
       fd_cp_async_commit();
       badq >>= 1;

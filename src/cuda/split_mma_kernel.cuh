@@ -397,15 +397,8 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     const bool check_pages = paged && p.num_pages > 0;
     const int pshift = fd_mma_page_shift<PG>(p.page_size);
     const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
-    const int k0 = tid / C::CH * M::LOADS;
-    const int cc = tid % C::CH;
-    /* the thread's column: 16-bit chunk cc (8 elements), or fp8 chunk
-     * cc % (CH / 2) (16 bytes; fd_mma_copy8_contig) */
-    const int col = KV8 != 0 ? cc % (C::CH / 2) * 16 : cc * 8;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + col;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + col;
-    const int64_t k_tile = (int64_t)KT * p.k_strides[1];
-    const int64_t v_tile = (int64_t)KT * p.v_strides[1];
+    int64_t off[2], off_tile[2];
+    if constexpr (!paged) fd_mma_contig_offsets<KV, D, NW>(p, b, kbeg, off, off_tile);
     int pg[M::LOADS];
 #pragma unroll
     for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
@@ -440,10 +433,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     for (int s = 0; s < ST - 1; s++) {
       if (s < num_tiles) {
         const int key0 = kbeg + s * KT;
-        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
+        const bool bad = fd_mma_copy_tile<KV, D, NW, DV, PG>(
             p, k_head, v_head, pshift, key0,
             pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
-            pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
+            pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, off, off_tile);
         if constexpr (KV8 != 0)
           if (tok)
             fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, key0, pass_lo - key0,
@@ -555,10 +548,10 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
           /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold
            * keys below pass_lo (not so with 2 stages of 32 keys: then this
            * tile's keys below it are zero-filled, not read) */
-          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
+          bad_pend = fd_mma_copy_tile<KV, D, NW, DV, PG>(
               p, k_head, v_head, pshift, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
               min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
-              sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
+              sValid + load_stage * KT, off, off_tile);
           if constexpr (KV8 != 0)
             if (tok)
               fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, nkey0,
