@@ -29,8 +29,8 @@
  * both K and V. A warp's copy instruction still covers whole rows (its 32
  * threads are 4, 2 or 1 kr by CH = 8, 16 or 32 chunks), and a thread's keys
  * of a tile sit on one page whenever page_size is a power of two >= LOADS
- * (the PG 1 loader, fd_mma_loader_pg; measured: with keys RSTEP rows apart
- * each needed its own page lookup, ~28 instructions a key, bench/NOTES.md). */
+ * (the PG 1 loader, fd_mma_loader_pg; with keys RSTEP rows apart each
+ * would need its own page lookup, ~28 instructions a key). */
 template <int D, int NW>
 struct fd_mma_copy {
   static constexpr int RSTEP = fd_mma_cfg<D, NW>::THREADS / fd_mma_cfg<D, NW>::CH; /* row groups */
@@ -289,56 +289,6 @@ static __device__ __forceinline__ bool fd_mma_copy_page_keys(
   }
   return bad;
 }
-
-/* Four fp8 values (bytes 0..3 of x, element 0 in the low byte) -> four
- * 16-bit T values, two a register (element 0 in the low half of lo). Exact:
- * e5m2 is the top byte of an fp16; e4m3 (bias 7) moved into fp16's field
- * layout and multiplied by 2^8 (fp16 multiplication by a power of two,
- * exact; e4m3 subnormals become normal fp16), its NaN code (S.1111.111)
- * replaced by fp16 NaN; bf16 through float32 (both exact). sm_89+ code uses
- * the hardware conversion (cvt.rn.f16x2.e4m3x2 / e5m2x2). */
-template <typename T>
-static __device__ __forceinline__ void fd_fp8x4_widen(uint32_t x, bool e5m2, uint32_t &lo,
-                                                      uint32_t &hi) {
-  uint32_t h0, h1; /* fp16 pairs */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  /* the halves split in PTX (mov.b32 {l, h}) rather than by a shift in C,
-   * so that ptxas can read the upper half in place */
-  if (e5m2)
-    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e5m2x2 %0, l;\n"
-        " cvt.rn.f16x2.e5m2x2 %1, h;\n}" : "=r"(h0), "=r"(h1) : "r"(x));
-  else
-    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
-        " cvt.rn.f16x2.e4m3x2 %1, h;\n}" : "=r"(h0), "=r"(h1) : "r"(x));
-#else
-  h0 = __byte_perm(x, 0u, 0x1404u); /* (b0 << 8) | (b1 << 24) */
-  h1 = __byte_perm(x, 0u, 0x3424u); /* (b2 << 8) | (b3 << 24) */
-  if (!e5m2) {
-    const uint32_t n0 = __vcmpeq2(h0 & 0x7F007F00u, 0x7F007F00u); /* NaN codes */
-    const uint32_t n1 = __vcmpeq2(h1 & 0x7F007F00u, 0x7F007F00u);
-    h0 = (h0 & 0x80008000u) | ((h0 >> 1) & 0x3F803F80u);
-    h1 = (h1 & 0x80008000u) | ((h1 >> 1) & 0x3F803F80u);
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h0) : "r"(h0), "r"(0x5C005C00u)); /* x 2^8 */
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h1) : "r"(h1), "r"(0x5C005C00u));
-    h0 = (h0 & ~n0) | (0x7FFF7FFFu & n0);
-    h1 = (h1 & ~n1) | (0x7FFF7FFFu & n1);
-  }
-#endif
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    __half2 a, b;
-    memcpy(&a, &h0, sizeof a);
-    memcpy(&b, &h1, sizeof b);
-    const float2 fa = __half22float2(a), fb = __half22float2(b);
-    const __nv_bfloat162 ba = __floats2bfloat162_rn(fa.x, fa.y);
-    const __nv_bfloat162 bb = __floats2bfloat162_rn(fb.x, fb.y);
-    memcpy(&lo, &ba, sizeof lo);
-    memcpy(&hi, &bb, sizeof hi);
-  } else {
-    lo = h0;
-    hi = h1;
-  }
-}
-
 
 /* One tile's copies into the stage buffers dK / dV (a [KT][D] tile of the
  * cache element E: T, or the fp8 byte): keys key0 .. key0 + nk - 1, those
