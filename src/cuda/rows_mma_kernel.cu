@@ -294,16 +294,19 @@ static __device__ __forceinline__ void fd_rows_qk(uint32_t kt_u, int lane,
   }
 }
 
-/* Scale, soft-cap, mask (keys past nk; keys on bad pages). A full tile on
- * good pages (all but a split's last, block-uniform) only scales. */
-template <int D>
+/* Scale, soft-cap, mask (keys past nk; keys on bad pages). SPLIT (the
+ * contiguous loader's instances): a full tile on good pages (all but a
+ * split's last, block-uniform) takes its own path, with no per-score test;
+ * the paged instances keep one loop, which keeps their larger code within
+ * the bounds of tests/check_code_size.sh. */
+template <int D, bool SPLIT>
 static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, float scale,
                                                     bool capped, int qd, int nk, bool bad_tile,
                                                     const unsigned char *tValid,
                                                     float (&s)[fd_rows_cfg<D>::NK][4]) {
   using C = fd_rows_cfg<D>;
   const bool full = nk == C::KT && !bad_tile; /* block-uniform */
-  if (full) {
+  if (SPLIT && full) {
 #pragma unroll
     for (int n = 0; n < C::NK; n++)
 #pragma unroll
@@ -320,9 +323,12 @@ static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, f
     for (int e = 0; e < 4; e++) {
       float x = s[n][e] * scale;
       if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
-      const int kl = 8 * n + 2 * qd + (e & 1);
-      const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
-      s[n][e] = vis ? x : -INFINITY;
+      if (!full) {
+        const int kl = 8 * n + 2 * qd + (e & 1);
+        const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
+        x = vis ? x : -INFINITY;
+      }
+      s[n][e] = x;
     }
   }
 }
@@ -489,7 +495,7 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     const int nk = min(KT, end - key0);
     float s[C::NK][4];
     fd_rows_qk<T, D>(sK_u + (uint32_t)(stage * KT * D * 2), lane, qa, s);
-    fd_rows_mask<D>(p, scale, capped, qd, nk, bad_tile, sm.valid + stage * KT, s);
+    fd_rows_mask<D, PG == 0>(p, scale, capped, qd, nk, bad_tile, sm.valid + stage * KT, s);
     fd_rows_softmax<D>(s, o, m0, m1, l0, l1);
     fd_rows_pv<T, D>(sV_u + (uint32_t)(stage * KT * D * 2), lane, s, o);
     stage = stage + 1 == ST ? 0 : stage + 1;
