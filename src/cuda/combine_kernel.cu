@@ -25,8 +25,8 @@
  * PDL  (code built for sm_90+; older targets compile griddepcontrol out
  *   and are launched without the attribute: gpu_select.h, fd_gpu_pdl_ok)
  *   Launched with programmatic stream serialisation (also for plans with
- *   fd_problem.no_pdl, whose split kernel alone launches plainly: measured
- *   faster inside a model, bench/NOTES.md 2026-12-03): the grid may start
+ *   fd_problem.no_pdl, whose split kernel alone launches plainly: faster
+ *   inside a model's stream): the grid may start
  *   while the split kernel before it still runs (once all split blocks have
  *   executed griddepcontrol.launch_dependents or exited). Everything up to
  *   griddepcontrol.wait reads only inputs of the call (kv_len), which were
@@ -49,9 +49,6 @@
 #define FD_COMBINE_WARPS (FD_COMBINE_THREADS / 32)
 #define FD_COMBINE_BATCH 16 /* partial O loads in flight a lane */
 #define FD_COMBINE_GROUPS 4 /* split classes s % 4, summed apart, then in order */
-#ifndef FD_COMBINE_MAX_SHARED /* A/B switch: the split kernel's carveout for the combine too */
-#define FD_COMBINE_MAX_SHARED 1
-#endif
 
 /* One row's merge, by WPR warps of a block (WPR = 1, 2 or 4; 4 / WPR rows a
  * block): warp sub = warp % WPR of the row sums the splits s = sub + WPR i,
@@ -188,16 +185,11 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
 }
 
 /* Warps a row: one round trip for up to FD_COMBINE_BATCH * WPR splits; few
- * rows (small batches) spread over more SMs. Measured at B=1 (session 14
- * sweep, bench/NOTES.md): 16 splits 0.2-0.6 us faster on one warp than on
- * four (the barrier and the shared-memory sum), 24-64 splits 0.1-1 us faster
- * on four. Results do not depend on it. */
+ * rows (small batches) spread over more SMs. At one sequence, 16 splits run
+ * 0.2-0.6 us faster on one warp than on four (no block barrier, no
+ * shared-memory sum), 24-64 splits 0.1-1 us faster on four. Results do not
+ * depend on it. */
 static int fd_combine_wpr(int64_t rows, int num_splits) {
-#ifdef FD_COMBINE_FORCE_WPR /* diagnostic A/B build only: 1, 2 or 4 */
-  static_assert(FD_COMBINE_FORCE_WPR == 1 || FD_COMBINE_FORCE_WPR == 2 || FD_COMBINE_FORCE_WPR == 4,
-                "FD_COMBINE_FORCE_WPR: 1, 2 or 4 warps a row");
-  return FD_COMBINE_FORCE_WPR;
-#endif
   if (num_splits <= FD_COMBINE_BATCH) return 1; /* one warp: one trip, no block barrier */
   return rows < 1024 || num_splits > 2 * FD_COMBINE_BATCH ? 4 : 2;
 }
@@ -208,12 +200,12 @@ static cudaError_t fd_combine_launch_wpr(const fd_kernel_params *p, int64_t rows
   constexpr int RPB = FD_COMBINE_WARPS / WPR;
   const int64_t blocks = (rows + RPB - 1) / RPB;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-#if FD_COMBINE_MAX_SHARED
+  /* the split kernels' carveout (all shared memory): the SMs need not
+   * reconfigure their L1 / shared memory split between the two kernels */
   const cudaError_t e = cudaFuncSetAttribute(fd_combine_kernel<T, WPR>,
                                              cudaFuncAttributePreferredSharedMemoryCarveout,
                                              (int)cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-#endif
   return fd_launch(fd_combine_kernel<T, WPR>, *p, dim3((unsigned)blocks),
                    dim3(FD_COMBINE_THREADS),
                    (size_t)FD_COMBINE_WARPS * (size_t)p->num_splits * sizeof(float), stream,

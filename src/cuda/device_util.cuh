@@ -163,8 +163,7 @@ static __device__ __forceinline__ float fd_softmax_step(float &m, float mx, floa
 
 /* The same for the 16-bit kernel: tanh(u) = sign(u) (1 - 2 / (e^(2|u|) + 1))
  * with one exp2 and one approximate division, no branch (tanhf is a longer
- * sequence with a branch; measured +6.4 % at head_dim 256 group 2,
- * bench/NOTES.md). Relative error of the tanh ~2e-6 at |u| >= 1/16 (the
+ * sequence with a branch: 6.4 % slower at head_dim 256, group 2). Relative error of the tanh ~2e-6 at |u| >= 1/16 (the
  * series below it), so cap * tanh carries ~2e-6 of the score's size: far
  * inside fp16 / bf16 rounding; |u| large: e^(2|u|) = inf, the division
  * gives 0, tanh = +-1; NaN stays NaN (the select keeps it). */

@@ -57,4 +57,19 @@ struct fd_mma_cfg {
                 "O merge buffer must fit in the K/V stages");
 };
 
+/* The shape of one kernel instance: the config plus the head_dim DV its
+ * rows hold (DV < D: 80 and 96 in 128-wide rows, whose columns past DV are
+ * zeros in shared memory and skipped by the mma loops). */
+template <int D_, int NW_, int LEAN_, int DV_>
+struct fd_mma_shape : fd_mma_cfg<D_, NW_, LEAN_> {
+  using C = fd_mma_cfg<D_, NW_, LEAN_>;
+  static constexpr int D = D_, NW = NW_, LEAN = LEAN_, DV = DV_;
+  static constexpr int KSV = DV / 16;                    /* k-steps of Q K^T */
+  static constexpr int NTV = DV == D ? C::NT : DV / 8;  /* O n-tiles a warp computes */
+  static constexpr int NO = NTV / 2;                     /* O^T m-tiles (16 columns) a warp */
+  static constexpr int ROWS = FD_MMA_ROWS;
+  static constexpr int OSTRIDE = D + FD_MMA_OPAD;       /* floats a row of the O merge buffer */
+  static_assert(DV == D || (C::DW == 1 && DV % 16 == 0 && DV < D), "padded head_dim");
+};
+
 #endif /* FD_CUDA_MMA_CONFIG_CUH */

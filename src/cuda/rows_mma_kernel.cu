@@ -138,6 +138,297 @@ static __device__ __forceinline__ void fd_rows_store(const fd_kernel_params &p, 
   }
 }
 
+/* Shared memory: K stages [ST][KT][D] | V stages [ST][KT][D] | Q [BM][D] |
+ * key flags [ST][KT]. */
+template <typename T, int D>
+struct fd_rows_bufs {
+  T *k, *v, *q;
+  unsigned char *valid;
+};
+
+template <typename T, int D>
+static __device__ __forceinline__ fd_rows_bufs<T, D> fd_rows_carve(unsigned char *smem) {
+  using C = fd_rows_cfg<D>;
+  fd_rows_bufs<T, D> sm;
+  sm.k = reinterpret_cast<T *>(smem);
+  sm.v = sm.k + C::STAGES * C::KT * D;
+  sm.q = sm.v + C::STAGES * C::KT * D;
+  sm.valid = reinterpret_cast<unsigned char *>(sm.q + C::BM * D);
+  return sm;
+}
+
+/* Q rows row_base .. + BM - 1 of the block (zeros past rows_total) into sQ:
+ * commit group 0. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_load_q(const fd_kernel_params &p, int b, int hk,
+                                                      int row_base, int rows_total, T *sQ) {
+  using C = fd_rows_cfg<D>;
+  for (int idx = threadIdx.x; idx < C::BM * C::CH; idx += C::THREADS) {
+    const int r = idx / C::CH, c = idx % C::CH;
+    const int row = row_base + r;
+    const bool ok = row < rows_total;
+    const T *src = static_cast<const T *>(p.q);
+    if (ok) {
+      const int gi = row / p.q_len;
+      const int t = row - gi * p.q_len;
+      src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] +
+             ((int64_t)hk * p.group + gi) * p.q_strides[2] + c * 8;
+    }
+    fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
+  }
+  fd_cp_async_commit();
+}
+
+/* The K/V copy pipeline (mma_loaders.cuh, fd_mma_copy_tile): contiguous
+ * from running offsets (off), paged through page ids read a tile ahead
+ * (pg). badq bit j: one of this thread's keys of tile i + j (i: the loop's
+ * tile) is on a bad page; OR-ed over the block at tile i's barrier. */
+template <int LOADS>
+struct fd_rows_pipe {
+  int64_t off[2], off_tile[2];
+  int pg[LOADS];
+  int pshift;
+  const int32_t *bt_row;
+  uint32_t badq;
+};
+
+/* Tile nt's copies into stage ns; sets badq bit `bit` when one of this
+ * thread's keys is on a bad page. */
+template <typename T, int D, int PG>
+static __device__ __forceinline__ void fd_rows_issue(const fd_kernel_params &p,
+                                                     const fd_rows_bufs<T, D> &sm, const T *k_head,
+                                                     const T *v_head, int begin, int end, int nt,
+                                                     int ns, const int (&pg)[fd_mma_copy<D, FD_ROWS_WARPS>::LOADS],
+                                                     fd_rows_pipe<fd_mma_copy<D, FD_ROWS_WARPS>::LOADS> &pp,
+                                                     int bit) {
+  using C = fd_rows_cfg<D>;
+  constexpr int KT = C::KT;
+  if (fd_mma_copy_tile<T, D, C::NW, D, PG>(
+          p, k_head, v_head, pp.pshift, begin + nt * KT, 0, min(KT, end - (begin + nt * KT)), pg,
+          reinterpret_cast<unsigned char *>(sm.k + ns * KT * D),
+          reinterpret_cast<unsigned char *>(sm.v + ns * KT * D), sm.valid + ns * KT, pp.off,
+          pp.off_tile))
+    pp.badq |= 1u << bit;
+}
+
+/* Pipeline prologue: the page ids of tiles 0 .. ST-1 (one block_table round
+ * trip), tiles 0 .. ST-2 copied, a commit group each (empty or not). */
+template <typename T, int D, int PG>
+static __device__ __forceinline__ void fd_rows_prologue(
+    const fd_kernel_params &p, int b, int begin, int end, int num_tiles,
+    const fd_rows_bufs<T, D> &sm, const T *k_head, const T *v_head,
+    fd_rows_pipe<fd_mma_copy<D, FD_ROWS_WARPS>::LOADS> &pp) {
+  using C = fd_rows_cfg<D>;
+  constexpr int KT = C::KT, ST = C::STAGES, LOADS = fd_mma_copy<D, C::NW>::LOADS;
+  /* the loader, a template constant (fd_mma_loader_pg): PG 1 reads one page
+   * id a tile, PG 2 one a key */
+  constexpr bool paged = PG != 0;
+  constexpr bool one_page = PG == 1;
+  pp.pshift = fd_mma_page_shift<PG>(p.page_size);
+  pp.bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
+  if constexpr (!paged) fd_mma_contig_offsets<T, D, C::NW>(p, b, begin, pp.off, pp.off_tile);
+  int pgp[ST][LOADS];
+#pragma unroll
+  for (int s = 0; s < ST; s++) {
+#pragma unroll
+    for (int n = 0; n < LOADS; n++) pgp[s][n] = -1;
+    if (paged && s < num_tiles)
+      fd_mma_page_ids<D, C::NW, one_page>(pp.bt_row, p.page_size, pp.pshift, begin + s * KT,
+                                          min(KT, end - (begin + s * KT)), pgp[s]);
+  }
+  pp.badq = 0;
+#pragma unroll
+  for (int s = 0; s < ST - 1; s++) {
+    if (s < num_tiles) fd_rows_issue<T, D, PG>(p, sm, k_head, v_head, begin, end, s, s, pgp[s], pp, s);
+    fd_cp_async_commit();
+  }
+#pragma unroll
+  for (int n = 0; n < LOADS; n++) pp.pg[n] = pgp[ST - 1][n];
+}
+
+/* The top of tile i: wait for its copies; the block barrier (the stage tile
+ * i - 1 used is free; returns whether tile i has a bad page); the next tile
+ * into the freed stage and its successor's page ids. */
+template <typename T, int D, int PG>
+static __device__ __forceinline__ bool fd_rows_wait_refill(
+    const fd_kernel_params &p, int i, int begin, int end, int num_tiles,
+    const fd_rows_bufs<T, D> &sm, const T *k_head, const T *v_head,
+    fd_rows_pipe<fd_mma_copy<D, FD_ROWS_WARPS>::LOADS> &pp) {
+  using C = fd_rows_cfg<D>;
+  constexpr int KT = C::KT, ST = C::STAGES;
+  constexpr bool paged = PG != 0;
+  constexpr bool one_page = PG == 1;
+  fd_cp_async_wait<ST - 2>(); /* tile i landed (this thread's copies) */
+  const bool bad_tile = __syncthreads_or((int)(pp.badq & 1u)) != 0;
+  const int nt = i + ST - 1;
+  if (nt < num_tiles)
+    fd_rows_issue<T, D, PG>(p, sm, k_head, v_head, begin, end, nt, nt % ST, pp.pg, pp, ST - 1);
+  fd_cp_async_commit();
+  pp.badq >>= 1;
+  if (paged && nt + 1 < num_tiles) /* the next copy's ids, a tile ahead */
+    fd_mma_page_ids<D, C::NW, one_page>(pp.bt_row, p.page_size, pp.pshift, begin + (nt + 1) * KT,
+                                        min(KT, end - (begin + (nt + 1) * KT)), pp.pg);
+  return bad_tile;
+}
+
+/* S = Q K^T for the warp's 16 rows and the tile's KT keys: K's B fragments
+ * by ldmatrix.x4 (keys x chunk pairs). */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_qk(uint32_t kt_u, int lane,
+                                                  const uint32_t (&qa)[D / 16][4],
+                                                  float (&s)[fd_rows_cfg<D>::NK][4]) {
+  using C = fd_rows_cfg<D>;
+  const int mi = lane >> 3;
+  const int k_row = (mi >> 1) * 8 + (lane & 7); /* keys (n-tile pair half), chunk + (mi & 1) */
+#pragma unroll
+  for (int n = 0; n < C::NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < C::KS; ks++) {
+#pragma unroll
+    for (int np = 0; np < C::NK / 2; np++) {
+      uint32_t kb[4];
+      fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(np * 16 + k_row, 2 * ks + (mi & 1)));
+      fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
+      fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
+    }
+  }
+}
+
+/* Scale, soft-cap, mask (keys past nk; keys on bad pages). SPLIT (the
+ * contiguous loader's instances): a full tile on good pages (all but a
+ * split's last, block-uniform) takes its own path, with no per-score test;
+ * the paged instances keep one loop, which keeps their larger code within
+ * the bounds of tests/check_code_size.sh. */
+template <int D, bool SPLIT>
+static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, float scale,
+                                                    bool capped, int qd, int nk, bool bad_tile,
+                                                    const unsigned char *tValid,
+                                                    float (&s)[fd_rows_cfg<D>::NK][4]) {
+  using C = fd_rows_cfg<D>;
+  const bool full = nk == C::KT && !bad_tile; /* block-uniform */
+  if (SPLIT && full) {
+#pragma unroll
+    for (int n = 0; n < C::NK; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = s[n][e] * scale;
+        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
+        s[n][e] = x;
+      }
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < C::NK; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = s[n][e] * scale;
+      if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
+      if (!full) {
+        const int kl = 8 * n + 2 * qd + (e & 1);
+        const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
+        x = vis ? x : -INFINITY;
+      }
+      s[n][e] = x;
+    }
+  }
+}
+
+/* Online softmax, rows g (e 0, 1) and g + 8 (e 2, 3): a row's max over its
+ * 4 lanes; s becomes p; O rescaled unless no row max of the warp moved. */
+template <int D>
+static __device__ __forceinline__ void fd_rows_softmax(float (&s)[fd_rows_cfg<D>::NK][4],
+                                                       float (&o)[D / 8][4], float &m0, float &m1,
+                                                       float &l0, float &l1) {
+  using C = fd_rows_cfg<D>;
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < C::NK; n++) {
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  float mu0, mu1;
+  const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+  float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < C::NK; n++) {
+    s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
+    s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
+    s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
+    s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
+    ps0 += s[n][0] + s[n][1];
+    ps1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * a0 + ps0;
+  l1 = l1 * a1 + ps1;
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int n = 0; n < C::ND; n++) {
+      o[n][0] *= a0;
+      o[n][1] *= a0;
+      o[n][2] *= a1;
+      o[n][3] *= a1;
+    }
+  }
+}
+
+/* O += P V, k-step kk = keys 16 kk .. + 15 (score n-tiles 2 kk, 2 kk + 1):
+ * P's A fragments are the score accumulators packed in place (hi and lo
+ * parts), V's B fragments by ldmatrix.x4.trans. */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_pv(uint32_t vt_u, int lane,
+                                                  const float (&s)[fd_rows_cfg<D>::NK][4],
+                                                  float (&o)[D / 8][4]) {
+  using C = fd_rows_cfg<D>;
+  const int mi = lane >> 3;
+  const int v_row = (mi & 1) * 8 + (lane & 7); /* keys (k half), chunk + (mi >> 1) */
+#pragma unroll
+  for (int kk = 0; kk < C::KT / 16; kk++) {
+    uint32_t ph[4], pl[4];
+    fd_pack2_split<T>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+    fd_pack2_split<T>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+    fd_pack2_split<T>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+    fd_pack2_split<T>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+    for (int dp = 0; dp < C::ND / 2; dp++) {
+      uint32_t vb[4];
+      fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(kk * 16 + v_row, 2 * dp + (mi >> 1)));
+      fd_mma16816<T>(o[2 * dp], ph, vb[0], vb[1]);
+      fd_mma16816<T>(o[2 * dp + 1], ph, vb[2], vb[3]);
+      fd_mma16816<T>(o[2 * dp], pl, vb[0], vb[1]);
+      fd_mma16816<T>(o[2 * dp + 1], pl, vb[2], vb[3]);
+    }
+  }
+}
+
+/* The epilogue: the rows' sums and NaN / Inf flags over their 4 lanes, then
+ * rows g and g + 8 of the warp written (fd_rows_store). */
+template <typename T, int D>
+static __device__ __forceinline__ void fd_rows_finish(const fd_kernel_params &p, int b, int hk,
+                                                      int split, int row0, int rows_total,
+                                                      const float (&o)[D / 8][4], float m0,
+                                                      float m1, float l0, float l1) {
+  bool bad0 = false, bad1 = false;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
+    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
+    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
+  }
+  if (row0 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0, o, 0, m0, l0, bad0);
+  if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
+}
+
 template <typename T, int D, int PG>
 __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     fd_rows_mma_kernel(const __grid_constant__ fd_kernel_params p) {
@@ -160,83 +451,24 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
                &begin, &end);
   if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
-  T *sK = reinterpret_cast<T *>(fd_rows_smem); /* [ST][KT][D] */
-  T *sV = sK + ST * KT * D;                    /* [ST][KT][D] */
-  T *sQ = sV + ST * KT * D;                    /* [BM][D] */
-  unsigned char *sValid = reinterpret_cast<unsigned char *>(sQ + C::BM * D); /* [ST][KT] */
-
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
+  const fd_rows_bufs<T, D> sm = fd_rows_carve<T, D>(fd_rows_smem);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, qd = lane & 3;
   const T *k_head = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
   const T *v_head = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
-  /* the loader, a template constant (fd_mma_loader_pg): PG 1 reads one page
-   * id a tile, PG 2 one a key */
-  constexpr bool paged = PG != 0;
-  constexpr bool one_page = PG == 1;
-  const int pshift = fd_mma_page_shift<PG>(p.page_size);
-  const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
 
-  /* Q rows of the block (zeros past rows_total): commit group 0 */
-  for (int idx = tid; idx < C::BM * C::CH; idx += C::THREADS) {
-    const int r = idx / C::CH, c = idx % C::CH;
-    const int row = row_base + r;
-    const bool ok = row < rows_total;
-    const T *src = static_cast<const T *>(p.q);
-    if (ok) {
-      const int gi = row / p.q_len;
-      const int t = row - gi * p.q_len;
-      src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] +
-             ((int64_t)hk * p.group + gi) * p.q_strides[2] + c * 8;
-    }
-    fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
-  }
-  fd_cp_async_commit();
-
-  /* K/V copies (mma_loaders.cuh, fd_mma_copy_tile): contiguous from running
-   * offsets, paged through page ids read a tile ahead (the prologue's
-   * together: one block_table round trip) */
-  using M = fd_mma_copy<D, C::NW>;
+  fd_rows_load_q<T, D>(p, b, hk, row_base, rows_total, sm.q);
   const int num_tiles = (end - begin + KT - 1) / KT;
-  const int k0 = tid / C::CH * M::LOADS, cc = tid % C::CH;
-  int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(begin + k0) * p.k_strides[1] + cc * 8;
-  int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(begin + k0) * p.v_strides[1] + cc * 8;
-  const int64_t k_tile = (int64_t)KT * p.k_strides[1], v_tile = (int64_t)KT * p.v_strides[1];
-  int pgp[ST][M::LOADS];
-#pragma unroll
-  for (int s = 0; s < ST; s++) {
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
-    if (paged && s < num_tiles)
-      fd_mma_page_ids<D, C::NW, one_page>(bt_row, p.page_size, pshift, begin + s * KT,
-                                          min(KT, end - (begin + s * KT)), pgp[s]);
-  }
-  /* prologue: tiles 0 .. ST-2, a commit group each (empty or not). badq bit
-   * j: one of this thread's keys of tile i + j (i: the loop's tile) is on a
-   * bad page; OR-ed over the block at tile i's barrier */
-  uint32_t badq = 0;
-#pragma unroll
-  for (int s = 0; s < ST - 1; s++) {
-    if (s < num_tiles &&
-        fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
-            p, k_head, v_head, pshift, begin + s * KT, 0, min(KT, end - (begin + s * KT)), pgp[s],
-            reinterpret_cast<unsigned char *>(sK + s * KT * D),
-            reinterpret_cast<unsigned char *>(sV + s * KT * D), sValid + s * KT, k_off, v_off,
-            k_tile, v_tile))
-      badq |= 1u << s;
-    fd_cp_async_commit();
-  }
-  int pg[M::LOADS]; /* the ids of the loop's next copy */
-#pragma unroll
-  for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[ST - 1][n];
+  fd_rows_pipe<fd_mma_copy<D, C::NW>::LOADS> pp;
+  fd_rows_prologue<T, D, PG>(p, b, begin, end, num_tiles, sm, k_head, v_head, pp);
 
   /* Q's A fragments: rows 16 warp + (g, g + 8), k-step ks */
   fd_cp_async_wait<ST - 1>(); /* group 0 (Q) landed for this thread */
   __syncthreads();
   uint32_t qa[C::KS][4];
   {
-    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
+    const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sm.q);
     const int mi = lane >> 3;
     const int r = warp * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
@@ -252,148 +484,24 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
   float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of their sums */
   const float scale = p.scale_log2;
   const bool capped = p.cap_out != 0.0f;
-
-  const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
-  const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
-  /* ldmatrix lane addresses: matrix mi = lane / 8, its row lane % 8 */
-  const int mi = lane >> 3;
-  const int k_row = (mi >> 1) * 8 + (lane & 7); /* K: keys (n-tile pair half), chunk + (mi & 1) */
-  const int v_row = (mi & 1) * 8 + (lane & 7);  /* V: keys (k half), chunk + (mi >> 1) */
+  const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sm.k);
+  const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sm.v);
 
   int stage = 0;
   for (int i = 0; i < num_tiles; i++) {
-    fd_cp_async_wait<ST - 2>(); /* tile i landed (this thread's copies) */
-    /* everyone's; the stage tile i - 1 used is free; tile i's bad pages */
-    const bool bad_tile = __syncthreads_or((int)(badq & 1u)) != 0;
-    {
-      const int nt = i + ST - 1; /* the next tile into the freed stage */
-      const int ns = nt % ST;
-      if (nt < num_tiles &&
-          fd_mma_copy_tile<T, D, C::NW, D, 0, PG>(
-              p, k_head, v_head, pshift, begin + nt * KT, 0, min(KT, end - (begin + nt * KT)), pg,
-              reinterpret_cast<unsigned char *>(sK + ns * KT * D),
-              reinterpret_cast<unsigned char *>(sV + ns * KT * D), sValid + ns * KT, k_off, v_off,
-              k_tile, v_tile))
-        badq |= 1u << (ST - 1);
-      fd_cp_async_commit();
-      badq >>= 1;
-      if (paged && nt + 1 < num_tiles) /* the next copy's ids, a tile ahead */
-        fd_mma_page_ids<D, C::NW, one_page>(bt_row, p.page_size, pshift, begin + (nt + 1) * KT,
-                                            min(KT, end - (begin + (nt + 1) * KT)), pg);
-    }
+    const bool bad_tile =
+        fd_rows_wait_refill<T, D, PG>(p, i, begin, end, num_tiles, sm, k_head, v_head, pp);
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
-    const uint32_t kt_u = sK_u + (uint32_t)(stage * KT * D * 2);
-    const uint32_t vt_u = sV_u + (uint32_t)(stage * KT * D * 2);
-
-    /* S = Q K^T */
     float s[C::NK][4];
-#pragma unroll
-    for (int n = 0; n < C::NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < C::KS; ks++) {
-#pragma unroll
-      for (int np = 0; np < C::NK / 2; np++) {
-        uint32_t kb[4];
-        fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(np * 16 + k_row, 2 * ks + (mi & 1)));
-        fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
-        fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
-      }
-    }
-
-    /* scale, soft-cap, mask (keys past nk; bad pages) */
-    const bool full = nk == KT && !bad_tile; /* block-uniform */
-    const unsigned char *tValid = sValid + stage * KT;
-#pragma unroll
-    for (int n = 0; n < C::NK; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[n][e] * scale;
-        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
-        if (!full) {
-          const int kl = 8 * n + 2 * qd + (e & 1);
-          const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
-          x = vis ? x : -INFINITY;
-        }
-        s[n][e] = x;
-      }
-    }
-
-    /* online softmax: rows g (e 0, 1) and g + 8 (e 2, 3) */
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < C::NK; n++) {
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    float mu0, mu1;
-    const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < C::NK; n++) {
-      s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
-      s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
-      s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
-      s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
-      ps0 += s[n][0] + s[n][1];
-      ps1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * a0 + ps0;
-    l1 = l1 * a1 + ps1;
-    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < C::ND; n++) {
-        o[n][0] *= a0;
-        o[n][1] *= a0;
-        o[n][2] *= a1;
-        o[n][3] *= a1;
-      }
-    }
-
-    /* O += P V, k-step kk = keys 16 kk .. + 15 (score n-tiles 2 kk, 2 kk + 1) */
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; kk++) {
-      uint32_t ph[4], pl[4];
-      fd_pack2_split<T>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      fd_pack2_split<T>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      fd_pack2_split<T>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      fd_pack2_split<T>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-#pragma unroll
-      for (int dp = 0; dp < C::ND / 2; dp++) {
-        uint32_t vb[4];
-        fd_ldmatrix_x4_trans(vb, vt_u + fd_swz<D>(kk * 16 + v_row, 2 * dp + (mi >> 1)));
-        fd_mma16816<T>(o[2 * dp], ph, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * dp + 1], ph, vb[2], vb[3]);
-        fd_mma16816<T>(o[2 * dp], pl, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * dp + 1], pl, vb[2], vb[3]);
-      }
-    }
+    fd_rows_qk<T, D>(sK_u + (uint32_t)(stage * KT * D * 2), lane, qa, s);
+    fd_rows_mask<D, PG == 0>(p, scale, capped, qd, nk, bad_tile, sm.valid + stage * KT, s);
+    fd_rows_softmax<D>(s, o, m0, m1, l0, l1);
+    fd_rows_pv<T, D>(sV_u + (uint32_t)(stage * KT * D * 2), lane, s, o);
     stage = stage + 1 == ST ? 0 : stage + 1;
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain */
-
-  /* the rows' sums and NaN / Inf flags over their 4 lanes */
-  bool bad0 = false, bad1 = false;
-#pragma unroll
-  for (int n = 0; n < C::ND; n++) {
-    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
-    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
-    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
-  }
-  const int row0 = row_base + warp * 16 + g;
-  if (row0 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0, o, 0, m0, l0, bad0);
-  if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
+  fd_rows_finish<T, D>(p, b, hk, split, row_base + warp * 16 + g, rows_total, o, m0, m1, l0, l1);
 }
 
 template <typename T, int D, int PG>

@@ -90,11 +90,11 @@
 /* Keys per tile, at most (= plan's chunk_len, so tiles align with splits). */
 #define FD_MAX_KEYS_PER_TILE 64
 
-/* Blocks an SM the kernel's registers are sized for: three for fp32 rows of
- * head_dim <= 128 (four, 16 warps an SM, before the compensated sums needed
- * 168 registers; Nsight Compute at B=64 8k with two: 0.48 eligible warps a
- * scheduler, stalls on shared memory and shuffle results), else as many as
- * fit (two). */
+/* Blocks an SM the kernel's registers are sized for: four for fp32 rows of
+ * head_dim <= 128 (16 warps an SM: 4 rows a pass fit 127 registers,
+ * fd_rows_per_pass; with half the warps the schedulers mostly wait on
+ * shared-memory and shuffle results), else one (the shared memory allows
+ * two). */
 template <typename T, int D>
 __host__ __device__ constexpr int fd_split_min_blocks() {
   return sizeof(T) == 4 && D <= 128 ? 4 : 1;
@@ -234,82 +234,108 @@ static __device__ __forceinline__ void fd_load_rows(const float *src, float (&ds
   }
 }
 
-/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= NR) over the
- * split's keys, then the pass's outputs. NR (8, 4, 2 or 1) is the row count the
- * loops are unrolled for; rows pass_rows .. NR-1 are phantoms (q = 0, every key
- * masked, never written out). Ends with a block barrier. */
-template <typename T, int D, int NR, int DV>
-static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
-                                                     const fd_block_pos &bp, int row0,
-                                                     int pass_rows, unsigned char *smem) {
-  constexpr int VEC = 16 / (int)sizeof(T);       /* elements per 16-byte vector */
-  constexpr int VECS = D / VEC;                  /* vectors per key row */
-  constexpr int TPK = VECS < 32 ? VECS : 32;     /* THREADS_PER_KEY */
-  constexpr int NVEC = VECS / TPK;               /* vectors per thread */
-  constexpr int ELEMS = NVEC * VEC;              /* elements per thread */
-  constexpr int KG = FD_SPLIT_THREADS / TPK;     /* KEY_GROUPS */
-  constexpr int KT = fd_keys_per_tile<T, D>();   /* KEYS_PER_TILE */
-  constexpr int KPG = KT / KG;                   /* keys per key group per tile */
-  constexpr int NWARPS = FD_SPLIT_THREADS / 32;
-  constexpr int RPW = (NR + NWARPS - 1) / NWARPS; /* softmax rows per warp */
-  constexpr int SPL = (KT + 31) / 32;            /* scores per lane in the softmax */
-  constexpr int STAGES = FD_STAGES;
-  constexpr int RMAX = FD_ROWS_PER_PASS;
+/* The compile-time shape of a pass of NR rows (8, 4, 2 or 1) for element
+ * T and shared-memory row width D (THREADS above). */
+template <typename T, int D, int NR>
+struct fd_split_shape {
+  static constexpr int VEC = 16 / (int)sizeof(T);       /* elements per 16-byte vector */
+  static constexpr int VECS = D / VEC;                  /* vectors per key row */
+  static constexpr int TPK = VECS < 32 ? VECS : 32;     /* THREADS_PER_KEY */
+  static constexpr int NVEC = VECS / TPK;               /* vectors per thread */
+  static constexpr int ELEMS = NVEC * VEC;              /* elements per thread */
+  static constexpr int KG = FD_SPLIT_THREADS / TPK;     /* KEY_GROUPS */
+  static constexpr int KT = fd_keys_per_tile<T, D>();   /* KEYS_PER_TILE */
+  static constexpr int KPG = KT / KG;                   /* keys per key group per tile */
+  static constexpr int NWARPS = FD_SPLIT_THREADS / 32;
+  static constexpr int RPW = (NR + NWARPS - 1) / NWARPS; /* softmax rows per warp */
+  static constexpr int SPL = (KT + 31) / 32;            /* scores per lane in the softmax */
+  static constexpr int STAGES = FD_STAGES;
+  static constexpr int RMAX = FD_ROWS_PER_PASS;
   static_assert(VECS % TPK == 0 && FD_SPLIT_THREADS % TPK == 0, "thread mapping");
   static_assert(KT % KG == 0 && (KT * VECS) % FD_SPLIT_THREADS == 0, "tile mapping");
   static_assert(FD_MAX_KEYS_PER_TILE % KT == 0, "tiles must align with 64-key chunks");
   static_assert(NR <= RMAX && NR <= TPK && (NR & (NR - 1)) == 0, "row mapping");
   static_assert((size_t)KG * NR * D * sizeof(float) <= 2 * (size_t)STAGES * KT * D * sizeof(T),
                 "O merge buffer must fit in the K/V stages");
+};
 
-  /* Carve-up; fd_split_smem_bytes sizes it. */
-  T *sK = reinterpret_cast<T *>(smem);                          /* [STAGES][KT][D] */
-  T *sV = sK + STAGES * KT * D;                                 /* [STAGES][KT][D] */
-  float *sS = reinterpret_cast<float *>(sV + STAGES * KT * D);  /* [KT][NR] scores, then p */
-  float *sAlpha = sS + KT * RMAX;                               /* [NR] */
-  float *sM = sAlpha + RMAX;                                    /* [NR] running max, base 2 */
-  float *sL = sM + RMAX;                                        /* [NR] running sum */
-  unsigned char *sValid = reinterpret_cast<unsigned char *>(sL + RMAX); /* [STAGES][KT] */
-  float *sRed = reinterpret_cast<float *>(smem); /* [KG][NR][D], after the last tile */
+/* Shared memory of a pass; fd_split_smem_bytes sizes it. */
+template <typename T>
+struct fd_split_bufs {
+  T *k, *v;             /* [STAGES][KT][D] each */
+  float *s;             /* [KT][NR] scores, then p */
+  float *alpha, *m, *l; /* [NR] each: the tile's rescale, running max (base 2) and sum */
+  unsigned char *valid; /* [STAGES][KT] key-valid flags */
+  float *red;           /* [KG][NR][D], after the last tile */
+};
 
-  const int tid = threadIdx.x;
-  const int lane = tid % 32;
-  const int warp = tid / 32;
-  const int kg = tid / TPK; /* key group */
-  const int lt = tid % TPK; /* lane within the key group */
-  const int b = bp.b, hk = bp.hk, kv = bp.kv, begin = bp.begin, end = bp.end;
-  const int q_len = p.q_len;
-  const T *k_base = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
-  const T *v_base = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+template <typename T, int D, int KT>
+static __device__ __forceinline__ fd_split_bufs<T> fd_split_carve(unsigned char *smem) {
+  constexpr int RMAX = FD_ROWS_PER_PASS;
+  fd_split_bufs<T> sm;
+  sm.k = reinterpret_cast<T *>(smem);
+  sm.v = sm.k + FD_STAGES * KT * D;
+  sm.s = reinterpret_cast<float *>(sm.v + FD_STAGES * KT * D);
+  sm.alpha = sm.s + KT * RMAX;
+  sm.m = sm.alpha + RMAX;
+  sm.l = sm.m + RMAX;
+  sm.valid = reinterpret_cast<unsigned char *>(sm.l + RMAX);
+  sm.red = reinterpret_cast<float *>(smem);
+  return sm;
+}
 
-  /* Row (row0 + r) is token t = (row0 + r) % q_len and sees keys [lo, hi)
-   * (fd_row_keys: causal, windowed or not, or non-causal). [pass_lo,
-   * pass_end): the keys some row of the pass sees (no other key is read);
-   * tiles start at kbeg, the 64-key boundary at or below pass_lo. my_lo,
-   * my_limit: the keys of the row this lane writes scores for. */
-  int pass_lo = end, pass_end = begin;
+/* The keys of a pass: row (row0 + r) is token t = (row0 + r) % q_len and
+ * sees keys [lo, hi) (fd_row_keys: causal, windowed or not, or
+ * non-causal). [pass_lo, pass_end): the keys some row of the pass sees (no
+ * other key is read); tiles start at kbeg, the 64-key boundary at or below
+ * pass_lo. my_row: the row whose scores this lane writes; it sees
+ * [my_lo, my_limit). */
+typedef struct fd_split_keys {
+  int pass_lo, pass_end, kbeg, my_row, my_lo, my_limit, num_tiles;
+} fd_split_keys;
+
+template <int NR, int TPK, int KT>
+static __device__ __forceinline__ fd_split_keys fd_split_pass_keys(const fd_kernel_params &p,
+                                                                   const fd_block_pos &bp,
+                                                                   int row0, int pass_rows,
+                                                                   int lt) {
+  const int q_len = p.q_len, kv = bp.kv, begin = bp.begin, end = bp.end;
+  fd_split_keys K;
+  K.pass_lo = end;
+  K.pass_end = begin;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
     if (r < pass_rows) {
       int lo, hi;
       fd_row_keys((row0 + r) % q_len, q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi);
       if (hi > lo) {
-        pass_lo = min(pass_lo, lo);
-        pass_end = max(pass_end, hi);
+        K.pass_lo = min(K.pass_lo, lo);
+        K.pass_end = max(K.pass_end, hi);
       }
     }
   }
-  if (pass_lo > pass_end) pass_lo = pass_end;
-  const int kbeg = begin + (pass_lo - begin) / FD_MAX_KEYS_PER_TILE * FD_MAX_KEYS_PER_TILE;
-  const int my_row = fd_scatter_row<NR>(lt); /* the row whose scores this lane writes */
-  int my_lo = begin, my_limit = begin;       /* phantom rows see nothing */
-  if (my_row < pass_rows)
-    fd_row_keys((row0 + my_row) % q_len, q_len, kv, p.window_left, p.non_causal, begin, end,
-                &my_lo, &my_limit);
-  const bool capped = p.cap_out != 0.0f; /* soft-cap (uniform) */
+  if (K.pass_lo > K.pass_end) K.pass_lo = K.pass_end;
+  K.kbeg = begin + (K.pass_lo - begin) / FD_MAX_KEYS_PER_TILE * FD_MAX_KEYS_PER_TILE;
+  K.my_row = fd_scatter_row<NR>(lt);
+  K.my_lo = begin; /* phantom rows see nothing */
+  K.my_limit = begin;
+  if (K.my_row < pass_rows)
+    fd_row_keys((row0 + K.my_row) % q_len, q_len, kv, p.window_left, p.non_causal, begin, end,
+                &K.my_lo, &K.my_limit);
+  const int span = K.pass_end - K.kbeg;
+  K.num_tiles = span / KT + (span % KT != 0);
+  return K;
+}
 
-  /* q slices of the pass's rows, scaled into base-2 units; zero for phantom rows. */
-  float qf[NR][ELEMS];
+/* q slices of the pass's rows, scaled into base-2 units; zero for phantom
+ * rows and padded columns. */
+template <typename T, int D, int NR, int DV>
+static __device__ __forceinline__ void fd_split_load_q(
+    const fd_kernel_params &p, int b, int hk, int row0, int pass_rows, int lt,
+    float (&qf)[NR][fd_split_shape<T, D, NR>::ELEMS]) {
+  using S = fd_split_shape<T, D, NR>;
+  constexpr int VEC = S::VEC, TPK = S::TPK, NVEC = S::NVEC, ELEMS = S::ELEMS;
+  const int q_len = p.q_len;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
     if (r < pass_rows) {
@@ -335,15 +361,194 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
       for (int e = 0; e < ELEMS; e++) qf[r][e] = 0.0f;
     }
   }
+}
+
+/* Step 1, QK: scores of this key group's keys of the tile for all rows -> S
+ * (-inf where masked; soft-capped first when asked). */
+template <typename T, int D, int NR>
+static __device__ __forceinline__ void fd_split_scores(
+    const fd_kernel_params &p, const fd_split_keys &K, const T *tK, const unsigned char *tValid,
+    float *sS, int key0, int kg, int lt, bool capped,
+    const float (&qf)[NR][fd_split_shape<T, D, NR>::ELEMS]) {
+  using S = fd_split_shape<T, D, NR>;
+  constexpr int VEC = S::VEC, TPK = S::TPK, NVEC = S::NVEC, ELEMS = S::ELEMS, KG = S::KG;
+#pragma unroll
+  for (int n = 0; n < S::KPG; n++) {
+    const int kl = kg + KG * n;
+    float kf[ELEMS];
+#pragma unroll
+    for (int v = 0; v < NVEC; v++) fd_load16_to_float(tK + kl * D + (lt + TPK * v) * VEC, &kf[v * VEC]);
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++)
+#pragma unroll
+      for (int r = 0; r < NR; r++) acc[r] = fmaf(qf[r][e], kf[e], acc[r]);
+    float score = fd_reduce_scatter<NR, TPK>(acc, lt);
+    if (lt < NR) {
+      const bool visible = kl < K.my_limit - key0 && kl >= K.my_lo - key0 && tValid[kl];
+      if (capped) score = fd_soft_cap(score, p.cap_in, p.cap_out);
+      sS[kl * NR + K.my_row] = visible ? score : -INFINITY;
+    }
+  }
+}
+
+/* Step 2, online softmax over the tile, one warp a row (phantom rows too:
+ * all their scores are -inf, so they get p = 0 and alpha = 0): S becomes p,
+ * alpha goes to sAlpha; l is a compensated sum (lc). */
+template <int NR, int KT, int RPW>
+static __device__ __forceinline__ void fd_split_softmax(float *sS, float *sAlpha, int warp,
+                                                        int lane, float (&m_run)[RPW],
+                                                        float (&l_run)[RPW], float (&lc)[RPW]) {
+  constexpr int NWARPS = FD_SPLIT_THREADS / 32;
+  constexpr int SPL = (KT + 31) / 32;
+#pragma unroll
+  for (int i = 0; i < RPW; i++) {
+    const int r = warp + NWARPS * i;
+    if (r < NR) {
+      float s[SPL];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < SPL; k++) {
+        const int c = lane + 32 * k;
+        s[k] = c < KT ? sS[c * NR + r] : -INFINITY;
+        tile_max = fmaxf(tile_max, s[k]);
+      }
+      tile_max = fd_warp_max(tile_max);
+      const float m_new = fmaxf(m_run[i], tile_max);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* no (-inf) - (-inf) */
+      const float alpha = exp2f(m_run[i] - m_use);
+      float psum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < SPL; k++) {
+        const int c = lane + 32 * k;
+        if (c < KT) {
+          const float pk = exp2f(s[k] - m_use);
+          sS[c * NR + r] = pk;
+          psum += pk;
+        }
+      }
+      psum = fd_warp_sum(psum);
+      {
+        const float base = l_run[i] * alpha, y = psum - lc[i] * alpha;
+        const float sum = base + y;
+        lc[i] = (sum - base) - y;
+        l_run[i] = sum;
+      }
+      m_run[i] = m_new;
+      if (lane == 0) sAlpha[r] = alpha;
+    }
+  }
+}
+
+/* Step 3, PV: rescale O, add p * v for this key group's keys into oc, then
+ * fold the tile into the running sum (Fast2Sum: oc keeps what rounding
+ * dropped). */
+template <typename T, int D, int NR>
+static __device__ __forceinline__ void fd_split_pv(
+    const T *tV, const float *sS, const float *sAlpha, int kg, int lt,
+    float (&o)[NR][fd_split_shape<T, D, NR>::ELEMS],
+    float (&oc)[NR][fd_split_shape<T, D, NR>::ELEMS]) {
+  using S = fd_split_shape<T, D, NR>;
+  constexpr int VEC = S::VEC, TPK = S::TPK, NVEC = S::NVEC, ELEMS = S::ELEMS, KG = S::KG;
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    const float a = sAlpha[r];
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) {
+      o[r][e] *= a;
+      oc[r][e] *= a;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < S::KPG; n++) {
+    const int kl = kg + KG * n;
+    float vf[ELEMS];
+#pragma unroll
+    for (int v = 0; v < NVEC; v++) fd_load16_to_float(tV + kl * D + (lt + TPK * v) * VEC, &vf[v * VEC]);
+    float pr[NR];
+    fd_load_rows<NR>(sS + kl * NR, pr);
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++)
+#pragma unroll
+      for (int r = 0; r < NR; r++) oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++)
+#pragma unroll
+    for (int e = 0; e < ELEMS; e++) {
+      const float sum = o[r][e] + oc[r][e];
+      oc[r][e] -= sum - o[r][e];
+      o[r][e] = sum;
+    }
+}
+
+/* After the last tile: publish (m, l) and the key groups' O slices to sRed
+ * (the K/V area), for fd_store_pass to sum in key-group order. */
+template <typename T, int D, int NR>
+static __device__ __forceinline__ void fd_split_publish(
+    const fd_split_bufs<T> &sm, int warp, int lane, int kg, int lt,
+    const float (&m_run)[fd_split_shape<T, D, NR>::RPW],
+    const float (&l_run)[fd_split_shape<T, D, NR>::RPW],
+    const float (&o)[NR][fd_split_shape<T, D, NR>::ELEMS]) {
+  using S = fd_split_shape<T, D, NR>;
+  constexpr int VEC = S::VEC, TPK = S::TPK, NVEC = S::NVEC;
+#pragma unroll
+  for (int i = 0; i < S::RPW; i++) {
+    const int r = warp + S::NWARPS * i;
+    if (lane == 0 && r < NR) {
+      sm.m[r] = m_run[i];
+      sm.l[r] = l_run[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+#pragma unroll
+    for (int v = 0; v < NVEC; v++) {
+      float *dst = sm.red + (kg * NR + r) * D + (lt + TPK * v) * VEC;
+#pragma unroll
+      for (int e = 0; e < VEC; e += 4)
+        *reinterpret_cast<float4 *>(dst + e) =
+            make_float4(o[r][v * VEC + e], o[r][v * VEC + e + 1], o[r][v * VEC + e + 2],
+                        o[r][v * VEC + e + 3]);
+    }
+  }
+}
+
+/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= NR) over the
+ * split's keys, then the pass's outputs. NR (8, 4, 2 or 1) is the row count the
+ * loops are unrolled for; rows pass_rows .. NR-1 are phantoms (q = 0, every key
+ * masked, never written out). Ends with a block barrier. */
+template <typename T, int D, int NR, int DV>
+static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
+                                                     const fd_block_pos &bp, int row0,
+                                                     int pass_rows, unsigned char *smem) {
+  using S = fd_split_shape<T, D, NR>;
+  constexpr int KT = S::KT, STAGES = S::STAGES, ELEMS = S::ELEMS, RPW = S::RPW;
+  const fd_split_bufs<T> sm = fd_split_carve<T, D, KT>(smem);
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int kg = tid / S::TPK; /* key group */
+  const int lt = tid % S::TPK; /* lane within the key group */
+  const int b = bp.b, hk = bp.hk;
+  const T *k_base = static_cast<const T *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const T *v_base = static_cast<const T *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+  const fd_split_keys K = fd_split_pass_keys<NR, S::TPK, KT>(p, bp, row0, pass_rows, lt);
+  const bool capped = p.cap_out != 0.0f; /* soft-cap (uniform) */
+
+  float qf[NR][ELEMS];
+  fd_split_load_q<T, D, NR, DV>(p, b, hk, row0, pass_rows, lt, qf);
   /* O and l are two-level compensated sums, so their error does not grow
    * with the number of keys (4M identical keys: within 2e-6 of max|V|).
    * O: oc collects the tile's p v (KPG fused multiply-adds a key, as a plain
    * sum) on top of what the running sum o lost before; at the end of each
    * tile it is folded into o by Fast2Sum (o is the larger term once a few
    * tiles are in), leaving in oc the part of the fold that rounding dropped.
-   * Per key and element one FMA, per tile five operations (the Kahan update
-   * per key cost four a key: the fp32 rows ran ~2x slower, bench/NOTES.md).
-   * l: the tile's p summed over the warp, added once a tile with Kahan's
+   * Per key and element one FMA, per tile five operations (a Kahan update
+   * per key costs four a key and ran the fp32 rows ~2x slower). l: the
+   * tile's p summed over the warp, added once a tile with Kahan's
    * compensation lc. */
   float o[NR][ELEMS], oc[NR][ELEMS];
 #pragma unroll
@@ -357,136 +562,40 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
     l_run[i] = lc[i] = 0.0f;
   }
 
-  const int span = pass_end - kbeg;
-  const int num_tiles = span / KT + (span % KT != 0);
-
   /* Prologue: tiles 0 .. STAGES-2 in flight (one commit group per tile, empty or not). */
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
-    if (s < num_tiles) {
-      const int key0 = kbeg + s * KT;
-      fd_load_tile<T, D, DV>(p, k_base, v_base, sK + s * KT * D, sV + s * KT * D, sValid + s * KT,
-                             b, key0, pass_lo - key0, min(KT, pass_end - key0));
+    if (s < K.num_tiles) {
+      const int key0 = K.kbeg + s * KT;
+      fd_load_tile<T, D, DV>(p, k_base, v_base, sm.k + s * KT * D, sm.v + s * KT * D,
+                             sm.valid + s * KT, b, key0, K.pass_lo - key0,
+                             min(KT, K.pass_end - key0));
     }
     fd_cp_async_commit();
   }
 
-  for (int it = 0; it < num_tiles; it++) {
+  for (int it = 0; it < K.num_tiles; it++) {
     const int stage = it % STAGES;
-    const int key0 = kbeg + it * KT;
+    const int key0 = K.kbeg + it * KT;
     fd_cp_async_wait<STAGES - 2>(); /* this thread's copies of tile `it` landed */
     __syncthreads();                 /* everyone's did; tile it-1 fully consumed */
     {
       const int nt = it + STAGES - 1; /* refill the stage tile it-1 used */
-      if (nt < num_tiles) {
+      if (nt < K.num_tiles) {
         const int ns = nt % STAGES;
-        const int nkey0 = kbeg + nt * KT;
-        fd_load_tile<T, D, DV>(p, k_base, v_base, sK + ns * KT * D, sV + ns * KT * D,
-                               sValid + ns * KT, b, nkey0, pass_lo - nkey0,
-                               min(KT, pass_end - nkey0));
+        const int nkey0 = K.kbeg + nt * KT;
+        fd_load_tile<T, D, DV>(p, k_base, v_base, sm.k + ns * KT * D, sm.v + ns * KT * D,
+                               sm.valid + ns * KT, b, nkey0, K.pass_lo - nkey0,
+                               min(KT, K.pass_end - nkey0));
       }
       fd_cp_async_commit();
     }
-
-    /* 1. QK: scores of this key group's keys for all rows -> S. */
-    const T *tK = sK + stage * KT * D;
-    const unsigned char *tValid = sValid + stage * KT;
-#pragma unroll
-    for (int n = 0; n < KPG; n++) {
-      const int kl = kg + KG * n;
-      float kf[ELEMS];
-#pragma unroll
-      for (int v = 0; v < NVEC; v++) fd_load16_to_float(tK + kl * D + (lt + TPK * v) * VEC, &kf[v * VEC]);
-      float acc[NR];
-#pragma unroll
-      for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < ELEMS; e++)
-#pragma unroll
-        for (int r = 0; r < NR; r++) acc[r] = fmaf(qf[r][e], kf[e], acc[r]);
-      float score = fd_reduce_scatter<NR, TPK>(acc, lt);
-      if (lt < NR) {
-        const bool visible = kl < my_limit - key0 && kl >= my_lo - key0 && tValid[kl];
-        if (capped) score = fd_soft_cap(score, p.cap_in, p.cap_out);
-        sS[kl * NR + my_row] = visible ? score : -INFINITY;
-      }
-    }
+    fd_split_scores<T, D, NR>(p, K, sm.k + stage * KT * D, sm.valid + stage * KT, sm.s, key0, kg,
+                              lt, capped, qf);
     __syncthreads();
-
-    /* 2. Online softmax over the tile, one warp per row (phantom rows too: all
-     *    their scores are -inf, so they get p = 0 and alpha = 0). */
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-      const int r = warp + NWARPS * i;
-      if (r < NR) {
-        float s[SPL];
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < SPL; k++) {
-          const int c = lane + 32 * k;
-          s[k] = c < KT ? sS[c * NR + r] : -INFINITY;
-          tile_max = fmaxf(tile_max, s[k]);
-        }
-        tile_max = fd_warp_max(tile_max);
-        const float m_new = fmaxf(m_run[i], tile_max);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* no (-inf) - (-inf) */
-        const float alpha = exp2f(m_run[i] - m_use);
-        float psum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SPL; k++) {
-          const int c = lane + 32 * k;
-          if (c < KT) {
-            const float pk = exp2f(s[k] - m_use);
-            sS[c * NR + r] = pk;
-            psum += pk;
-          }
-        }
-        psum = fd_warp_sum(psum);
-        {
-          const float base = l_run[i] * alpha, y = psum - lc[i] * alpha;
-          const float sum = base + y;
-          lc[i] = (sum - base) - y;
-          l_run[i] = sum;
-        }
-        m_run[i] = m_new;
-        if (lane == 0) sAlpha[r] = alpha;
-      }
-    }
+    fd_split_softmax<NR, KT, RPW>(sm.s, sm.alpha, warp, lane, m_run, l_run, lc);
     __syncthreads();
-
-    /* 3. PV: rescale O, then add p * v for this key group's keys. */
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-      const float a = sAlpha[r];
-#pragma unroll
-      for (int e = 0; e < ELEMS; e++) {
-        o[r][e] *= a;
-        oc[r][e] *= a;
-      }
-    }
-    const T *tV = sV + stage * KT * D;
-#pragma unroll
-    for (int n = 0; n < KPG; n++) {
-      const int kl = kg + KG * n;
-      float vf[ELEMS];
-#pragma unroll
-      for (int v = 0; v < NVEC; v++) fd_load16_to_float(tV + kl * D + (lt + TPK * v) * VEC, &vf[v * VEC]);
-      float pr[NR];
-      fd_load_rows<NR>(sS + kl * NR, pr);
-#pragma unroll
-      for (int e = 0; e < ELEMS; e++)
-#pragma unroll
-        for (int r = 0; r < NR; r++) oc[r][e] = fmaf(pr[r], vf[e], oc[r][e]); /* the tile's p v */
-    }
-    /* fold the tile into the running sum (Fast2Sum: oc keeps what rounding dropped) */
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-      for (int e = 0; e < ELEMS; e++) {
-        const float sum = o[r][e] + oc[r][e];
-        oc[r][e] -= sum - o[r][e];
-        o[r][e] = sum;
-      }
+    fd_split_pv<T, D, NR>(sm.v + stage * KT * D, sm.s, sm.alpha, kg, lt, o, oc);
   }
   /* the compensated sums' values */
 #pragma unroll
@@ -497,32 +606,10 @@ static __device__ __forceinline__ void fd_split_pass(const fd_kernel_params &p,
   for (int i = 0; i < RPW; i++) l_run[i] -= lc[i];
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
   __syncthreads();      /* K/V area free for the merge */
-
-  /* Epilogue: publish (m, l); key groups' O slices to sRed; sum in key-group order. */
-#pragma unroll
-  for (int i = 0; i < RPW; i++) {
-    const int r = warp + NWARPS * i;
-    if (lane == 0 && r < NR) {
-      sM[r] = m_run[i];
-      sL[r] = l_run[i];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < NR; r++) {
-#pragma unroll
-    for (int v = 0; v < NVEC; v++) {
-      float *dst = sRed + (kg * NR + r) * D + (lt + TPK * v) * VEC;
-#pragma unroll
-      for (int e = 0; e < VEC; e += 4)
-        *reinterpret_cast<float4 *>(dst + e) =
-            make_float4(o[r][v * VEC + e], o[r][v * VEC + e + 1], o[r][v * VEC + e + 2],
-                        o[r][v * VEC + e + 3]);
-    }
-  }
+  fd_split_publish<T, D, NR>(sm, warp, lane, kg, lt, m_run, l_run, o);
   __syncthreads();
-
-  fd_store_pass<T, DV, KG, NR, D, 1, FD_SPLIT_THREADS>(p, b, hk, bp.split, row0, pass_rows, sRed,
-                                                       sM, sL);
+  fd_store_pass<T, DV, S::KG, NR, D, 1, FD_SPLIT_THREADS>(p, b, hk, bp.split, row0, pass_rows,
+                                                          sm.red, sm.m, sm.l);
   __syncthreads(); /* sRed / sM / sL / the K/V stages are reused by the next pass */
 }
 

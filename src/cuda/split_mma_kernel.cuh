@@ -18,8 +18,8 @@
  *   gpu_select.h): NW = 4, two blocks an SM where they fit (FD_MMA_4W); NW =
  *   8, one block an SM with twice the keys a tile and twice the bytes in
  *   flight, launched when the grid has no more blocks than the GPU has SMs
- *   (cuda_backend.cu), where four warps an SM left the schedulers idle
- *   (bench/NOTES.md), on GPUs with ~200 KB a block (FD_MMA_WIDE); NW = 4
+ *   (cuda_backend.cu), where four warps an SM leave the schedulers idle,
+ *   on GPUs with ~200 KB a block (FD_MMA_WIDE); NW = 4
  *   with 2 stages for GPUs with 99 KB a block (sm_86, sm_89, sm_120;
  *   FD_MMA_LEAN, head_dim >= 80).
  *
@@ -89,11 +89,11 @@
  *   128-key tile may run
  *   past its split's end, and every key is bounds-checked (not loaded, score
  *   -inf) unless the whole tile is inside every row's keys (the loop's fast
- *   path: no mask, only the scale). Bytes in flight: STAGES - 1 tiles of 32 KB (16 KB for head_dim 64)
- *   a block, 128 KB an SM at 2 blocks; NW = 8: 2 tiles of 64 KB (5 of 32 KB
- *   for head_dim 64) an SM. (Asking L2 for 3 tiles further ahead,
- *   cp.async.bulk.prefetch.L2, was measured slower: B=64 8k 602 against
- *   482 us on the H200, so it is not done.)
+ *   path: no mask, only the scale). Bytes in flight: STAGES - 1 tiles of
+ *   32 KB (16 KB for head_dim 64) a block, 128 KB an SM at 2 blocks; NW = 8:
+ *   2 tiles of 64 KB (5 of 32 KB for head_dim 64) an SM. (Asking L2 for 3
+ *   tiles further ahead, cp.async.bulk.prefetch.L2, runs ~25 % slower at 64
+ *   sequences of 8k keys, so it is not done.)
  *
  * SHARED MEMORY (dynamic)  K stages | V stages | Q [16][head_dim] | (m, l)
  *   [KW][16] | (M, L) [16] | key-valid flags [STAGES][KT]: NW = 4: ~67 KB
@@ -106,9 +106,9 @@
  * FP8  (template KV8 = 1: kv_dtype E4M3, KV8 = 2: E5M2 (a constant, so the
  *   widening issues one conversion); FD_MMA_4W and FD_MMA_LEAN only, never the 8-warp config: plan.c,
  *   cuda_backend.cu) The same grid, tiles, warps and shared memory
- *   (fd_mma_cfg::SMEM). A tile's fp8 bytes (KT rows of D bytes, chunk c of
- *   row k at c ^ fd_swz8) are copied by cp.async (16 values a copy:
- *   fd_mma_copy8_*, same keys per thread, same zero-fills) into ST8 = 2
+ *   (fd_mma_cfg::SMEM); the policy fd_kv8 (mma_format.cuh). A tile's fp8 bytes (KT rows of D bytes, chunk c of
+ *   row k at c ^ fd_swz8) are copied by cp.async (16 values a copy, by the
+ *   same loaders: same keys per thread, same zero-fills) into ST8 = 2
  *   STAGES - 1 stages of KT * D bytes (twice the tiles in flight, less one;
  *   the last KT * D bytes of the K area hold the TOKEN scales and key-valid
  *   flags). They are widened in registers, not in shared memory (one
@@ -142,14 +142,32 @@
  *   1: out = O / l and lse = m + ln l (out = 0, lse = -inf for a row without
  *   keys).
  *
- * FILES  mma_config.cuh (the compile-time shape), mma_primitives.cuh (mma,
+ * STRUCTURE  The pass (fd_split_mma_pass) is a short sequence of steps,
+ *   each a function of this file, written once for every element format:
+ *     fd_mma_pass_rows     the pass's key ranges (which keys are read, the
+ *                          fast-path range, the lane's row bounds);
+ *     fd_mma_load_q        q rows -> shared memory (commit group 0);
+ *     fd_mma_prologue      page ids, the first ST - 1 tiles, the barrier;
+ *     F::q_frags           Q's B fragments, once a pass;
+ *     per tile: fd_mma_wait_refill (wait, barrier, refill a stage), F::qk
+ *     (S^T = K Q^T), fd_mma_mask (scale, soft-cap, mask), fd_mma_softmax
+ *     (online softmax, O's rescale), F::pv (O^T += V^T P^T);
+ *     fd_mma_merge_warps   the key warps' (m, l) and O into the block's;
+ *     fd_store_pass        the outputs (pass_output.cuh).
+ *   F is the element format's policy (mma_format.cuh: fd_kv16, fd_kv8 with
+ *   its fp8 scales): stage geometry, Q fragments, the K fragment and Q K^T
+ *   slice, the P V slice, the O store layout. A new cache format (MLA: a
+ *   576-wide K whose first 512 columns are V) adds a policy, not a pass.
+ *
+ * FILES  mma_config.cuh (the compile-time shape: fd_mma_cfg, fd_mma_shape),
+ *   mma_format.cuh (the element formats), mma_primitives.cuh (mma,
  *   ldmatrix, packing, swizzle), mma_loaders.cuh (global -> shared copies:
- *   contiguous, paged; fp8 copies and widening), pass_output.cuh (the
- *   epilogue); this file: the tile math (Q K^T, mask, online softmax, P V),
- *   the kernel and its per-instance launchers, compiled by three translation
- *   units that build in parallel: split_mma_kernel.cu (16-bit caches, the
- *   public launch, occupancy), split_mma_fp8.cu (e4m3) and split_mma_e5m2.cu
- *   (e5m2).
+ *   one loader a layout, contiguous, paged one id a tile, paged one id a
+ *   key, for 16-bit and fp8 elements), pass_output.cuh (the epilogue); this
+ *   file: the pass's steps, the kernel and its per-instance launchers,
+ *   compiled by three translation units that build in parallel:
+ *   split_mma_kernel.cu (16-bit caches, the public launch, occupancy),
+ *   split_mma_fp8.cu (e4m3) and split_mma_e5m2.cu (e5m2).
  *
  * CODE SIZE  The loader is a template constant (PG, fd_mma_loader_pg at
  *   launch, from page_size and LOADS of the config: 0 contiguous; 1 paged,
@@ -158,10 +176,9 @@
  *   contiguous bf16 head_dim 128 instance is ~55 KB of sm_90a SASS where one
  *   holding both loaders was 123 KB; its PG 1 instance ~60 KB where one
  *   holding both paged paths was 112 KB (PG 2: ~95 KB). Size is speed here:
- *   with two warps a scheduler, a larger tile loop stalled on instruction
+ *   with two warps a scheduler, a larger tile loop stalls on instruction
  *   fetch (~5 cycles an instruction), worst in a model's stream where the
- *   GEMMs evict the code from L2 (bench/NOTES.md, 2026-12-02).
- *   tests/check_code_size.sh bounds it.
+ *   GEMMs evict the code from L2. tests/check_code_size.sh bounds it.
  *
  * PDL  Code built for sm_90+ is launched with programmatic stream
  *   serialisation (older targets lack griddepcontrol: compiled out, launched
@@ -188,6 +205,7 @@
 #include "kernel_params.cuh"
 #include "device_util.cuh"
 #include "mma_config.cuh"
+#include "mma_format.cuh"
 #include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
 #include "pass_output.cuh"
@@ -252,481 +270,359 @@ static __device__ __forceinline__ float fd_mma_score(const fd_kernel_params &p, 
   return p.cap_out != 0.0f ? fd_soft_cap_fast(x, p.cap_in, p.cap_out) : x;
 }
 
-/* fp8: the byte offset fd_swz8<D>(row, c + sub) for an even chunk c, from
- * base = row * D and y = sub ^ (the row's swizzle bits): the swizzle
- * touches the low 3 bits of c (c >= 8 at head_dim 256), so one xor with a
- * per-lane constant a load. */
-static __device__ __forceinline__ uint32_t fd_swz8_even(uint32_t base, int y, int c) {
-  return base + (uint32_t)(((c & ~7) | ((c & 7) ^ y)) << 4);
+/* ---- The pass, step by step ---- */
+
+/* Shared memory of a pass (fd_mma_cfg::SMEM sizes it): K stages | V stages |
+ * Q [16][D] | (m, l) [KW][16] | (M, L) [16] | 16-bit: key-valid flags
+ * [STAGES][KT]; fp8 keeps its flags and TOKEN scales in the K area
+ * (mma_format.cuh). After the last tile the K/V area holds the warps' O
+ * [KW][16][OSTRIDE] fp32. */
+template <typename F, typename S>
+struct fd_mma_bufs {
+  unsigned char *k, *v; /* [ST][SB] bytes each */
+  typename F::Q *q;     /* [16][D] */
+  float2 *ml;           /* [KW][16] (m, l) of the key warps */
+  float2 *fin;          /* [16] (M, L) of the block */
+  unsigned char *valid; /* [ST][KT] key-valid flags */
+  float *tok;           /* fp8 TOKEN: [ST][2][KT] k, v scales */
+  float *o;             /* [KW][16][OSTRIDE], after the last tile */
+};
+
+template <typename F, typename S>
+static __device__ __forceinline__ fd_mma_bufs<F, S> fd_mma_carve(unsigned char *smem) {
+  using T = typename F::Q;
+  fd_mma_bufs<F, S> s;
+  T *sK = reinterpret_cast<T *>(smem);
+  T *sV = sK + S::STAGES * S::KT * S::D;
+  s.k = smem;
+  s.v = reinterpret_cast<unsigned char *>(sV);
+  s.q = sV + S::STAGES * S::KT * S::D;
+  s.ml = reinterpret_cast<float2 *>(s.q + S::ROWS * S::D);
+  s.fin = s.ml + S::KW * S::ROWS;
+  s.tok = F::token_scales(smem);
+  s.valid = F::valid_flags(reinterpret_cast<unsigned char *>(s.fin + S::ROWS), smem);
+  s.o = reinterpret_cast<float *>(smem);
+  return s;
 }
 
-/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 16) over the
- * split's keys, then the pass's outputs. Ends with a block barrier. */
-template <typename T, int D, int NW, int DV, int LEAN, int KV8, int PG>
-static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
-                                                         int split, int kv, int begin, int end,
-                                                         int row0, int pass_rows,
-                                                         unsigned char *smem) {
-  using C = fd_mma_cfg<D, NW, LEAN>;
-  constexpr int KW = C::KW, KT = C::KT, NT = C::NT;
-  /* pipeline stages: fp8 tiles are half the bytes, so ST8 of them (twice the
-   * tiles in flight, less one) */
-  constexpr int ST = KV8 != 0 ? C::ST8 : C::STAGES;
-  constexpr int SB = KV8 != 0 ? KT * D : KT * D * 2; /* bytes a stage */
-  constexpr bool PRE_LO = (ST - 1) * KT < 64;
-  /* DV < D (head_dim 80, 96 in 128-wide storage): the columns past DV are
-   * zeros in shared memory and skipped by the mma loops */
-  constexpr int KS = DV / 16;          /* k-steps of Q K^T */
-  constexpr int NTV = DV == D ? NT : DV / 8; /* O n-tiles computed per warp */
-  static_assert(DV == D || (C::DW == 1 && DV % 16 == 0 && DV < D), "padded head_dim");
-  constexpr int ROWS = FD_MMA_ROWS;
-  constexpr int OSTRIDE = D + FD_MMA_OPAD;
+/* A thread's place: warp (kw, dw) = (warp % KW, warp / KW); lane (g, qd):
+ * accumulator rows (keys) g, g + 8 and columns (query rows) 2 qd, 2 qd + 1. */
+typedef struct fd_mma_thread {
+  int tid, lane, kw, dw, g, qd;
+} fd_mma_thread;
 
-  /* Carve-up; fd_mma_cfg<D, NW, LEAN>::SMEM sizes it. */
-  T *sK = reinterpret_cast<T *>(smem);                                   /* [STAGES][KT][D] */
-  T *sV = sK + C::STAGES * KT * D;                                       /* [STAGES][KT][D] */
-  T *sQ = sV + C::STAGES * KT * D;                                       /* [16][D] */
-  float2 *sML = reinterpret_cast<float2 *>(sQ + ROWS * D);               /* [KW][16] (m, l) */
-  float2 *sFin = sML + KW * ROWS;                                        /* [16] (M, L) */
-  unsigned char *sValid = reinterpret_cast<unsigned char *>(sFin + ROWS); /* [STAGES][KT] */
-  float *sO = reinterpret_cast<float *>(smem); /* [KW][16][OSTRIDE], after the last tile */
-  /* fp8: the last KT * D bytes of the K area (past the ST8 stages) hold the
-   * TOKEN scales, a stage's worth per stage ([ST8][2][KT] floats: stage,
-   * k / v), then the key-valid flags [ST8][KT] */
-  float *sTok = reinterpret_cast<float *>(smem + (size_t)ST * SB);
-  if constexpr (KV8 != 0) sValid = reinterpret_cast<unsigned char *>(sTok + 2 * ST * KT);
-  static_assert(KV8 == 0 || 8 * ST * KT + ST * KT <= KT * D, "fp8 scales and flags fit");
+template <typename S>
+static __device__ __forceinline__ fd_mma_thread fd_mma_thread_of(void) {
+  fd_mma_thread t;
+  t.tid = threadIdx.x;
+  t.lane = t.tid & 31;
+  const int warp = t.tid >> 5;
+  t.kw = warp % S::KW;
+  t.dw = warp / S::KW;
+  t.g = t.lane >> 2;
+  t.qd = t.lane & 3;
+  return t;
+}
 
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int kw = warp % KW;
-  const int dw = warp / KW;
-  const int g = lane >> 2; /* accumulator rows (keys) g and g + 8 */
-  const int qd = lane & 3; /* accumulator columns (query rows) 2 qd, 2 qd + 1 */
-  const int q_len = p.q_len;
-  /* the cache's element: T, or the fp8 byte (KV8; strides in bytes) */
-  using KV = typename std::conditional<KV8 != 0, unsigned char, T>::type;
-  const KV *k_head = static_cast<const KV *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
-  const KV *v_head = static_cast<const KV *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+/* The keys of a pass: [pass_lo, pass_end) some row sees (no other key is
+ * read); tiles start at kbeg, the 64-key boundary at or below pass_lo;
+ * [all_lo, all_hi) every row sees (empty when a row sees none: tiles inside
+ * it need no mask, the loop's fast path); lo_max: the highest lower bound;
+ * lim0, lim1: the upper bounds of this lane's rows 2 qd, 2 qd + 1. */
+typedef struct fd_mma_rows {
+  int row0, pass_rows, kv, begin, end;
+  int pass_lo, pass_end, lo_max, all_lo, all_hi, kbeg, lim0, lim1, num_tiles;
+} fd_mma_rows;
 
-  /* [pass_lo, pass_end): the keys some row of the pass sees (no other key is
-   * read); tiles start at kbeg, the 64-key boundary at or below pass_lo. */
-  int pass_lo = end, pass_end = begin, lo_max = begin;
-  /* [all_lo, all_hi): the keys every row of the pass sees (empty when a row
-   * sees none): tiles inside it need no mask (the loop's fast path) */
-  int all_lo = INT_MIN, all_hi = INT_MAX;
+template <int KT>
+static __device__ __forceinline__ fd_mma_rows fd_mma_pass_rows(const fd_kernel_params &p, int row0,
+                                                               int pass_rows, int kv, int begin,
+                                                               int end, int qd) {
+  fd_mma_rows R;
+  R.row0 = row0;
+  R.pass_rows = pass_rows;
+  R.kv = kv;
+  R.begin = begin;
+  R.end = end;
+  R.pass_lo = end;
+  R.pass_end = begin;
+  R.lo_max = begin;
+  R.all_lo = INT_MIN;
+  R.all_hi = INT_MAX;
   for (int r = 0; r < pass_rows; r++) {
     int lo, hi;
     fd_pass_row_keys(p, r, row0, pass_rows, kv, begin, end, &lo, &hi);
-    all_lo = max(all_lo, lo);
-    all_hi = min(all_hi, hi);
+    R.all_lo = max(R.all_lo, lo);
+    R.all_hi = min(R.all_hi, hi);
     if (hi > lo) {
-      pass_lo = min(pass_lo, lo);
-      lo_max = max(lo_max, lo);
-      pass_end = max(pass_end, hi);
+      R.pass_lo = min(R.pass_lo, lo);
+      R.lo_max = max(R.lo_max, lo);
+      R.pass_end = max(R.pass_end, hi);
     }
   }
-  if (pass_lo > pass_end) pass_lo = pass_end;
-  const int kbeg = begin + (pass_lo - begin) / 64 * 64;
-  /* rows r0 and r1 (2 qd, 2 qd + 1) see [lo, lim); the lower bounds matter
-   * only in tiles before lo_max (a window's first tiles) and are recomputed
-   * there, which keeps the loop's registers those of the causal kernel */
-  int lo_unused, lim0, lim1;
-  const int r0 = 2 * qd, r1 = 2 * qd + 1; /* this lane's rows (TILE MATH) */
-  fd_pass_row_keys(p, r0, row0, pass_rows, kv, begin, end, &lo_unused, &lim0);
-  fd_pass_row_keys(p, r1, row0, pass_rows, kv, begin, end, &lo_unused, &lim1);
-  const int span = pass_end - kbeg;
-  const int num_tiles = (span + KT - 1) / KT;
-  float scale = p.scale_log2;
-  /* fp8 scales (KV8): TENSOR / HEAD fold k_scale into the score scale and
-   * v_scale into O at the merge (l sums the unscaled p); TOKEN reads one per
-   * key and tile (sTok below). */
-  float v_mul = 1.0f;
-  bool tok = false;
-  if constexpr (KV8 != 0) {
-    if (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD) {
-      const int i = p.kv_scale == FD_KV_SCALE_HEAD ? hk : 0;
-      scale *= __ldg(p.k_scale + i);
-      v_mul = __ldg(p.v_scale + i);
+  if (R.pass_lo > R.pass_end) R.pass_lo = R.pass_end;
+  R.kbeg = begin + (R.pass_lo - begin) / 64 * 64;
+  /* the lower bounds matter only in tiles before lo_max (a window's first
+   * tiles) and are recomputed there (fd_mma_mask), which keeps the loop's
+   * registers those of the causal kernel */
+  int lo_unused;
+  fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo_unused, &R.lim0);
+  fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo_unused, &R.lim1);
+  const int span = R.pass_end - R.kbeg;
+  R.num_tiles = (span + KT - 1) / KT;
+  return R;
+}
+
+/* The q rows of the pass (zeros for phantom rows) into sQ: commit group 0. */
+template <typename T, typename S>
+static __device__ __forceinline__ void fd_mma_load_q(const fd_kernel_params &p, int b, int hk,
+                                                     int row0, int pass_rows, T *sQ) {
+#pragma unroll
+  for (int idx = threadIdx.x; idx < S::ROWS * S::CH; idx += S::THREADS) {
+    const int r = idx / S::CH;
+    const int c = idx % S::CH;
+    const T *src = static_cast<const T *>(p.q);
+    const bool ok = r < pass_rows && (S::DV == S::D || c < S::DV / 8);
+    if (ok) {
+      const int gi = (row0 + r) / p.q_len;
+      const int t = (row0 + r) - gi * p.q_len;
+      const int64_t h = (int64_t)hk * p.group + gi;
+      src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
+             c * 8;
     }
-    tok = p.kv_scale == FD_KV_SCALE_TOKEN;
+    fd_cp_async16(sQ + r * S::D + ((c ^ (r & 7)) << 3), src, ok);
   }
+  fd_cp_async_commit();
+}
 
-  /* O^T accumulators: one m-tile per 16-column chunk (TILE MATH above) */
-  constexpr int NO = NTV / 2;
-  float o[NO][4];
+/* The copy pipeline's state. Contiguous (PG 0): the running element offsets
+ * of this thread's first key of the next tile to issue (off), a tile's step
+ * (off_tile). Paged: the page ids of the next tile to issue (pg; fp8 TOKEN:
+ * tpg, key tid's), fetched one iteration ahead. bad_tiles (check_pages),
+ * block-uniform: bit i is set when tile it + i (it: the loop's tile) may
+ * have a key on a page id outside [0, num_pages); bad_pend: this thread's
+ * keys of the last tile it copied. */
+template <int LOADS>
+struct fd_mma_pipe {
+  int64_t off[2], off_tile[2];
+  int pg[LOADS];
+  int tpg;
+  int pshift;
+  const int32_t *bt_row;
+  bool check_pages;
+  int load_stage;
+  unsigned bad_tiles;
+  bool bad_pend;
+};
+
+/* One tile's copies (K, V; fp8 TOKEN: the scales) into stage `stage`: keys
+ * key0 .. key0 + min(KT, pass_end - key0) - 1, those below key0 + klo
+ * zero-filled; returns whether one of this thread's keys is on a bad page. */
+template <typename F, typename S, int PG>
+static __device__ __forceinline__ bool fd_mma_issue_tile(
+    const fd_kernel_params &p, int b, int hk, const typename F::KV *k_head,
+    const typename F::KV *v_head, const fd_mma_bufs<F, S> &sm,
+    fd_mma_pipe<fd_mma_copy<S::D, S::NW>::LOADS> &pp, const int (&pg)[fd_mma_copy<S::D, S::NW>::LOADS],
+    int tpg, bool tok, int stage, int key0, int klo, int pass_end) {
+  const bool bad = fd_mma_copy_tile<typename F::KV, S::D, S::NW, S::DV, PG>(
+      p, k_head, v_head, pp.pshift, key0, klo, min(S::KT, pass_end - key0), pg,
+      sm.k + stage * F::SB, sm.v + stage * F::SB, sm.valid + stage * S::KT, pp.off, pp.off_tile);
+  if constexpr (F::TOKEN)
+    if (tok)
+      fd_mma_copy_tok<S::KT, PG>(p, pp.pshift, pp.check_pages, b, hk, key0, klo,
+                                 min(S::KT, pass_end - key0), tpg, sm.tok + stage * 2 * S::KT);
+  return bad;
+}
+
+/* Pipeline prologue: the page ids of tiles 0 .. ST-1 together (one
+ * block_table round trip, not one a tile), tiles 0 .. ST-2 copied (a commit
+ * group each, empty or not), the wait for Q (group 0) and the block barrier
+ * that ORs the prologue tiles' bad pages. */
+template <typename F, typename S, int PG>
+static __device__ __forceinline__ void fd_mma_prologue(
+    const fd_kernel_params &p, int b, int hk, const fd_mma_rows &R, bool tok,
+    const typename F::KV *k_head, const typename F::KV *v_head, const fd_mma_bufs<F, S> &sm,
+    fd_mma_pipe<fd_mma_copy<S::D, S::NW>::LOADS> &pp) {
+  constexpr int ST = F::ST, KT = S::KT, LOADS = fd_mma_copy<S::D, S::NW>::LOADS;
+  /* PG (a template constant, fd_mma_loader_pg at launch): each instance
+   * holds one loader, so the contiguous kernel carries no page code and
+   * the PG 1 kernel (page_size a power of two >= LOADS: a thread's LOADS
+   * keys of a tile on one page, one id a tile) no per-key page code */
+  constexpr bool paged = PG != 0;
+  constexpr bool one_page = PG == 1;
+  const int tid = threadIdx.x;
+  pp.check_pages = paged && p.num_pages > 0;
+  pp.pshift = fd_mma_page_shift<PG>(p.page_size);
+  pp.bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
+  if constexpr (!paged) fd_mma_contig_offsets<typename F::KV, S::D, S::NW>(p, b, R.kbeg, pp.off, pp.off_tile);
 #pragma unroll
-  for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  /* running max of rows r0, r1 (base 2; uniform over the lanes sharing them) */
-  float m0 = -INFINITY, m1 = -INFINITY;
-  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the running sums */
-
-  if (num_tiles > 0) { /* block-uniform */
-    using M = fd_mma_copy<D, NW>;
-    const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
-    const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sV);
-
-    /* q rows of the pass (zeros for phantom rows): commit group 0. */
+  for (int n = 0; n < LOADS; n++) pp.pg[n] = -1;
+  int pgp[ST][LOADS];
+  /* fp8 TOKEN, paged: the page id of key tid of tiles 0 .. ST-1 */
+  int tpgp[ST];
+  const bool tok_pages = F::TOKEN && tok && paged;
 #pragma unroll
-    for (int idx = tid; idx < ROWS * C::CH; idx += C::THREADS) {
-      const int r = idx / C::CH;
-      const int c = idx % C::CH;
-      const T *src = static_cast<const T *>(p.q);
-      const bool ok = r < pass_rows && (DV == D || c < DV / 8);
-      if (ok) {
-        const int gi = (row0 + r) / q_len;
-        const int t = (row0 + r) - gi * q_len;
-        const int64_t h = (int64_t)hk * p.group + gi;
-        src += (int64_t)b * p.q_strides[0] + (int64_t)t * p.q_strides[1] + h * p.q_strides[2] +
-               c * 8;
-      }
-      fd_cp_async16(sQ + r * D + ((c ^ (r & 7)) << 3), src, ok);
+  for (int s = 0; s < ST; s++) {
+#pragma unroll
+    for (int n = 0; n < LOADS; n++) pgp[s][n] = -1;
+    tpgp[s] = -1;
+    if (paged && s < R.num_tiles) {
+      const int key0 = R.kbeg + s * KT;
+      fd_mma_page_ids<S::D, S::NW, one_page>(pp.bt_row, p.page_size, pp.pshift, key0,
+                                             min(KT, R.pass_end - key0), pgp[s]);
+      if (tok_pages)
+        tpgp[s] = fd_mma_tok_page<PG>(p, pp.bt_row, pp.pshift, tid < KT, key0 + tid, R.pass_end);
+    }
+  }
+  /* bad_early / bad_last: this thread's keys on bad pages in tiles
+   * 0 .. ST-3 / ST-2 */
+  bool bad_early = false, bad_last = false;
+#pragma unroll
+  for (int s = 0; s < ST - 1; s++) {
+    if (s < R.num_tiles) {
+      const int key0 = R.kbeg + s * KT;
+      const bool bad = fd_mma_issue_tile<F, S, PG>(p, b, hk, k_head, v_head, sm, pp, pgp[s],
+                                                   tpgp[s], tok, s, key0,
+                                                   R.pass_lo - key0 /* keys before it: zero-filled */,
+                                                   R.pass_end);
+      if (s < ST - 2) bad_early = bad_early || bad;
+      else bad_last = bad;
     }
     fd_cp_async_commit();
+  }
+#pragma unroll
+  for (int n = 0; n < LOADS; n++) pp.pg[n] = pgp[ST - 1][n];
+  pp.tpg = tpgp[ST - 1];
+  pp.load_stage = ST - 1;
+  /* Q landed (group 0: at most ST - 1 younger groups pending). Tiles
+   * 0 .. ST-3 share one bad-page bit value here. */
+  fd_cp_async_wait<ST - 1>();
+  pp.bad_tiles = 0;
+  pp.bad_pend = bad_last;
+  if (pp.check_pages) {
+    if (__syncthreads_or(bad_early)) pp.bad_tiles = (1u << (ST - 2)) - 1;
+  } else {
+    __syncthreads();
+  }
+}
 
-    /* Copy state. Contiguous: element offsets of this thread's first key of
-     * the next tile to issue, advanced a tile at a time. Paged: the page ids
-     * of the next tile to issue, fetched one iteration ahead. */
-    /* PG (a template constant, fd_mma_loader_pg at launch): each instance
-     * holds one loader, so the contiguous kernel carries no page code and
-     * the PG 1 kernel (page_size a power of two >= LOADS: a thread's LOADS
-     * keys of a tile on one page, one id a tile) no per-key page code */
-    constexpr bool paged = PG != 0;
-    constexpr bool one_page = PG == 1;
-    const bool check_pages = paged && p.num_pages > 0;
-    const int pshift = fd_mma_page_shift<PG>(p.page_size);
-    const int32_t *bt_row = paged ? p.block_table + (int64_t)b * p.block_table_stride : nullptr;
-    const int k0 = tid / C::CH * M::LOADS;
-    const int cc = tid % C::CH;
-    /* the thread's column: 16-bit chunk cc (8 elements), or fp8 chunk
-     * cc % (CH / 2) (16 bytes; fd_mma_copy8_contig) */
-    const int col = KV8 != 0 ? cc % (C::CH / 2) * 16 : cc * 8;
-    int64_t k_off = (int64_t)b * p.k_strides[0] + (int64_t)(kbeg + k0) * p.k_strides[1] + col;
-    int64_t v_off = (int64_t)b * p.v_strides[0] + (int64_t)(kbeg + k0) * p.v_strides[1] + col;
-    const int64_t k_tile = (int64_t)KT * p.k_strides[1];
-    const int64_t v_tile = (int64_t)KT * p.v_strides[1];
-    int pg[M::LOADS];
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) pg[n] = -1;
-    /* Paged: the page ids of tiles 0 .. STAGES-1 are loaded together before
-     * any copy (one block_table round trip, not one per prologue tile). */
-    int pgp[ST][M::LOADS];
-    /* fp8 TOKEN, paged: the page id of key tid of tiles 0 .. ST-1 (tpgp), then
-     * of the next tile to issue (tpg) */
-    int tpgp[ST];
-    const bool tok_pages = KV8 != 0 && tok && paged;
-#pragma unroll
-    for (int s = 0; s < ST; s++) {
-#pragma unroll
-      for (int n = 0; n < M::LOADS; n++) pgp[s][n] = -1;
-      tpgp[s] = -1;
-      if (paged && s < num_tiles) {
-        const int key0 = kbeg + s * KT;
-        fd_mma_page_ids<D, NW, one_page>(bt_row, p.page_size, pshift, key0,
-                                         min(KT, pass_end - key0), pgp[s]);
-        if (tok_pages)
-          tpgp[s] = fd_mma_tok_page<PG>(p, bt_row, pshift, tid < KT, key0 + tid, pass_end);
-      }
-    }
-
-    unsigned char *const sK8 = reinterpret_cast<unsigned char *>(sK);
-    unsigned char *const sV8 = reinterpret_cast<unsigned char *>(sV);
-    /* Prologue: tiles 0 .. ST-2, one commit group each (empty or not).
-     * bad_early / bad_last: this thread's keys on bad pages in tiles
-     * 0 .. ST-3 / ST-2. */
-    bool bad_early = false, bad_last = false;
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
-      if (s < num_tiles) {
-        const int key0 = kbeg + s * KT;
-        const bool bad = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
-            p, k_head, v_head, pshift, key0,
-            pass_lo - key0 /* keys before it: zero-filled, not read */, min(KT, pass_end - key0),
-            pgp[s], sK8 + s * SB, sV8 + s * SB, sValid + s * KT, k_off, v_off, k_tile, v_tile);
-        if constexpr (KV8 != 0)
-          if (tok)
-            fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, key0, pass_lo - key0,
-                                    min(KT, pass_end - key0), tpgp[s], sTok + s * 2 * KT);
-        if (s < ST - 2) bad_early = bad_early || bad;
-        else bad_last = bad;
-      }
-      fd_cp_async_commit();
-    }
-#pragma unroll
-    for (int n = 0; n < M::LOADS; n++) pg[n] = pgp[ST - 1][n];
-    int tpg = tpgp[ST - 1];
-    /* Q fragments, once per pass (group 0: at most ST - 1 younger groups pending). */
-    fd_cp_async_wait<ST - 1>();
-    /* Bad-page bits (check_pages), block-uniform: bit i is set when tile
-     * it + i (it: the loop's tile) may have a key on a page id outside
-     * [0, num_pages); the loop's barrier ORs in the tile copied one iteration
-     * earlier. Tiles 0 .. STAGES-3 share one bit value here. */
-    unsigned bad_tiles = 0;
-    bool bad_pend = bad_last; /* this thread's keys of the last tile it copied */
-    if (check_pages) {
-      if (__syncthreads_or(bad_early)) bad_tiles = (1u << (ST - 2)) - 1;
-    } else {
-      __syncthreads();
-    }
-    uint32_t qa[KS][2]; /* Q is the B operand (row g) */
-    if constexpr (KV8 != 0) {
-      /* fp8: k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
-       * are head_dim columns 16 ks + 4 qd + 0..3, the order in which a K
-       * fragment arrives (FP8 above): 8 bytes a row from the swizzled sQ */
-#pragma unroll
-      for (int ks = 0; ks < KS; ks++) {
-        const int c = 2 * ks + (qd >> 1), e = 4 * (qd & 1);
-        const uint2 x0 = *reinterpret_cast<const uint2 *>(sQ + g * D + ((c ^ (g & 7)) << 3) + e);
-        qa[ks][0] = x0.x; /* b0: logical k 2 qd, 2 qd + 1 */
-        qa[ks][1] = x0.y; /* b1: 2 qd + 8, 2 qd + 9 */
-      }
-      /* fp8 runs its mma in fp16 (fp8 widens to fp16 in one conversion; P
-       * is in [0, 1]): bf16 q becomes fp16 times 2^qe, its largest |q| in
-       * (2^14, 2^15] (a power of two: exact for every q whose fp16 is
-       * normal, i.e. within 2^-28 of that largest), and the score scale
-       * takes 2^-qe. Every warp holds all of Q: a warp max suffices. */
-      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        float mq = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-          for (int i = 0; i < 2; i++) {
-            const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
-            mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
-          }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, off));
-        int qe = 0;
-        if (mq > 0.0f && mq <= 3.40282346638528859812e+38f) { /* else (0, inf, NaN): as is */
-          int ex;
-          (void)frexpf(mq, &ex); /* mq = f 2^ex, f in [0.5, 1) */
-          qe = 15 - ex;
-        }
-        const float up = ldexpf(1.0f, qe);
-        scale = ldexpf(scale, -qe);
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-          for (int i = 0; i < 2; i++) {
-            const float2 f = fd_unpack2<__nv_bfloat16>(qa[ks][i]);
-            qa[ks][i] = fd_pack2<__half>(f.x * up, f.y * up);
-          }
-      }
-    } else {
-      /* B fragments of row g: columns 16 ks + 2 qd, + 1 (b0) and + 8 (b1) */
-#pragma unroll
-      for (int ks = 0; ks < KS; ks++) {
-        qa[ks][0] = *reinterpret_cast<const uint32_t *>(sQ + g * D + (((2 * ks) ^ (g & 7)) << 3) + 2 * qd);
-        qa[ks][1] =
-            *reinterpret_cast<const uint32_t *>(sQ + g * D + (((2 * ks + 1) ^ (g & 7)) << 3) + 2 * qd);
-      }
-    }
-
-    /* ldmatrix rows of this lane (TILE MATH): K (and fp8's V): key kw * 16 +
-     * (lane & 7) + 8 ((lane >> 3) & 1), chunk + (lane >> 4); 16-bit V^T
-     * (.trans): key kw * 16 + (lane & 7) + 8 (lane >> 4), chunk +
-     * ((lane >> 3) & 1) */
-    const int kr_row = kw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-    const int kr_sub = lane >> 4;
-    const int vt_row = kw * 16 + (lane & 7) + ((lane >> 4) << 3);
-    const int vt_sub = (lane >> 3) & 1;
-    /* fp8: fd_swz8<D>(kr_row, c + kr_sub) = fd_swz8_even(k8_base, k8_y, c) */
-    const uint32_t k8_base = (uint32_t)(kr_row * D);
-    const int k8_y = kr_sub ^ (D == 64 ? (kr_row >> 1) & 3 : kr_row & 7);
-
-    int stage = 0;
-    int load_stage = ST - 1;
-    for (int it = 0; it < num_tiles; it++) {
-      const int key0 = kbeg + it * KT;
-      fd_cp_async_wait<ST - 2>(); /* this thread's copies of tile `it` landed */
-      /* everyone's did; tile it-1 fully consumed (and the bad-page bit of
-       * tile it + ST - 2, copied last iteration) */
-      if (check_pages) {
-        if (__syncthreads_or(bad_pend)) bad_tiles |= 1u << (ST - 2);
-      } else {
-        __syncthreads();
-      }
-      bad_pend = false;
-      {
-        const int nt = it + ST - 1; /* refill the stage tile it-1 used */
-        if (nt < num_tiles) {
-          const int nkey0 = kbeg + nt * KT;
-          /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold
-           * keys below pass_lo (not so with 2 stages of 32 keys: then this
-           * tile's keys below it are zero-filled, not read) */
-          bad_pend = fd_mma_copy_tile<T, D, NW, DV, KV8, PG>(
-              p, k_head, v_head, pshift, nkey0, PRE_LO ? pass_lo - nkey0 : 0,
-              min(KT, pass_end - nkey0), pg, sK8 + load_stage * SB, sV8 + load_stage * SB,
-              sValid + load_stage * KT, k_off, v_off, k_tile, v_tile);
-          if constexpr (KV8 != 0)
-            if (tok)
-              fd_mma_copy_tok<KT, PG>(p, pshift, check_pages, b, hk, nkey0,
-                                      PRE_LO ? pass_lo - nkey0 : 0, min(KT, pass_end - nkey0),
-                                      tpg, sTok + load_stage * 2 * KT);
-          if (paged && nt + 1 < num_tiles) {
-            fd_mma_page_ids<D, NW, one_page>(bt_row, p.page_size, pshift, nkey0 + KT,
-                                             min(KT, pass_end - (nkey0 + KT)), pg);
-            if (tok_pages)
-              tpg = fd_mma_tok_page<PG>(p, bt_row, pshift, tid < KT, nkey0 + KT + tid, pass_end);
-          }
-        }
-        fd_cp_async_commit();
-        load_stage = load_stage + 1 == ST ? 0 : load_stage + 1;
-      }
-      const float *tTok = sTok + stage * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
-      constexpr bool e5m2 = KV8 == 2; /* the format: a template constant */
-
-      /* ---- keys as the mma's M side (TILE MATH above) ----
-       * S^T = K Q^T: per k-step the A fragment is K (keys g, g + 8 of the
-       * warp's 16), the B fragment Q (row g). fp8: head_dim in the
-       * permuted column order of the ldmatrix bytes, one ldmatrix.x4 for
-       * two k-steps: matrix (key half, chunk) = (m & 1, m >> 1). sc[e]: key
-       * kw * 16 + g + 8 (e >> 1) of row 2 qd + (e & 1). */
-      const uint32_t kt_u = sK_u + (uint32_t)(stage * SB);
-      float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (KV8 == 0) {
-        /* 16-bit: K's A fragment by ldmatrix.x4, matrix (key half, chunk
-         * half) = (m & 1, m >> 1) */
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-          uint32_t ka[4];
-          fd_ldmatrix_x4(ka, kt_u + fd_swz<D>(kr_row, 2 * ks + kr_sub));
-          fd_mma16816<T>(sc, ka, qa[ks][0], qa[ks][1]);
-        }
-      } else {
-#pragma unroll
-        for (int kp = 0; kp < (KS + 1) / 2; kp++) {
-          uint32_t kr[4]; /* chunks 2 kp, 2 kp + 1 */
-          fd_ldmatrix_x4(kr, kt_u + fd_swz8_even(k8_base, k8_y, 2 * kp));
-#pragma unroll
-          for (int h = 0; h < 2; h++) {
-            if (2 * kp + h < KS) { /* odd KS (head_dim 80): the last chunk is padding */
-              uint32_t ka[4];
-              fd_fp8x4_widen<__half>(kr[2 * h], e5m2, ka[0], ka[2]);     /* key g */
-              fd_fp8x4_widen<__half>(kr[2 * h + 1], e5m2, ka[1], ka[3]); /* key g + 8 */
-              fd_mma16816<__half>(sc, ka, qa[2 * kp + h][0], qa[2 * kp + h][1]);
-            }
-          }
-        }
-      }
-
-      /* Scale to base-2 units and mask (TILE MATH above). */
-      const bool bad_pages = (bad_tiles & 1u) != 0; /* block-uniform */
-      const int kl0 = kw * 16 + g;                  /* tile-local key of sc[0] */
-      if (key0 >= all_lo && key0 + KT <= all_hi && !bad_pages) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float x = fd_mma_score(p, sc[e], KV8 != 0 && tok ? scale * tTok[kl0 + 8 * (e >> 1)] : scale);
-          sc[e] = 2 * qd + (e & 1) < pass_rows ? x : -INFINITY;
-        }
-      } else {
-        const unsigned char *tValid = sValid + stage * KT;
-        int lo0 = INT_MIN, lo1 = INT_MIN, unused;
-        if (key0 < lo_max) { /* block-uniform */
-          fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo0, &unused);
-          fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo1, &unused);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int kl = kl0 + 8 * (e >> 1);
-          const int j = key0 + kl;
-          bool vis = (e & 1) == 0 ? (j < lim0 && j >= lo0) : (j < lim1 && j >= lo1);
-          if (bad_pages) vis = vis && tValid[kl] != 0;
-          const float x = fd_mma_score(p, sc[e], KV8 != 0 && tok ? scale * tTok[kl] : scale);
-          sc[e] = vis ? x : -INFINITY;
-        }
-      }
-
-      /* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1],
-       * sc[3]): the max over the warp's 16 keys across the lanes of one qd. */
-      float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
-#pragma unroll
-      for (int off = 4; off < 32; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      }
-      float mu0, mu1;
-      const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-      sc[0] = fd_exp2_ftz(sc[0] - mu0);
-      sc[2] = fd_exp2_ftz(sc[2] - mu0);
-      sc[1] = fd_exp2_ftz(sc[1] - mu1);
-      sc[3] = fd_exp2_ftz(sc[3] - mu1);
-      l0 = l0 * a0 + (sc[0] + sc[2]);
-      l1 = l1 * a1 + (sc[1] + sc[3]);
-      /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1;
-       * skipped while no row max of the warp moved */
-      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-          o[n][0] *= a0;
-          o[n][1] *= a1;
-          o[n][2] *= a0;
-          o[n][3] *= a1;
-        }
-      }
-      if (KV8 != 0 && tok) { /* p times its key's v_scale in fp32 (l summed the unscaled p) */
-        const float v0 = tTok[KT + kl0], v1 = tTok[KT + kl0 + 8];
-        sc[0] *= v0;
-        sc[1] *= v0;
-        sc[2] *= v1;
-        sc[3] *= v1;
-      }
-
-      /* O^T += V^T P^T. B = P^T: the accumulators (key g / g + 8, rows 2 qd,
-       * 2 qd + 1) in 16 bits (fp8: fp16, one part: 11 bits, far below the
-       * cache's rounding; 16-bit: a hi and a lo part) are an 8x8 fragment each; movmatrix.trans makes them
-       * (keys 2 qd, 2 qd + 1 / + 8, + 9; row g), b0 and b1. A = V^T: one
-       * ldmatrix.x4.trans takes 16 keys x 2 chunks of 16 head_dim columns,
-       * matrix (key half, chunk) = (m & 1, m >> 1), a register holding keys
-       * 2 qd, 2 qd + 1 x columns 2 g, 2 g + 1: bytes (0, 2) and (1, 3) are
-       * the even and odd column's keys, so chunk j's m-tile rows are its
-       * even columns (g) and odd ones (g + 8). */
-      const uint32_t vt_u = sV_u + (uint32_t)(stage * SB);
-      if constexpr (KV8 == 0) {
-        /* 16-bit: P in a hi and a lo part (fd_pack2_split), each
-         * transposed by movmatrix into B fragments; V^T's A fragment by
-         * ldmatrix.x4.trans, matrix (column half, key half) = (m & 1,
-         * m >> 1): m-tile j holds columns 16 j + g (c0, c1) and
-         * 16 j + 8 + g (c2, c3) of the warp's columns */
-        uint32_t ph0, pl0, ph1, pl1;
-        fd_pack2_split<T>(sc[0], sc[1], ph0, pl0);
-        fd_pack2_split<T>(sc[2], sc[3], ph1, pl1);
-        ph0 = fd_movmatrix_trans(ph0);
-        pl0 = fd_movmatrix_trans(pl0);
-        ph1 = fd_movmatrix_trans(ph1);
-        pl1 = fd_movmatrix_trans(pl1);
-#pragma unroll
-        for (int j = 0; j < NO; j++) {
-          uint32_t va[4];
-          fd_ldmatrix_x4_trans(va, vt_u + fd_swz<D>(vt_row, dw * NT + 2 * j + vt_sub));
-          fd_mma16816<T>(o[j], va, ph0, ph1);
-          fd_mma16816<T>(o[j], va, pl0, pl1);
-        }
-      } else {
-        const uint32_t pb0 = fd_movmatrix_trans(fd_pack2<__half>(sc[0], sc[1]));
-        const uint32_t pb1 = fd_movmatrix_trans(fd_pack2<__half>(sc[2], sc[3]));
-#pragma unroll
-        for (int cp = 0; cp < (NO + 1) / 2; cp++) {
-          uint32_t vr[4];
-          /* chunks dw * (C::DPW / 16) + 2 cp, + 1 */
-          fd_ldmatrix_x4_trans(vr, vt_u + fd_swz8_even(k8_base, k8_y, dw * (C::DPW / 16) + 2 * cp));
-#pragma unroll
-          for (int h = 0; h < 2; h++) {
-            if (2 * cp + h < NO) { /* odd NO (head_dim 80): the last chunk is padding */
-              uint32_t va[4];
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), e5m2, va[0], va[2]);
-              fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), e5m2, va[1], va[3]);
-              fd_mma16816<__half>(o[2 * cp + h], va, pb0, pb1);
-            }
-          }
-        }
-      }
-      stage = stage + 1 == ST ? 0 : stage + 1;
-      bad_tiles >>= 1;
+/* The top of tile it: wait for its copies, the block barrier (everyone's
+ * copies landed; tile it-1 fully consumed; the bad-page bit of tile
+ * it + ST - 2, copied last iteration, OR-ed in), then the refill of the
+ * stage tile it-1 used with tile it + ST - 1 and the page ids a tile ahead. */
+template <typename F, typename S, int PG>
+static __device__ __forceinline__ void fd_mma_wait_refill(
+    const fd_kernel_params &p, int b, int hk, const fd_mma_rows &R, int it, bool tok,
+    const typename F::KV *k_head, const typename F::KV *v_head, const fd_mma_bufs<F, S> &sm,
+    fd_mma_pipe<fd_mma_copy<S::D, S::NW>::LOADS> &pp) {
+  constexpr int ST = F::ST, KT = S::KT;
+  /* pass_lo - kbeg < 64 <= (ST - 1) * KT: only prologue tiles hold keys
+   * below pass_lo (not so with 2 stages of 32 keys: then this tile's keys
+   * below it are zero-filled, not read) */
+  constexpr bool PRE_LO = (ST - 1) * KT < 64;
+  constexpr bool paged = PG != 0;
+  constexpr bool one_page = PG == 1;
+  fd_cp_async_wait<ST - 2>(); /* this thread's copies of tile `it` landed */
+  if (pp.check_pages) {
+    if (__syncthreads_or(pp.bad_pend)) pp.bad_tiles |= 1u << (ST - 2);
+  } else {
+    __syncthreads();
+  }
+  pp.bad_pend = false;
+  const int nt = it + ST - 1;
+  if (nt < R.num_tiles) {
+    const int nkey0 = R.kbeg + nt * KT;
+    pp.bad_pend = fd_mma_issue_tile<F, S, PG>(p, b, hk, k_head, v_head, sm, pp, pp.pg, pp.tpg,
+                                              tok, pp.load_stage, nkey0,
+                                              PRE_LO ? R.pass_lo - nkey0 : 0, R.pass_end);
+    if (paged && nt + 1 < R.num_tiles) {
+      fd_mma_page_ids<S::D, S::NW, one_page>(pp.bt_row, p.page_size, pp.pshift, nkey0 + KT,
+                                             min(KT, R.pass_end - (nkey0 + KT)), pp.pg);
+      if (F::TOKEN && tok && paged)
+        pp.tpg = fd_mma_tok_page<PG>(p, pp.bt_row, pp.pshift, (int)threadIdx.x < KT,
+                                     nkey0 + KT + (int)threadIdx.x, R.pass_end);
     }
   }
-  fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  fd_cp_async_commit();
+  pp.load_stage = pp.load_stage + 1 == ST ? 0 : pp.load_stage + 1;
+}
+
+/* Scores to base-2 units and mask (TILE MATH): sc[e] is key kl0 + 8 (e >> 1)
+ * of the tile (kl0 = kw * 16 + g), row 2 qd + (e & 1). A tile whose keys
+ * every row sees, on good pages, only scales. */
+template <typename F, typename S>
+static __device__ __forceinline__ void fd_mma_mask(const fd_kernel_params &p, const fd_mma_rows &R,
+                                                   int qd, int kl0, int key0, bool bad_pages,
+                                                   float scale, bool tok, const float *tTok,
+                                                   const unsigned char *tValid, float (&sc)[4]) {
+  if (key0 >= R.all_lo && key0 + S::KT <= R.all_hi && !bad_pages) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const float x = fd_mma_score(p, sc[e], F::key_scale(scale, tok, tTok, kl0 + 8 * (e >> 1)));
+      sc[e] = 2 * qd + (e & 1) < R.pass_rows ? x : -INFINITY;
+    }
+  } else {
+    int lo0 = INT_MIN, lo1 = INT_MIN, unused;
+    if (key0 < R.lo_max) { /* block-uniform */
+      fd_pass_row_keys(p, 2 * qd, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo0, &unused);
+      fd_pass_row_keys(p, 2 * qd + 1, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo1, &unused);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int kl = kl0 + 8 * (e >> 1);
+      const int j = key0 + kl;
+      bool vis = (e & 1) == 0 ? (j < R.lim0 && j >= lo0) : (j < R.lim1 && j >= lo1);
+      if (bad_pages) vis = vis && tValid[kl] != 0;
+      const float x = fd_mma_score(p, sc[e], F::key_scale(scale, tok, tTok, kl));
+      sc[e] = vis ? x : -INFINITY;
+    }
+  }
+}
+
+/* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1], sc[3]): the
+ * max over the warp's 16 keys across the lanes of one qd; alpha =
+ * 2^(m_old - m_new); sc becomes p; l sums the lane's p; O's rescale is
+ * skipped while no row max of the warp moved. */
+template <int NO>
+static __device__ __forceinline__ void fd_mma_softmax(float (&sc)[4], float (&o)[NO][4], float &m0,
+                                                      float &m1, float &l0, float &l1) {
+  float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  float mu0, mu1;
+  const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+  sc[0] = fd_exp2_ftz(sc[0] - mu0);
+  sc[2] = fd_exp2_ftz(sc[2] - mu0);
+  sc[1] = fd_exp2_ftz(sc[1] - mu1);
+  sc[3] = fd_exp2_ftz(sc[3] - mu1);
+  l0 = l0 * a0 + (sc[0] + sc[2]);
+  l1 = l1 * a1 + (sc[1] + sc[3]);
+  /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1 */
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int n = 0; n < NO; n++) {
+      o[n][0] *= a0;
+      o[n][1] *= a1;
+      o[n][2] *= a0;
+      o[n][3] *= a1;
+    }
+  }
+}
+
+/* After the last tile: the KW key warps' (m, l) published, O rescaled to the
+ * block max (fp8 TENSOR / HEAD: times v_mul) into the merge buffer, the
+ * block's (M, L) a row into sFin. l0, l1: the lane parts, summed here. */
+template <typename F, typename S>
+static __device__ __forceinline__ void fd_mma_merge_warps(const fd_mma_bufs<F, S> &sm,
+                                                          const fd_mma_thread &th,
+                                                          const float (&o)[S::NO][4], float m0,
+                                                          float m1, float l0, float l1,
+                                                          float v_mul) {
+  constexpr int ROWS = S::ROWS, KW = S::KW;
+  const int r0 = 2 * th.qd, r1 = 2 * th.qd + 1;
   /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -734,66 +630,100 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
   __syncthreads(); /* K/V area free for the merge */
-
-  /* Merge the KW key warps: publish (m, l), rescale O to the block max, sum in kw order. */
-  if (dw == 0 && g == 0) {
-    sML[kw * ROWS + r0] = make_float2(m0, l0);
-    sML[kw * ROWS + r1] = make_float2(m1, l1);
+  if (th.dw == 0 && th.g == 0) {
+    sm.ml[th.kw * ROWS + r0] = make_float2(m0, l0);
+    sm.ml[th.kw * ROWS + r1] = make_float2(m1, l1);
   }
-  if (dw == 0 && g == 1) { /* rows 8..15 are not in the pass */
-    sML[kw * ROWS + 8 + 2 * qd] = make_float2(-INFINITY, 0.0f);
-    sML[kw * ROWS + 9 + 2 * qd] = make_float2(-INFINITY, 0.0f);
+  if (th.dw == 0 && th.g == 1) { /* rows 8..15 are not in the pass */
+    sm.ml[th.kw * ROWS + 8 + 2 * th.qd] = make_float2(-INFINITY, 0.0f);
+    sm.ml[th.kw * ROWS + 9 + 2 * th.qd] = make_float2(-INFINITY, 0.0f);
   }
   __syncthreads();
   float bm0 = -INFINITY, bm1 = -INFINITY;
 #pragma unroll
   for (int k = 0; k < KW; k++) {
-    bm0 = fmaxf(bm0, sML[k * ROWS + r0].x);
-    bm1 = fmaxf(bm1, sML[k * ROWS + r1].x);
+    bm0 = fmaxf(bm0, sm.ml[k * ROWS + r0].x);
+    bm1 = fmaxf(bm1, sm.ml[k * ROWS + r1].x);
   }
-  /* 0 when m0 = -inf; fp8 TENSOR / HEAD: times v_scale (1 otherwise) */
+  /* 0 when m0 = -inf */
   const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
   const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
-  if constexpr (KV8 != 0) {
-    /* fp8: O^T's m-tile j holds columns 16 j + 2 g (c0: row 2 qd, c1: row
-     * 2 qd + 1) and 16 j + 2 g + 1 (c2, c3) */
-    float *dst0 = sO + (kw * ROWS + r0) * OSTRIDE + dw * C::DPW + 2 * g;
-    float *dst1 = dst0 + OSTRIDE;
-#pragma unroll
-    for (int j = 0; j < NO; j++) {
-      *reinterpret_cast<float2 *>(dst0 + j * 16) = make_float2(o[j][0] * f0, o[j][2] * f0);
-      *reinterpret_cast<float2 *>(dst1 + j * 16) = make_float2(o[j][1] * f1, o[j][3] * f1);
-    }
-  } else {
-    /* 16-bit: m-tile j holds columns 16 j + g (c0, c1) and
-     * 16 j + 8 + g (c2, c3), rows r0 (c0, c2) and r1 (c1, c3) */
-    float *dst0 = sO + (kw * ROWS + r0) * OSTRIDE + dw * C::DPW + g;
-    float *dst1 = dst0 + OSTRIDE;
-#pragma unroll
-    for (int j = 0; j < NO; j++) {
-      dst0[j * 16] = o[j][0] * f0;
-      dst0[j * 16 + 8] = o[j][2] * f0;
-      dst1[j * 16] = o[j][1] * f1;
-      dst1[j * 16 + 8] = o[j][3] * f1;
-    }
-  }
-  if (tid < ROWS) {
+  F::store_o(sm.o + (th.kw * ROWS + r0) * S::OSTRIDE + th.dw * S::DPW, th.g, o, f0, f1);
+  if (th.tid < ROWS) {
     float bm = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < KW; k++) bm = fmaxf(bm, sML[k * ROWS + tid].x);
+    for (int k = 0; k < KW; k++) bm = fmaxf(bm, sm.ml[k * ROWS + th.tid].x);
     const float mu = bm == -INFINITY ? 0.0f : bm;
     float bl = 0.0f;
 #pragma unroll
     for (int k = 0; k < KW; k++) {
-      const float2 ml = sML[k * ROWS + tid];
+      const float2 ml = sm.ml[k * ROWS + th.tid];
       bl += ml.y * exp2f(ml.x - mu);
     }
-    sFin[tid] = make_float2(bm, bl);
+    sm.fin[th.tid] = make_float2(bm, bl);
   }
   __syncthreads();
+}
 
-  fd_store_pass<T, DV, KW, ROWS, OSTRIDE, 2, C::THREADS>(p, b, hk, split, row0, pass_rows, sO,
-                                                            &sFin[0].x, &sFin[0].y);
+/* One pass: rows row0 .. row0 + pass_rows - 1 (pass_rows <= 8) over the
+ * split's keys, then the pass's outputs; F: the element format
+ * (mma_format.cuh), S: the shape (mma_config.cuh), PG: the loader. Ends
+ * with a block barrier. */
+template <typename F, typename S, int PG>
+static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params &p, int b, int hk,
+                                                         int split, int kv, int begin, int end,
+                                                         int row0, int pass_rows,
+                                                         unsigned char *smem) {
+  constexpr int KT = S::KT;
+  const fd_mma_bufs<F, S> sm = fd_mma_carve<F, S>(smem);
+  const fd_mma_thread th = fd_mma_thread_of<S>();
+  const typename F::KV *k_head =
+      static_cast<const typename F::KV *>(p.k_cache) + (int64_t)hk * p.k_strides[2];
+  const typename F::KV *v_head =
+      static_cast<const typename F::KV *>(p.v_cache) + (int64_t)hk * p.v_strides[2];
+  const fd_mma_rows R = fd_mma_pass_rows<KT>(p, row0, pass_rows, kv, begin, end, th.qd);
+  fd_mma_scales scl = F::scales(p, hk);
+
+  /* O^T accumulators: one m-tile a 16-column chunk; the running max of rows
+   * 2 qd, 2 qd + 1 (base 2; uniform over the lanes sharing them) and this
+   * lane's part of their sums */
+  float o[S::NO][4];
+#pragma unroll
+  for (int n = 0; n < S::NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY;
+  float l0 = 0.0f, l1 = 0.0f;
+
+  if (R.num_tiles > 0) { /* block-uniform */
+    const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sm.k);
+    const uint32_t sV_u = (uint32_t)__cvta_generic_to_shared(sm.v);
+    fd_mma_load_q<typename F::Q, S>(p, b, hk, row0, pass_rows, sm.q);
+    fd_mma_pipe<fd_mma_copy<S::D, S::NW>::LOADS> pp;
+    fd_mma_prologue<F, S, PG>(p, b, hk, R, scl.tok, k_head, v_head, sm, pp);
+    uint32_t qa[S::KSV][2]; /* Q is the B operand (row g), once a pass */
+    F::q_frags(sm.q, th.g, th.qd, qa, scl.scale);
+    const fd_mma_lanes la = fd_mma_lanes_of<S::D>(th.lane, th.kw);
+
+    int stage = 0;
+    for (int it = 0; it < R.num_tiles; it++) {
+      const int key0 = R.kbeg + it * KT;
+      fd_mma_wait_refill<F, S, PG>(p, b, hk, R, it, scl.tok, k_head, v_head, sm, pp);
+      const float *tTok = sm.tok + stage * 2 * KT; /* fp8 TOKEN: this tile's k, v scales */
+      const int kl0 = th.kw * 16 + th.g;           /* tile-local key of sc[0] */
+      float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      F::qk(sK_u + (uint32_t)(stage * F::SB), la, qa, sc);
+      fd_mma_mask<F, S>(p, R, th.qd, kl0, key0, (pp.bad_tiles & 1u) != 0, scl.scale, scl.tok,
+                        tTok, sm.valid + stage * KT, sc);
+      fd_mma_softmax<S::NO>(sc, o, m0, m1, l0, l1);
+      F::p_times_v_scale(sc, scl.tok, tTok, kl0);
+      F::pv(sV_u + (uint32_t)(stage * F::SB), la, th.dw, sc, o);
+      stage = stage + 1 == F::ST ? 0 : stage + 1;
+      pp.bad_tiles >>= 1;
+    }
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
+  fd_mma_merge_warps<F, S>(sm, th, o, m0, m1, l0, l1, scl.v_mul);
+  fd_store_pass<typename F::Q, S::DV, S::KW, S::ROWS, S::OSTRIDE, 2, S::THREADS>(
+      p, b, hk, split, row0, pass_rows, sm.o, &sm.fin[0].x, &sm.fin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
 }
 
@@ -841,11 +771,13 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
                  &begin, &end);
     if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
 
+    using S = fd_mma_shape<D, NW, LEAN, DV>;
+    using F = typename fd_kv_format<T, S, KV8>::type;
     const int rows_total = p.group * p.q_len;
     constexpr int PR = 8; /* rows a pass: the mma's N (TILE MATH) */
     for (int row0 = 0; row0 < rows_total; row0 += PR)
-      fd_split_mma_pass<T, D, NW, DV, LEAN, KV8, PG>(p, b, hk, split, kv, begin, end, row0,
-                                            min(PR, rows_total - row0), fd_mma_smem);
+      fd_split_mma_pass<F, S, PG>(p, b, hk, split, kv, begin, end, row0,
+                                  min(PR, rows_total - row0), fd_mma_smem);
   }
 }
 
