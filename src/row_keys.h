@@ -24,19 +24,21 @@
 #endif
 
 /* Keys [*lo, *hi) that query token t sees within [begin, end) (a split's
- * keys, or 0 .. kv_len for all of them). A row that sees none of them gets
- * lo = hi = begin. Positions in 64 bits: pos - window_left may leave the
- * int range. */
+ * keys, or 0 .. kv_len for all of them; 0 <= begin <= end <= kv). A row
+ * that sees none of them gets lo = hi = begin. In 32 bits without overflow:
+ * pos >= -q_len; pos - l is only negative-large when pos < 0, and then kv <
+ * q_len bounds l; the window test is pos - window_left > l, written so that
+ * neither side leaves the int range. */
 FD_RK_HD void fd_row_keys(int t, int q_len, int kv, int window_left, int non_causal, int begin,
                           int end, int *lo, int *hi) {
-  const int64_t pos = (int64_t)kv - q_len + t; /* < 0 when kv < q_len */
-  int64_t h = non_causal ? (int64_t)kv : pos + 1;
-  int64_t l = begin;
-  if (window_left >= 0 && pos - window_left > l) l = pos - window_left;
+  const int pos = kv - q_len + t; /* < 0 when kv < q_len */
+  int h = non_causal ? kv : pos + 1;
+  int l = begin;
+  if (window_left >= 0 && pos - l > window_left) l = pos - window_left;
   if (h > end) h = end;
   if (h <= l) h = l = begin;
-  *lo = (int)l;
-  *hi = (int)h;
+  *lo = l;
+  *hi = h;
 }
 
 /* The first key any row of a sequence of kv_len keys sees: the first row's

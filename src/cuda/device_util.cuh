@@ -150,6 +150,16 @@ static __device__ __forceinline__ float fd_exp2_ftz(float x) {
   return y;
 }
 
+/* x = f 2^e with f in [1, 2) (*f), e returned, for a finite x > 0
+ * (subnormals included). Other x (0: a masked key's zero-filled scale, whose
+ * score is -inf; NaN, inf, negative) give f = x, so a bad scale still shows. */
+static __device__ __forceinline__ int fd_frac_exp(float x, float *f) {
+  const bool sub = x < 1.17549435e-38f; /* below FLT_MIN */
+  const int u = __float_as_int(sub ? x * 18446744073709551616.0f : x); /* times 2^64 */
+  *f = x > 0.0f && x <= 3.40282347e+38f ? __int_as_float((u & 0x007fffff) | 0x3f800000) : x;
+  return ((u >> 23) & 0xff) - 127 - (sub ? 64 : 0);
+}
+
 /* The online softmax's step for one row whose tile max is mx: m becomes the
  * running max, *mu the value the tile's scores subtract (0 while the max
  * is still -inf: no (-inf) - (-inf)); returns the old O and sum's factor. */

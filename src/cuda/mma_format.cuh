@@ -92,11 +92,13 @@ static __device__ __forceinline__ uint32_t fd_swz8_even(uint32_t base, int y, in
   return base + (uint32_t)(((c & ~7) | ((c & 7) ^ y)) << 4);
 }
 
-/* The scales of a pass: scale (base-2 units: softmax_scale log2(e); fp8
- * TENSOR / HEAD: times k_scale), v_mul (O's factor at the merge: fp8 TENSOR
- * / HEAD v_scale, else 1), tok (fp8 TOKEN: a k and v scale a key). */
+/* The scales of a pass: scale (base-2 units: softmax_scale log2(e)), k_mul
+ * (each scaled score's factor: fp8 TENSOR / HEAD k_scale, else 1), v_mul
+ * (O's factor at the merge: fp8 TENSOR / HEAD v_scale, else 1), tok (fp8
+ * TOKEN: a k and v scale a key). */
 typedef struct fd_mma_scales {
   float scale;
+  float k_mul;
   float v_mul;
   bool tok;
 } fd_mma_scales;
@@ -143,16 +145,20 @@ struct fd_kv16 {
   static __device__ __forceinline__ fd_mma_scales scales(const fd_kernel_params &p, int hk) {
     fd_mma_scales s;
     s.scale = p.scale_log2;
+    s.k_mul = 1.0f;
     s.v_mul = 1.0f;
     s.tok = false;
     return s;
   }
-  static __device__ __forceinline__ float key_scale(float scale, bool tok, const float *tTok,
+  /* a scaled score's factor: none (the multiply by 1 folds away) */
+  static __device__ __forceinline__ float key_scale(float k_mul, bool tok, const float *tTok,
                                                     int kl) {
-    return scale;
+    return 1.0f;
   }
-  static __device__ __forceinline__ void p_times_v_scale(float (&sc)[4], bool tok,
-                                                         const float *tTok, int kl0) {}
+  /* P is the softmax's p */
+  static __device__ __forceinline__ void token_p(float (&sc)[4], const float (&s0)[4], bool tok,
+                                                 const float *tTok, int kl0, float &mv0,
+                                                 float &mv1, float &a0, float &a1) {}
 
   /* B fragments of row g: columns 16 ks + 2 qd, + 1 (b0) and + 8 (b1) */
   static __device__ __forceinline__ void q_frags(const T *sQ, int g, int qd,
@@ -243,36 +249,59 @@ struct fd_kv8 {
     return reinterpret_cast<unsigned char *>(token_scales(smem) + 2 * ST * S::KT);
   }
 
-  /* TENSOR / HEAD fold k_scale into the score scale and v_scale into O at
-   * the merge (l sums the unscaled p); TOKEN reads one per key and tile. */
+  /* TENSOR / HEAD: k_scale multiplies each scaled score (not the score
+   * scale: softmax_scale * k_scale may overflow where no score does) and
+   * v_scale O at the merge (l sums the unscaled p); TOKEN reads one of each
+   * per key and tile. */
   static __device__ __forceinline__ fd_mma_scales scales(const fd_kernel_params &p, int hk) {
     fd_mma_scales s;
     s.scale = p.scale_log2;
+    s.k_mul = 1.0f;
     s.v_mul = 1.0f;
     s.tok = false;
     if (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD) {
       const int i = p.kv_scale == FD_KV_SCALE_HEAD ? hk : 0;
-      s.scale *= __ldg(p.k_scale + i);
+      s.k_mul = __ldg(p.k_scale + i);
       s.v_mul = __ldg(p.v_scale + i);
     }
     s.tok = p.kv_scale == FD_KV_SCALE_TOKEN;
     return s;
   }
-  /* TOKEN: a score times its key's k_scale */
-  static __device__ __forceinline__ float key_scale(float scale, bool tok, const float *tTok,
+  /* a scaled score's factor: k_mul, or (TOKEN) its key's k_scale */
+  static __device__ __forceinline__ float key_scale(float k_mul, bool tok, const float *tTok,
                                                     int kl) {
-    return tok ? scale * tTok[kl] : scale;
+    return tok ? tTok[kl] : k_mul;
   }
-  /* TOKEN: p times its key's v_scale in fp32 (l summed the unscaled p) */
-  static __device__ __forceinline__ void p_times_v_scale(float (&sc)[4], bool tok,
-                                                         const float *tTok, int kl0) {
-    if (tok) {
-      const float v0 = tTok[S::KT + kl0], v1 = tTok[S::KT + kl0 + 8];
-      sc[0] *= v0;
-      sc[1] *= v0;
-      sc[2] *= v1;
-      sc[3] *= v1;
+  /* TOKEN: P = p v_scale, kept in fp16's range for any finite scales. O's
+   * rows run relative to their own running max mv of t = s + e, where s is
+   * the scaled score (s0, base 2) and v_scale = f 2^e, f in [1, 2)
+   * (fd_frac_exp): P = 2^(t - mv) f lies in [0, 2), so the fp16 B operand
+   * neither overflows nor flushes the row's largest terms; l keeps the
+   * unscaled p (relative to m), *a0, *a1 become O's factors 2^(mv_old -
+   * mv_new), and the merge applies 2^(mv - m). Masked keys (s = -inf) stay
+   * 0 whatever their zero-filled scale. */
+  static __device__ __forceinline__ void token_p(float (&sc)[4], const float (&s0)[4], bool tok,
+                                                 const float *tTok, int kl0, float &mv0,
+                                                 float &mv1, float &a0, float &a1) {
+    if (!tok) return;
+    float f0, f1;
+    const int e0 = fd_frac_exp(tTok[S::KT + kl0], &f0);
+    const int e1 = fd_frac_exp(tTok[S::KT + kl0 + 8], &f1);
+    const float t0 = s0[0] + (float)e0, t1 = s0[1] + (float)e0;
+    const float t2 = s0[2] + (float)e1, t3 = s0[3] + (float)e1;
+    float tx0 = fmaxf(t0, t2), tx1 = fmaxf(t1, t3);
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      tx0 = fmaxf(tx0, __shfl_xor_sync(0xffffffffu, tx0, off));
+      tx1 = fmaxf(tx1, __shfl_xor_sync(0xffffffffu, tx1, off));
     }
+    float nu0, nu1;
+    a0 = fd_softmax_step(mv0, tx0, &nu0);
+    a1 = fd_softmax_step(mv1, tx1, &nu1);
+    sc[0] = fd_exp2_ftz(t0 - nu0) * f0;
+    sc[1] = fd_exp2_ftz(t1 - nu1) * f0;
+    sc[2] = fd_exp2_ftz(t2 - nu0) * f1;
+    sc[3] = fd_exp2_ftz(t3 - nu1) * f1;
   }
 
   /* k-step ks's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 are

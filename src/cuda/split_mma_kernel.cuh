@@ -126,15 +126,19 @@
  *     2 qd, 2 qd + 1 x columns 2 g, 2 g + 1 of a 16-column chunk) and a byte
  *     permute: chunk j's m-tile rows are its even columns (g) and odd ones
  *     (g + 8), which the O store undoes.
- *   Scales, all fp32: TENSOR / HEAD: k_scale folds into the score scale
- *   (scale_log2 * k_scale), v_scale multiplies O at the merge (f0, f1);
+ *   Scales, all fp32: k_scale multiplies each score after the score scale
+ *   ((s * scale_log2) * k_scale: their product may overflow where no score
+ *   does); TENSOR / HEAD: v_scale multiplies O at the merge (f0, f1);
  *   TOKEN: thread tid < KT copies key tid's k and v scale by cp.async into
  *   the tile's stage of sTok [ST8][2][KT], in the tile's commit group (the
  *   scales travel the pipeline with their keys; paged: through the
  *   block_table, the id read a tile ahead; keys the tile's copies zero-fill
- *   or on a bad page: 0, never read); each score is multiplied by its key's k_scale
- *   before the soft-cap and mask, and p by its v_scale before the 16-bit
- *   split (l sums the unscaled p). Masked keys stay -inf / p = 0.
+ *   or on a bad page: 0, never read); each score is multiplied by its
+ *   key's k_scale before the soft-cap and mask; O runs relative to its own
+ *   max of s + e (v_scale = f 2^e, f in [1, 2)), so P = 2^(s + e - mv) f in
+ *   [0, 2) is the fp16 B operand for any finite scales (fd_kv8::token_p),
+ *   l sums the unscaled p, and the merge applies 2^(mv - m). Masked keys
+ *   stay -inf / P = 0.
  *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
@@ -229,8 +233,10 @@ static __device__ __forceinline__ void fd_pass_row_keys(const fd_kernel_params &
 template <int PG>
 static __device__ __forceinline__ int fd_mma_tok_page(const fd_kernel_params &p,
                                                       const int32_t *bt_row, int pshift, bool mine,
-                                                      int j, int pass_end) {
-  if (PG == 0 || !mine || j >= pass_end) return -1;
+                                                      int key0, int t, int pass_end) {
+  /* t >= pass_end - key0, not key0 + t >= pass_end: key0 + t may pass INT32_MAX */
+  if (PG == 0 || !mine || t >= pass_end - key0) return -1;
+  const int j = key0 + t;
   return __ldg(bt_row + (PG == 1 || pshift >= 0 ? j >> pshift : j / p.page_size));
 }
 
@@ -261,12 +267,13 @@ static __device__ __forceinline__ void fd_mma_copy_tok(const fd_kernel_params &p
   fd_cp_async4(dst + KT + t, ok ? p.v_scale + at : p.v_scale, ok);
 }
 
-/* A score s in base-2 units: times `scale` (softmax_scale log2(e); fp8: with
- * k_scale, per key for TOKEN scales), soft-capped when the call asks
- * (block-uniform). */
+/* A score s in base-2 units: times `scale` (softmax_scale log2(e)), then
+ * times kmul (1 for 16-bit caches; fp8: k_scale, per key for TOKEN scales:
+ * scale * k_scale may overflow where the score does not), soft-capped when
+ * the call asks (block-uniform). */
 static __device__ __forceinline__ float fd_mma_score(const fd_kernel_params &p, float s,
-                                                     float scale) {
-  const float x = s * scale;
+                                                     float scale, float kmul) {
+  const float x = (s * scale) * kmul;
   return p.cap_out != 0.0f ? fd_soft_cap_fast(x, p.cap_in, p.cap_out) : x;
 }
 
@@ -471,7 +478,7 @@ static __device__ __forceinline__ void fd_mma_prologue(
       fd_mma_page_ids<S::D, S::NW, one_page>(pp.bt_row, p.page_size, pp.pshift, key0,
                                              min(KT, R.pass_end - key0), pgp[s]);
       if (tok_pages)
-        tpgp[s] = fd_mma_tok_page<PG>(p, pp.bt_row, pp.pshift, tid < KT, key0 + tid, R.pass_end);
+        tpgp[s] = fd_mma_tok_page<PG>(p, pp.bt_row, pp.pshift, tid < KT, key0, tid, R.pass_end);
     }
   }
   /* bad_early / bad_last: this thread's keys on bad pages in tiles
@@ -540,7 +547,7 @@ static __device__ __forceinline__ void fd_mma_wait_refill(
                                              min(KT, R.pass_end - (nkey0 + KT)), pp.pg);
       if (F::TOKEN && tok && paged)
         pp.tpg = fd_mma_tok_page<PG>(p, pp.bt_row, pp.pshift, (int)threadIdx.x < KT,
-                                     nkey0 + KT + (int)threadIdx.x, R.pass_end);
+                                     nkey0 + KT, (int)threadIdx.x, R.pass_end);
     }
   }
   fd_cp_async_commit();
@@ -553,39 +560,44 @@ static __device__ __forceinline__ void fd_mma_wait_refill(
 template <typename F, typename S>
 static __device__ __forceinline__ void fd_mma_mask(const fd_kernel_params &p, const fd_mma_rows &R,
                                                    int qd, int kl0, int key0, bool bad_pages,
-                                                   float scale, bool tok, const float *tTok,
+                                                   float scale, float k_mul, bool tok,
+                                                   const float *tTok,
                                                    const unsigned char *tValid, float (&sc)[4]) {
-  if (key0 >= R.all_lo && key0 + S::KT <= R.all_hi && !bad_pages) {
+  /* key0 + KT and key0 + kl may pass INT32_MAX in a sequence's last tile */
+  if (key0 >= R.all_lo && key0 <= R.all_hi - S::KT && !bad_pages) {
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      const float x = fd_mma_score(p, sc[e], F::key_scale(scale, tok, tTok, kl0 + 8 * (e >> 1)));
+      const float x = fd_mma_score(p, sc[e], scale, F::key_scale(k_mul, tok, tTok, kl0 + 8 * (e >> 1)));
       sc[e] = 2 * qd + (e & 1) < R.pass_rows ? x : -INFINITY;
     }
   } else {
+    /* in tile-local keys (key0 + kl may pass INT32_MAX): rows 2 qd, 2 qd + 1
+     * see kl in [lo0, hi0), [lo1, hi1) */
     int lo0 = INT_MIN, lo1 = INT_MIN, unused;
     if (key0 < R.lo_max) { /* block-uniform */
       fd_pass_row_keys(p, 2 * qd, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo0, &unused);
       fd_pass_row_keys(p, 2 * qd + 1, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo1, &unused);
+      lo0 -= key0;
+      lo1 -= key0;
     }
+    const int hi0 = R.lim0 - key0, hi1 = R.lim1 - key0;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int kl = kl0 + 8 * (e >> 1);
-      const int j = key0 + kl;
-      bool vis = (e & 1) == 0 ? (j < R.lim0 && j >= lo0) : (j < R.lim1 && j >= lo1);
+      bool vis = (e & 1) == 0 ? (kl < hi0 && kl >= lo0) : (kl < hi1 && kl >= lo1);
       if (bad_pages) vis = vis && tValid[kl] != 0;
-      const float x = fd_mma_score(p, sc[e], F::key_scale(scale, tok, tTok, kl));
+      const float x = fd_mma_score(p, sc[e], scale, F::key_scale(k_mul, tok, tTok, kl));
       sc[e] = vis ? x : -INFINITY;
     }
   }
 }
 
 /* Online softmax, rows 2 qd (sc[0], sc[2]) and 2 qd + 1 (sc[1], sc[3]): the
- * max over the warp's 16 keys across the lanes of one qd; alpha =
- * 2^(m_old - m_new); sc becomes p; l sums the lane's p; O's rescale is
- * skipped while no row max of the warp moved. */
-template <int NO>
-static __device__ __forceinline__ void fd_mma_softmax(float (&sc)[4], float (&o)[NO][4], float &m0,
-                                                      float &m1, float &l0, float &l1) {
+ * max over the warp's 16 keys across the lanes of one qd; *a0, *a1 = 2^(m_old
+ * - m_new), the factors of the old O and l; sc becomes p; l sums the lane's
+ * p. */
+static __device__ __forceinline__ void fd_mma_softmax(float (&sc)[4], float &m0, float &m1,
+                                                      float &l0, float &l1, float &a0, float &a1) {
   float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -593,14 +605,21 @@ static __device__ __forceinline__ void fd_mma_softmax(float (&sc)[4], float (&o)
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
   }
   float mu0, mu1;
-  const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+  a0 = fd_softmax_step(m0, mx0, &mu0);
+  a1 = fd_softmax_step(m1, mx1, &mu1);
   sc[0] = fd_exp2_ftz(sc[0] - mu0);
   sc[2] = fd_exp2_ftz(sc[2] - mu0);
   sc[1] = fd_exp2_ftz(sc[1] - mu1);
   sc[3] = fd_exp2_ftz(sc[3] - mu1);
   l0 = l0 * a0 + (sc[0] + sc[2]);
   l1 = l1 * a1 + (sc[1] + sc[3]);
-  /* O^T's columns are the rows: c0, c2 row 2 qd, c1, c3 row 2 qd + 1 */
+}
+
+/* O^T's rescale by the online softmax's factors a0 (row 2 qd: columns c0,
+ * c2) and a1 (row 2 qd + 1: c1, c3), skipped while no factor of the warp
+ * differs from 1. */
+template <int NO>
+static __device__ __forceinline__ void fd_mma_rescale_o(float (&o)[NO][4], float a0, float a1) {
   if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
     for (int n = 0; n < NO; n++) {
@@ -613,14 +632,16 @@ static __device__ __forceinline__ void fd_mma_softmax(float (&sc)[4], float (&o)
 }
 
 /* After the last tile: the KW key warps' (m, l) published, O rescaled to the
- * block max (fp8 TENSOR / HEAD: times v_mul) into the merge buffer, the
+ * block max (fp8 TENSOR / HEAD: times v_mul; TOKEN: from its own max mv0,
+ * mv1) into the merge buffer, the
  * block's (M, L) a row into sFin. l0, l1: the lane parts, summed here. */
 template <typename F, typename S>
 static __device__ __forceinline__ void fd_mma_merge_warps(const fd_mma_bufs<F, S> &sm,
                                                           const fd_mma_thread &th,
-                                                          const float (&o)[S::NO][4], float m0,
+                                                          float (&o)[S::NO][4], float m0,
                                                           float m1, float l0, float l1,
-                                                          float v_mul) {
+                                                          float v_mul, bool tok, float mv0,
+                                                          float mv1) {
   constexpr int ROWS = S::ROWS, KW = S::KW;
   const int r0 = 2 * th.qd, r1 = 2 * th.qd + 1;
   /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
@@ -645,9 +666,24 @@ static __device__ __forceinline__ void fd_mma_merge_warps(const fd_mma_bufs<F, S
     bm0 = fmaxf(bm0, sm.ml[k * ROWS + r0].x);
     bm1 = fmaxf(bm1, sm.ml[k * ROWS + r1].x);
   }
-  /* 0 when m0 = -inf */
-  const float f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
-  const float f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
+  /* 0 when m0 = -inf; fp8 TOKEN: O runs relative to mv (F::token_p), and
+   * 2^(mv - bm) (2^127 down to 2^-149) is applied as two equal factors,
+   * each a normal float, one after the other */
+  float f0, f1;
+  if (F::TOKEN && tok) {
+    f0 = exp2f(0.5f * (mv0 - (bm0 == -INFINITY ? 0.0f : bm0)));
+    f1 = exp2f(0.5f * (mv1 - (bm1 == -INFINITY ? 0.0f : bm1)));
+#pragma unroll
+    for (int n = 0; n < S::NO; n++) {
+      o[n][0] *= f0;
+      o[n][1] *= f1;
+      o[n][2] *= f0;
+      o[n][3] *= f1;
+    }
+  } else {
+    f0 = exp2f(m0 - (bm0 == -INFINITY ? 0.0f : bm0)) * v_mul;
+    f1 = exp2f(m1 - (bm1 == -INFINITY ? 0.0f : bm1)) * v_mul;
+  }
   F::store_o(sm.o + (th.kw * ROWS + r0) * S::OSTRIDE + th.dw * S::DPW, th.g, o, f0, f1);
   if (th.tid < ROWS) {
     float bm = -INFINITY;
@@ -692,6 +728,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   for (int n = 0; n < S::NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY;
   float l0 = 0.0f, l1 = 0.0f;
+  /* fp8 TOKEN: O's rows run relative to their own running max of s + e
+   * (F::token_p); unused otherwise */
+  float mv0 = -INFINITY, mv1 = -INFINITY;
 
   if (R.num_tiles > 0) { /* block-uniform */
     const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sm.k);
@@ -711,17 +750,20 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       const int kl0 = th.kw * 16 + th.g;           /* tile-local key of sc[0] */
       float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       F::qk(sK_u + (uint32_t)(stage * F::SB), la, qa, sc);
-      fd_mma_mask<F, S>(p, R, th.qd, kl0, key0, (pp.bad_tiles & 1u) != 0, scl.scale, scl.tok,
-                        tTok, sm.valid + stage * KT, sc);
-      fd_mma_softmax<S::NO>(sc, o, m0, m1, l0, l1);
-      F::p_times_v_scale(sc, scl.tok, tTok, kl0);
+      fd_mma_mask<F, S>(p, R, th.qd, kl0, key0, (pp.bad_tiles & 1u) != 0, scl.scale, scl.k_mul,
+                        scl.tok, tTok, sm.valid + stage * KT, sc);
+      const float s0[4] = {sc[0], sc[1], sc[2], sc[3]}; /* fp8 TOKEN: P is made from these */
+      float a0, a1;
+      fd_mma_softmax(sc, m0, m1, l0, l1, a0, a1);
+      F::token_p(sc, s0, scl.tok, tTok, kl0, mv0, mv1, a0, a1);
+      fd_mma_rescale_o<S::NO>(o, a0, a1);
       F::pv(sV_u + (uint32_t)(stage * F::SB), la, th.dw, sc, o);
       stage = stage + 1 == F::ST ? 0 : stage + 1;
       pp.bad_tiles >>= 1;
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
-  fd_mma_merge_warps<F, S>(sm, th, o, m0, m1, l0, l1, scl.v_mul);
+  fd_mma_merge_warps<F, S>(sm, th, o, m0, m1, l0, l1, scl.v_mul, scl.tok, mv0, mv1);
   fd_store_pass<typename F::Q, S::DV, S::KW, S::ROWS, S::OSTRIDE, 2, S::THREADS>(
       p, b, hk, split, row0, pass_rows, sm.o, &sm.fin[0].x, &sm.fin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
