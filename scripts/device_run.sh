@@ -91,7 +91,9 @@ export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
 
 if want test && step "ctest (all tests, GPU included)" 120; then
-  (cd build && ctest --output-on-failure -j 4 --timeout 600 ${FD_CTEST:+-R "$FD_CTEST"}) \
+  # ab: the GPU tests only (the CPU ones run in CI)
+  (cd build && ctest --output-on-failure -j 4 --timeout 600 ${FD_CTEST:+-R "$FD_CTEST"} \
+     $([ "$MODE" = ab ] && echo "-L gpu")) \
     >/tmp/fd-ctest.txt 2>&1 || status=1
   cp /tmp/fd-ctest.txt "$OUT/ctest.txt"
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | grep -v "^\[  FAILED  \] cuda/" | tail -40
@@ -109,6 +111,28 @@ if want test && step "generate --backend cuda --check" 20; then
   ./build/flashdecode generate --backend cuda --check --ids 2>&1 | tail -9
   ./build/flashdecode generate --backend cuda --num-splits 1 2>&1 | tail -1
   ./build/flashdecode generate --backend cpu 2>&1 | tail -1
+fi
+
+# ---- ab: our rows of the base build (.base) and of this tree, alternating ----
+if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" 150; then
+  wait "$BASE_PID" || { echo "BASE BUILD FAILED"; tail -30 /tmp/fd-build-base.txt; exit 1; }
+  mkdir -p /tmp/fd-ab
+  for i in 1 2; do
+    for which in base new; do
+      if [ $which = base ]; then dir=.base; else dir=.; fi
+      (cd $dir && FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python" \
+        FD_READ_PROBE_LIBRARY="$OLDPWD/build/libfd_read_probe.so" timeout 240 \
+        python3 bench/bench_gpu.py --no-peers --no-sweep --tag "$which$i" --out-dir /tmp/fd-ab \
+        --traces "$OLDPWD/bench/data" --commit "$COMMIT" --ceiling-reps 3 ${FD_BENCH_ARGS:-}) \
+        >"/tmp/fd-ab-$which$i.txt" 2>&1 || { status=1; echo "   $which$i failed"; tail -12 "/tmp/fd-ab-$which$i.txt"; }
+      grep -E "ceiling|read probe" "/tmp/fd-ab-$which$i.txt" | head -2 | sed "s/^/   [$which$i] /"
+    done
+  done
+  main_csv() { ls /tmp/fd-ab/*-"$1"-*.csv | grep -vE -- '-(check|sweep)\.csv$' | head -1; }
+  python3 bench/compare_builds.py --base "$(main_csv base1)" "$(main_csv base2)" \
+    --new "$(main_csv new1)" "$(main_csv new2)" --out "$OUT/ab-compare.txt"
+  (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
+  for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
 fi
 
 san() { # san BINARY TOOL FILTER
@@ -141,28 +165,6 @@ if [ "$MODE" = exp ] && step "benchmark without peers (bench/bench_gpu.py --no-p
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
-fi
-
-# ---- ab: our rows of the base build (.base) and of this tree, alternating ----
-if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" 150; then
-  wait "$BASE_PID" || { echo "BASE BUILD FAILED"; tail -30 /tmp/fd-build-base.txt; exit 1; }
-  mkdir -p /tmp/fd-ab
-  for i in 1 2; do
-    for which in base new; do
-      if [ $which = base ]; then dir=.base; else dir=.; fi
-      (cd $dir && FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python" \
-        FD_READ_PROBE_LIBRARY="$OLDPWD/build/libfd_read_probe.so" timeout 240 \
-        python3 bench/bench_gpu.py --no-peers --no-sweep --tag "$which$i" --out-dir /tmp/fd-ab \
-        --traces "$OLDPWD/bench/data" --commit "$COMMIT" --ceiling-reps 3 ${FD_BENCH_ARGS:-}) \
-        >"/tmp/fd-ab-$which$i.txt" 2>&1 || { status=1; echo "   $which$i failed"; tail -12 "/tmp/fd-ab-$which$i.txt"; }
-      grep -E "ceiling|read probe" "/tmp/fd-ab-$which$i.txt" | head -2 | sed "s/^/   [$which$i] /"
-    done
-  done
-  main_csv() { ls /tmp/fd-ab/*-"$1"-*.csv | grep -vE -- '-(check|sweep)\.csv$' | head -1; }
-  python3 bench/compare_builds.py --base "$(main_csv base1)" "$(main_csv base2)" \
-    --new "$(main_csv new1)" "$(main_csv new2)" --out "$OUT/ab-compare.txt"
-  (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
-  for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
 fi
 
 # FlashInfer for the peer benchmark: the carried wheels into /tmp/site (no network
