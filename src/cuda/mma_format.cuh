@@ -157,8 +157,9 @@ struct fd_kv16 {
   }
   /* P is the softmax's p */
   static __device__ __forceinline__ void token_p(float (&sc)[4], const float (&s0)[4], bool tok,
-                                                 const float *tTok, int kl0, float &mv0,
-                                                 float &mv1, float &a0, float &a1) {}
+                                                 const float *tTok, int kl0, float m_old0,
+                                                 float m_old1, float m0, float m1, float &ev0,
+                                                 float &ev1, float &a0, float &a1) {}
 
   /* B fragments of row g: columns 16 ks + 2 qd, + 1 (b0) and + 8 (b1) */
   static __device__ __forceinline__ void q_frags(const T *sQ, int g, int qd,
@@ -273,31 +274,41 @@ struct fd_kv8 {
     return tok ? tTok[kl] : k_mul;
   }
   /* TOKEN: P = p v_scale, kept in fp16's range for any finite scales. O's
-   * rows run relative to their own running max mv of t = s + e, where s is
-   * the scaled score (s0, base 2) and v_scale = f 2^e, f in [1, 2)
-   * (fd_frac_exp): P = 2^(t - mv) f lies in [0, 2), so the fp16 B operand
-   * neither overflows nor flushes the row's largest terms; l keeps the
-   * unscaled p (relative to m), *a0, *a1 become O's factors 2^(mv_old -
-   * mv_new), and the merge applies 2^(mv - m). Masked keys (s = -inf) stay
-   * 0 whatever their zero-filled scale. */
+   * rows run relative to 2^(m + ev), where m is the softmax's running max
+   * and ev the running max of (s - m) + e over the keys seen (s the scaled
+   * score, base 2, in s0; v_scale = f 2^e, f in [1, 2): fd_frac_exp):
+   * P = 2^((s - m) + e - ev) f lies in [0, 2), so the fp16 B operand
+   * neither overflows nor flushes the row's largest terms. Everything is
+   * kept relative to m, so a score far above e (scores of 1e26 lose a sum
+   * s + e entirely) still carries its scale. l keeps the unscaled p; *a0,
+   * *a1 become O's factors 2^((m_old + ev_old) - (m + ev)); the merge applies
+   * 2^((m - bm) + ev). Masked keys (s = -inf) stay 0 whatever their
+   * zero-filled scale. */
   static __device__ __forceinline__ void token_p(float (&sc)[4], const float (&s0)[4], bool tok,
-                                                 const float *tTok, int kl0, float &mv0,
-                                                 float &mv1, float &a0, float &a1) {
+                                                 const float *tTok, int kl0, float m_old0,
+                                                 float m_old1, float m0, float m1, float &ev0,
+                                                 float &ev1, float &a0, float &a1) {
     if (!tok) return;
     float f0, f1;
     const int e0 = fd_frac_exp(tTok[S::KT + kl0], &f0);
     const int e1 = fd_frac_exp(tTok[S::KT + kl0 + 8], &f1);
-    const float t0 = s0[0] + (float)e0, t1 = s0[1] + (float)e0;
-    const float t2 = s0[2] + (float)e1, t3 = s0[3] + (float)e1;
+    const float mu0 = m0 == -INFINITY ? 0.0f : m0, mu1 = m1 == -INFINITY ? 0.0f : m1;
+    const float t0 = (s0[0] - mu0) + (float)e0, t1 = (s0[1] - mu1) + (float)e0;
+    const float t2 = (s0[2] - mu0) + (float)e1, t3 = (s0[3] - mu1) + (float)e1;
     float tx0 = fmaxf(t0, t2), tx1 = fmaxf(t1, t3);
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
       tx0 = fmaxf(tx0, __shfl_xor_sync(0xffffffffu, tx0, off));
       tx1 = fmaxf(tx1, __shfl_xor_sync(0xffffffffu, tx1, off));
     }
+    /* the old ev relative to the new m (-inf while no key was seen: O is 0) */
+    float eo0 = m_old0 == -INFINITY ? -INFINITY : ev0 + (m_old0 - m0);
+    float eo1 = m_old1 == -INFINITY ? -INFINITY : ev1 + (m_old1 - m1);
     float nu0, nu1;
-    a0 = fd_softmax_step(mv0, tx0, &nu0);
-    a1 = fd_softmax_step(mv1, tx1, &nu1);
+    a0 = fd_softmax_step(eo0, tx0, &nu0);
+    a1 = fd_softmax_step(eo1, tx1, &nu1);
+    ev0 = eo0;
+    ev1 = eo1;
     sc[0] = fd_exp2_ftz(t0 - nu0) * f0;
     sc[1] = fd_exp2_ftz(t1 - nu1) * f0;
     sc[2] = fd_exp2_ftz(t2 - nu0) * f1;

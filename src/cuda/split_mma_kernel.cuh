@@ -134,11 +134,11 @@
  *   scales travel the pipeline with their keys; paged: through the
  *   block_table, the id read a tile ahead; keys the tile's copies zero-fill
  *   or on a bad page: 0, never read); each score is multiplied by its
- *   key's k_scale before the soft-cap and mask; O runs relative to its own
- *   max of s + e (v_scale = f 2^e, f in [1, 2)), so P = 2^(s + e - mv) f in
- *   [0, 2) is the fp16 B operand for any finite scales (fd_kv8::token_p),
- *   l sums the unscaled p, and the merge applies 2^(mv - m). Masked keys
- *   stay -inf / P = 0.
+ *   key's k_scale before the soft-cap and mask; O runs relative to
+ *   2^(m + ev), ev the running max of (s - m) + e (v_scale = f 2^e, f in
+ *   [1, 2)), so P = 2^((s - m) + e - ev) f in [0, 2) is the fp16 B operand
+ *   for any finite scales (fd_kv8::token_p), l sums the unscaled p, and the
+ *   merge applies 2^((m - bm) + ev). Masked keys stay -inf / P = 0.
  *
  * OUTPUT  (fd_store_pass, pass_output.cuh) As split_kernel.cu: num_splits > 1:
  *   unnormalised O, m (natural units) and l into the partials; empty splits exit at once; rows that see
@@ -632,16 +632,16 @@ static __device__ __forceinline__ void fd_mma_rescale_o(float (&o)[NO][4], float
 }
 
 /* After the last tile: the KW key warps' (m, l) published, O rescaled to the
- * block max (fp8 TENSOR / HEAD: times v_mul; TOKEN: from its own max mv0,
- * mv1) into the merge buffer, the
+ * block max (fp8 TENSOR / HEAD: times v_mul; TOKEN: from 2^(m + ev)) into the
+ * merge buffer, the
  * block's (M, L) a row into sFin. l0, l1: the lane parts, summed here. */
 template <typename F, typename S>
 static __device__ __forceinline__ void fd_mma_merge_warps(const fd_mma_bufs<F, S> &sm,
                                                           const fd_mma_thread &th,
                                                           float (&o)[S::NO][4], float m0,
                                                           float m1, float l0, float l1,
-                                                          float v_mul, bool tok, float mv0,
-                                                          float mv1) {
+                                                          float v_mul, bool tok, float ev0,
+                                                          float ev1) {
   constexpr int ROWS = S::ROWS, KW = S::KW;
   const int r0 = 2 * th.qd, r1 = 2 * th.qd + 1;
   /* l: the lane parts of rows r0, r1 (the 8 lanes of a qd) */
@@ -666,13 +666,13 @@ static __device__ __forceinline__ void fd_mma_merge_warps(const fd_mma_bufs<F, S
     bm0 = fmaxf(bm0, sm.ml[k * ROWS + r0].x);
     bm1 = fmaxf(bm1, sm.ml[k * ROWS + r1].x);
   }
-  /* 0 when m0 = -inf; fp8 TOKEN: O runs relative to mv (F::token_p), and
-   * 2^(mv - bm) (2^127 down to 2^-149) is applied as two equal factors,
-   * each a normal float, one after the other */
+  /* 0 when m0 = -inf; fp8 TOKEN: O runs relative to 2^(m + ev)
+   * (F::token_p), and 2^((m - bm) + ev) (2^127 down to 2^-149) is applied as
+   * two equal factors, each a normal float, one after the other */
   float f0, f1;
   if (F::TOKEN && tok) {
-    f0 = exp2f(0.5f * (mv0 - (bm0 == -INFINITY ? 0.0f : bm0)));
-    f1 = exp2f(0.5f * (mv1 - (bm1 == -INFINITY ? 0.0f : bm1)));
+    f0 = exp2f(0.5f * ((m0 - (bm0 == -INFINITY ? 0.0f : bm0)) + ev0));
+    f1 = exp2f(0.5f * ((m1 - (bm1 == -INFINITY ? 0.0f : bm1)) + ev1));
 #pragma unroll
     for (int n = 0; n < S::NO; n++) {
       o[n][0] *= f0;
@@ -728,9 +728,9 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
   for (int n = 0; n < S::NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY;
   float l0 = 0.0f, l1 = 0.0f;
-  /* fp8 TOKEN: O's rows run relative to their own running max of s + e
-   * (F::token_p); unused otherwise */
-  float mv0 = -INFINITY, mv1 = -INFINITY;
+  /* fp8 TOKEN: O's rows run relative to 2^(m + ev) (F::token_p); unused
+   * otherwise */
+  float ev0 = -INFINITY, ev1 = -INFINITY;
 
   if (R.num_tiles > 0) { /* block-uniform */
     const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sm.k);
@@ -752,10 +752,11 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
       F::qk(sK_u + (uint32_t)(stage * F::SB), la, qa, sc);
       fd_mma_mask<F, S>(p, R, th.qd, kl0, key0, (pp.bad_tiles & 1u) != 0, scl.scale, scl.k_mul,
                         scl.tok, tTok, sm.valid + stage * KT, sc);
-      const float s0[4] = {sc[0], sc[1], sc[2], sc[3]}; /* fp8 TOKEN: P is made from these */
+      /* fp8 TOKEN: P is made from the scores and the old maxima */
+      const float s0[4] = {sc[0], sc[1], sc[2], sc[3]}, m_old0 = m0, m_old1 = m1;
       float a0, a1;
       fd_mma_softmax(sc, m0, m1, l0, l1, a0, a1);
-      F::token_p(sc, s0, scl.tok, tTok, kl0, mv0, mv1, a0, a1);
+      F::token_p(sc, s0, scl.tok, tTok, kl0, m_old0, m_old1, m0, m1, ev0, ev1, a0, a1);
       fd_mma_rescale_o<S::NO>(o, a0, a1);
       F::pv(sV_u + (uint32_t)(stage * F::SB), la, th.dw, sc, o);
       stage = stage + 1 == F::ST ? 0 : stage + 1;
@@ -763,7 +764,7 @@ static __device__ __forceinline__ void fd_split_mma_pass(const fd_kernel_params 
     }
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain; drain them */
-  fd_mma_merge_warps<F, S>(sm, th, o, m0, m1, l0, l1, scl.v_mul, scl.tok, mv0, mv1);
+  fd_mma_merge_warps<F, S>(sm, th, o, m0, m1, l0, l1, scl.v_mul, scl.tok, ev0, ev1);
   fd_store_pass<typename F::Q, S::DV, S::KW, S::ROWS, S::OSTRIDE, 2, S::THREADS>(
       p, b, hk, split, row0, pass_rows, sm.o, &sm.fin[0].x, &sm.fin[0].y);
   __syncthreads(); /* smem is reused by the next pass */
