@@ -4,9 +4,11 @@
  * rows) from a contiguous cache or through a block_table, which thread
  * copies which keys, and which keys are zero-filled instead of read (past
  * the pass's keys, before its first visible key, head_dim padding, a page id
- * outside the pool). fp8 caches have their own loaders (end of file); the tile
- * math in split_mma_kernel.cuh reads the same shared-memory tiles. Internal
- * to src/cuda.
+ * outside the pool). One loader a layout (contiguous; paged with one page id
+ * a tile; paged with one id a key), each for 16-bit and fp8 elements (one or
+ * two 16-byte streams a thread, fd_mma_lane); the tensor-core split kernel
+ * (split_mma_kernel.cuh) and the rows kernel (rows_mma_kernel.cu) read the
+ * tiles. Internal to src/cuda.
  */
 #ifndef FD_CUDA_MMA_LOADERS_CUH
 #define FD_CUDA_MMA_LOADERS_CUH

@@ -42,6 +42,12 @@
  *   out = O / l (the sink joining l), lse. A row whose O holds a NaN or Inf
  *   gets l = NaN in its partial / lse.
  *
+ * STEPS  fd_rows_load_q (Q -> shared memory), fd_rows_prologue (page ids,
+ *   the first tiles), Q's A fragments, then per tile fd_rows_wait_refill
+ *   (wait, barrier, refill a stage), fd_rows_qk, fd_rows_mask,
+ *   fd_rows_softmax, fd_rows_pv; fd_rows_finish (sums, NaN flags, the
+ *   rows' outputs).
+ *
  * CODE SIZE  As the split kernel's: the loader is a template constant (PG,
  *   fd_mma_loader_pg at launch: 0 contiguous, 1 paged with page_size a power
  *   of two >= the 8 or 4 keys a thread copies a tile, one page id a tile, 2

@@ -68,6 +68,12 @@
  *   After the last tile, the K/V area holds the key groups' O slices
  *   [KEY_GROUPS][NR][head_dim] fp32, summed in key-group order (deterministic).
  *
+ * STEPS  A pass (fd_split_pass): fd_split_pass_keys (the keys it reads, the
+ *   lane's row bounds), fd_split_load_q, the prologue's copies (fd_load_tile),
+ *   then per tile: wait, barrier, refill, fd_split_scores (1), barrier,
+ *   fd_split_softmax (2), barrier, fd_split_pv (3); after the last tile
+ *   fd_split_publish and fd_store_pass.
+ *
  * OUTPUT  (fd_store_pass, pass_output.cuh) num_splits > 1: O (unnormalised), m
  *   (natural-log units: m_log2 * ln 2)
  *   and l into the workspace partials; empty splits (begin >= end) exit at once
