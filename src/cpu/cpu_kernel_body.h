@@ -13,6 +13,8 @@
  *   FD_V_PAIRED    1: bf16 with head_dim % 32 == 0 runs in the paired
  *                  column order (needs FD_V_W 16, v_loadi, v_bf16_even/odd,
  *                  v_split_pairs)
+ *   FD_V_DPBF16    1: and its scores by vdpbf16ps where q is bf16
+ *                  (v_bf16_pack, v_not_bf16, v_dot_bf16, v_storei)
  *   v_* arithmetic, loads that widen a dtype (v_load, v_load_part), masked
  *   float loads/stores, reductions (v_reduce: W vectors to one, v_hmax,
  *   v_hsum, v_all_max, v_all_sum), v_exp; for head_dim <= 8 the 8-float row
@@ -155,6 +157,80 @@ FD_VFN void scores_tile_pairs(const fd_cpu_block *b, int r0, const int RT) {
                     sums);
   }
 }
+
+#if FD_V_DPBF16
+/* bf16 scores by vdpbf16ps (AVX-512 BF16), head_dim % 32 == 0: one
+ * instruction multiplies 16 column pairs of q and a key as stored (no
+ * widening) and adds them to float32 lanes; q is packed to bf16 once per
+ * tile. That is exact only when q's rows are bf16 values (a bf16 plan's q,
+ * not an fp16 q over an fp8 cache widened to bf16): returns 0, computing
+ * nothing, for a tile whose rows are not, and scores_tile_pairs takes it.
+ * Products of bf16 subnormals count as 0 (vdpbf16ps ignores MXCSR; below
+ * 2^-126 the terms are far under the tolerance of a float32 score). Tiles
+ * as scores_tile. */
+FD_VFN int scores_tile_dp(const fd_cpu_block *b, int r0, const int RT) {
+  const int KT = FD_V_W / RT;
+  const int head_dim = b->head_dim, nk = b->num_keys;
+  uint32_t qp[4][128] __attribute__((aligned(64))); /* rows as bf16 column pairs */
+  int inexact = 0;
+  for (int r = 0; r < RT; r++) {
+    const float *qr = b->q + (ptrdiff_t)(r0 + r) * head_dim;
+    for (int c = 0; c < head_dim; c += 32) {
+      const vf lo = v_loadf(qr + c), hi = v_loadf(qr + c + 16);
+      inexact |= v_not_bf16(lo) | v_not_bf16(hi);
+      v_storei(qp[r] + c / 2, v_bf16_pack(lo, hi));
+    }
+  }
+  if (inexact) return 0;
+  for (int j0 = 0; j0 < nk; j0 += KT) {
+    const char *kp[FD_V_W];
+    for (int i = 0; i < KT; i++) /* past the last key: repeat it, discard the score */
+      kp[i] = key_at(b, j0 + i < nk ? j0 + i : nk - 1);
+    /* one-row tiles (MHA) prefetch nothing: 16 key rows asked for at once
+     * slowed them (cold, ~3 %) once the multiplies got this fast */
+    if (RT > 1)
+      for (int i = 0; i < KT && j0 + KT + i < nk; i++) v_prefetch_row(key_at(b, j0 + KT + i), 2 * head_dim);
+    vf acc[FD_V_W];
+    for (int i = 0; i < FD_V_W; i++) acc[i] = v_zero();
+    for (int d = 0; d < head_dim; d += 32) {
+      if (RT == 1) {
+        const vi qv = v_loadi(qp[0] + d / 2);
+        for (int i = 0; i < KT; i++) acc[i] = v_dot_bf16(acc[i], qv, v_loadi(kp[i] + 2 * d));
+      } else {
+        vi kx[FD_V_W];
+        for (int i = 0; i < KT; i++) kx[i] = v_loadi(kp[i] + 2 * d);
+        for (int r = 0; r < RT; r++) {
+          const vi qv = v_loadi(qp[r] + d / 2);
+          for (int i = 0; i < KT; i++) acc[r * KT + i] = v_dot_bf16(acc[r * KT + i], qv, kx[i]);
+        }
+      }
+    }
+    const vf sums = v_mul(v_reduce(acc), v_set1(b->scale));
+    const int valid = nk - j0 < KT ? nk - j0 : KT;
+    for (int r = 0; r < RT; r++)
+      v_store_lanes(b->scratch + (ptrdiff_t)(r0 + r) * FD_CPU_KEY_BLOCK + j0 - r * KT, r * KT, valid,
+                    sums);
+  }
+  return 1;
+}
+
+/* 1 when the n floats at q (n % 16 == 0) are all bf16 values. */
+FD_VFN int row_is_bf16(const float *q, int n) {
+  int inexact = 0;
+  for (int c = 0; c < n; c += 16) inexact |= v_not_bf16(v_loadf(q + c));
+  return !inexact;
+}
+#endif
+
+/* The bf16 scores of rows [r0, r0 + RT), head_dim % 32 == 0; dp: try
+ * scores_tile_dp first. */
+FD_VFN void scores_tile_bf16(const fd_cpu_block *b, int r0, const int RT, int dp) {
+#if FD_V_DPBF16
+  if (dp && scores_tile_dp(b, r0, RT)) return;
+#endif
+  (void)dp;
+  scores_tile_pairs(b, r0, RT);
+}
 #endif
 
 /* Online softmax of every row: scores -> exp(s - m') in scratch (0 past the
@@ -196,9 +272,16 @@ FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
   int r = 0;
 #if FD_V_PAIRED
   if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
-    for (; r + 4 <= b->rows; r += 4) scores_tile_pairs(b, r, 4);
-    for (; r + 2 <= b->rows; r += 2) scores_tile_pairs(b, r, 2);
-    for (; r < b->rows; r++) scores_tile_pairs(b, r, 1);
+    /* vdpbf16ps where q is bf16; the first row decides for the call whether
+     * to try (an fp16 q over an fp8 cache skips the packing) */
+#if FD_V_DPBF16
+    const int dp = row_is_bf16(b->q, b->head_dim);
+#else
+    const int dp = 0;
+#endif
+    for (; r + 4 <= b->rows; r += 4) scores_tile_bf16(b, r, 4, dp);
+    for (; r + 2 <= b->rows; r += 2) scores_tile_bf16(b, r, 2, dp);
+    for (; r < b->rows; r++) scores_tile_bf16(b, r, 1, dp);
   } else
 #endif
   {

@@ -26,6 +26,7 @@
 #define FD_V_VALUE_DT 2    /* value tiles: up to 2 vectors of columns a row (16 registers) */
 #define FD_V_PREFETCH 0    /* no software prefetch */
 #define FD_V_PAIRED 0      /* bf16 in natural column order */
+#define FD_V_DPBF16 0      /* no vdpbf16ps */
 
 typedef __m256 vf;
 typedef __m256i vi;

@@ -7,9 +7,9 @@
  * What only this instruction set does: tails through masked loads and
  * stores (masked-off lanes never touch memory), 2^n in exp by vscalefps,
  * value-row prefetches, and bf16 in the paired column order (cpu_kernels.h):
- * 32 keys or values widen with two instructions instead of four. (vdpbf16ps
- * was tried for the bf16 scores and dropped: on Sapphire Rapids it
- * multiplies at half the FMA rate.)
+ * 32 keys or values widen with two instructions instead of four. With
+ * FD_V_DPBF16 (AVX-512 BF16, cpu_kernels_avx512_bf16.c) the bf16 scores
+ * multiply by vdpbf16ps instead, where q is bf16.
  */
 #ifndef FD_CPU_SIMD_AVX512_H
 #define FD_CPU_SIMD_AVX512_H
@@ -19,8 +19,18 @@
 
 #include "cpu_kernels.h"
 
-#define FD_VFN static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define FD_VKERNEL static __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+/* FD_V_DPBF16 1 (cpu_kernels_avx512_bf16.c): AVX-512 BF16 as well, for the
+ * bf16 scores by vdpbf16ps (see cpu_kernel_body.h). */
+#ifndef FD_V_DPBF16
+#define FD_V_DPBF16 0
+#endif
+#if FD_V_DPBF16
+#define FD_V_TARGET "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"
+#else
+#define FD_V_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
+#endif
+#define FD_VFN static inline __attribute__((always_inline, target(FD_V_TARGET)))
+#define FD_VKERNEL static __attribute__((target(FD_V_TARGET)))
 
 #define FD_V_W 16          /* floats a vector */
 #define FD_V_VALUE_DT 4    /* value tiles: up to 4 vectors of columns a row */
@@ -161,6 +171,7 @@ FD_VFN void v_prefetch_row(const char *p, int bytes) {
 /* ---- bf16 in the paired order: 32 bf16 (64 bytes) as 16 even and 16 odd
  * columns ---- */
 FD_VFN vi v_loadi(const void *p) { return _mm512_loadu_si512(p); }
+FD_VFN void v_storei(void *p, vi x) { _mm512_storeu_si512(p, x); }
 FD_VFN vf v_bf16_even(vi x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
 FD_VFN vf v_bf16_odd(vi x) {
   return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
@@ -172,6 +183,19 @@ FD_VFN void v_split_pairs(vf lo, vf hi, vf *even, vf *odd) {
   *even = _mm512_permutex2var_ps(lo, e, hi);
   *odd = _mm512_permutex2var_ps(lo, o, hi);
 }
+
+#if FD_V_DPBF16
+/* The 32 floats lo (columns 0..15), hi (16..31) as 32 bf16 in column order
+ * (round to nearest even: exact for values that are bf16). */
+FD_VFN vi v_bf16_pack(vf lo, vf hi) { return (vi)_mm512_cvtne2ps_pbh(hi, lo); }
+/* Nonzero when a lane of x is not a bf16 value (low 16 bits set). */
+FD_VFN int v_not_bf16(vf x) {
+  return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0xffff)) != 0;
+}
+/* acc lane l + a[2l] b[2l] + a[2l + 1] b[2l + 1] (32 bf16 each; bf16
+ * subnormal inputs count as 0, a subnormal result is flushed to 0). */
+FD_VFN vf v_dot_bf16(vf acc, vi a, vi b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+#endif
 
 /* ---- head_dim <= 8: 8-float rows (hf) and keys transposed into lanes ---- */
 FD_VFN hf h_zero(void) { return _mm256_setzero_ps(); }
