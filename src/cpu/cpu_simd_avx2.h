@@ -69,10 +69,11 @@ FD_VFN vf v_load(const void *row, int i, fd_dtype dtype) {
   }
 }
 
-/* The first n elements (m = v_mask_first(n); n < 8, may be <= 0) at row +
- * i widened, other lanes 0; nothing past them is read. */
+/* The first n elements (m = v_mask_first(n); n may be <= 0 or >= 8: all)
+ * at row + i widened, other lanes 0; nothing past them is read. */
 FD_VFN vf v_load_part(const void *row, int i, vmask m, int n, fd_dtype dtype) {
   if (n <= 0) return _mm256_setzero_ps();
+  if (n >= 8) return v_load(row, i, dtype);
   if (dtype == FD_DTYPE_F32) return _mm256_maskload_ps((const float *)row + i, m);
   uint16_t pad[8] = {0};
   memcpy(pad, (const uint16_t *)row + i, (size_t)n * sizeof(uint16_t));

@@ -77,8 +77,8 @@ FD_VFN vf v_load(const void *row, int i, fd_dtype dtype) {
   }
 }
 
-/* The lanes of m (= v_mask_first(n)) of the 16 elements at row + i widened,
- * other lanes 0; nothing past them is read. */
+/* The lanes of m (= v_mask_first(n); n may be <= 0 or >= 16: all) of the
+ * 16 elements at row + i widened, other lanes 0; nothing past them is read. */
 FD_VFN vf v_load_part(const void *row, int i, vmask m, int n, fd_dtype dtype) {
   (void)n;
   switch (dtype) {
