@@ -21,7 +21,9 @@
 typedef enum fd_cpu_isa {
   FD_CPU_ISA_SCALAR = 0, /* plain C: what non-x86 machines run */
   FD_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  FD_CPU_ISA_AVX512 = 2  /* AVX-512 F, BW, VL (+ FMA, F16C) */
+  FD_CPU_ISA_AVX512 = 2, /* AVX-512 F, BW, VL (+ FMA, F16C) */
+  FD_CPU_ISA_AVX512_BF16 = 3 /* and AVX-512 BF16: bf16 scores by vdpbf16ps (AMD only:
+                                fd_cpu_isa_detect) */
 } fd_cpu_isa;
 
 /* Keys per kernel call (the key block). */
@@ -197,6 +199,7 @@ int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_scalar(fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_avx2(fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k);
+int fd_cpu_kernels_avx512_bf16(fd_dtype dtype, fd_cpu_kernels *k);
 
 /* fd_cpu_run with the instruction set forced (tests run every one).
  * FD_STATUS_UNSUPPORTED when the machine or the build lacks it. */

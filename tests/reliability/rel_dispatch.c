@@ -66,7 +66,7 @@ static void cpu_every_head_dim_and_ratio(void **state) {
 static void cpu_every_isa_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_cpu_isa best = fd_cpu_isa_detect();
-  static fd_case cases[3 * 256 * 3];
+  static fd_case cases[(FD_CPU_ISA_AVX512_BF16 + 1) * 256 * 3];
   int n = 0;
   for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)best; isa++)
     for (int32_t d = 1; d <= 256; d++)
@@ -77,7 +77,8 @@ static void cpu_every_isa_every_head_dim(void **state) {
       }
   char what[64];
   snprintf(what, sizeof what, "CPU kernels scalar..%s, every head_dim x dtype",
-           best == FD_CPU_ISA_AVX512 ? "AVX-512"
+           best == FD_CPU_ISA_AVX512_BF16 ? "AVX-512 BF16"
+           : best == FD_CPU_ISA_AVX512 ? "AVX-512"
            : best == FD_CPU_ISA_AVX2 ? "AVX2"
                                      : "scalar");
   run_all(env, cases, n, what);
