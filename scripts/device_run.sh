@@ -13,7 +13,9 @@
 #   ab: the test steps, then our rows (bench_gpu.py --no-peers --no-sweep) of the tree in
 #   .base/ (a commit to compare with: `git archive <rev> | tar -x -C .base`, carried) and of
 #   this one, alternating base, new, base, new; bench/compare_builds.py's table in
-#   $OUT/ab-compare.txt, the CSVs in $OUT/ab-runs.tgz.
+#   $OUT/ab-compare.txt, the CSVs in $OUT/ab-runs.tgz. FD_AB_SHAPES: only those rows;
+#   FD_AB_ROUNDS: alternations (2); FD_AB_QUICK=1: no variants fuzz, no generate;
+#   FD_SAN_FILTER: the memcheck's grid cases.
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
@@ -99,7 +101,8 @@ if want test && step "ctest (all tests, GPU included)" 120; then
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | grep -v "^\[  FAILED  \] cuda/" | tail -40
 fi
 
-if want test && step "variants fuzz (dev/cuda/variants_fuzz.c: CUDA vs float64 reference)" 40; then
+quick() { [ "$MODE" = ab ] && [ "${FD_AB_QUICK:-0}" = 1 ]; }
+if want test && ! quick && step "variants fuzz (dev/cuda/variants_fuzz.c: CUDA vs float64 reference)" 40; then
   CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")
   cc -O2 -Iinclude -Itests dev/cuda/variants_fuzz.c build/libflashdecode.a tests/gpu_mem.c \
     -fopenmp -lm -I"$CUDA_ROOT/include" -L"$CUDA_ROOT/lib64" -lcudart -lstdc++ -o /tmp/fd-vfuzz &&
@@ -107,7 +110,7 @@ if want test && step "variants fuzz (dev/cuda/variants_fuzz.c: CUDA vs float64 r
   tail -25 /tmp/fd-vfuzz.txt
 fi
 
-if want test && step "generate --backend cuda --check" 20; then
+if want test && ! quick && step "generate --backend cuda --check" 20; then
   ./build/flashdecode generate --backend cuda --check --ids 2>&1 | tail -9
   ./build/flashdecode generate --backend cuda --num-splits 1 2>&1 | tail -1
   ./build/flashdecode generate --backend cpu 2>&1 | tail -1
@@ -117,22 +120,31 @@ fi
 if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" 150; then
   wait "$BASE_PID" || { echo "BASE BUILD FAILED"; tail -30 /tmp/fd-build-base.txt; exit 1; }
   mkdir -p /tmp/fd-ab
-  for i in 1 2; do
+  for i in $(seq 1 "${FD_AB_ROUNDS:-2}"); do
     for which in base new; do
       if [ $which = base ]; then dir=.base; else dir=.; fi
       (cd $dir && FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python" \
         FD_READ_PROBE_LIBRARY="$OLDPWD/build/libfd_read_probe.so" timeout 240 \
         python3 bench/bench_gpu.py --no-peers --no-sweep --tag "$which$i" --out-dir /tmp/fd-ab \
+        ${FD_AB_SHAPES:+--shapes "$FD_AB_SHAPES"} \
         --traces "$OLDPWD/bench/data" --commit "$COMMIT" --ceiling-reps 3 ${FD_BENCH_ARGS:-}) \
         >"/tmp/fd-ab-$which$i.txt" 2>&1 || { status=1; echo "   $which$i failed"; tail -12 "/tmp/fd-ab-$which$i.txt"; }
       grep -E "ceiling|read probe" "/tmp/fd-ab-$which$i.txt" | head -2 | sed "s/^/   [$which$i] /"
     done
   done
   main_csv() { ls /tmp/fd-ab/*-"$1"-*.csv | grep -vE -- '-(check|sweep)\.csv$' | head -1; }
-  python3 bench/compare_builds.py --base "$(main_csv base1)" "$(main_csv base2)" \
-    --new "$(main_csv new1)" "$(main_csv new2)" --out "$OUT/ab-compare.txt"
+  bases=(); news=()
+  for i in $(seq 1 "${FD_AB_ROUNDS:-2}"); do bases+=("$(main_csv base$i)"); news+=("$(main_csv new$i)"); done
+  python3 bench/compare_builds.py --base "${bases[@]}" --new "${news[@]}" --out "$OUT/ab-compare.txt"
   (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
   for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
+fi
+
+if want test && step "python tests and the SDPA-swap example" 70; then
+  python3 -m pytest -q -p no:cacheprovider tests/python >/tmp/fd-pytest.txt 2>&1; rc=$?
+  tail -6 /tmp/fd-pytest.txt; cp /tmp/fd-pytest.txt "$OUT/pytest.txt"
+  [ $rc -eq 0 ] || status=1
+  timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
 fi
 
 san() { # san BINARY TOOL FILTER
@@ -146,7 +158,7 @@ san() { # san BINARY TOOL FILTER
   [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
 }
 if want test && step "compute-sanitizer: GPU grid" 90; then
-  san build/tests/test_gpu_grid memcheck ""
+  san build/tests/test_gpu_grid memcheck "${FD_SAN_FILTER:-}"
   for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/bf16/d128/*'; done
 fi
 
@@ -206,11 +218,6 @@ if want bench && [ "${FD_PROFILE:-0}" = 1 ] && step "Nsight Compute: paged vs co
   rm -rf "$OUT/ncu"
 fi
 
-if want test && step "python tests and the SDPA-swap example" 70; then
-  python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -6; rc=${PIPESTATUS[0]}
-  [ $rc -eq 0 ] || status=1
-  timeout 60 python3 examples/llama_decode_swap.py 2>&1 | tail -12
-fi
 
 if { want bench || [ "${FD_EXP_CPU:-0}" = 1 ]; } && [ -f bench/bench_cpu.py ] &&
   step "CPU benchmark (bench/bench_cpu.py)" 90; then
