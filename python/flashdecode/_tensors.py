@@ -12,7 +12,6 @@ between tensors, unit-stride head_dim, strides the C API cannot express.
 Value checks on the scalars (q_len range, head counts, head_dim, capacities)
 are left to the C library so that its message is the one raised.
 """
-import sys
 
 import numpy as np
 
@@ -101,12 +100,23 @@ _torch_module = None
 _TORCH_DTYPE_NAMES = {}
 
 
+def _under_trace(torch):
+    """True inside torch.compile's tracing, also in code it runs for real meanwhile (an
+    import the traced code makes: is_compiling() is False there, but the trace's context
+    is set, and a global changed then fails the guards made on it)."""
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)  # (torch 2.3+)
+    if compiling is not None and compiling():
+        return True
+    context = getattr(getattr(getattr(torch, "_guards", None), "TracingContext", None),
+                      "try_get", None)
+    return context is not None and context() is not None
+
+
 def bind_torch(torch):
     """Remember the torch module and name all its dtypes (idempotent; nothing under a
     trace: a global or dict changed there would fail the guards made on it)."""
     global _torch_module
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)  # (torch 2.3+)
-    if _torch_module is torch or (compiling is not None and compiling()):
+    if _torch_module is torch or _under_trace(torch):
         return
     # (over a copy, taken in one C call: another thread's import may add to torch's namespace)
     names = {v: str(v).replace("torch.", "") for v in list(vars(torch).values())
@@ -115,19 +125,19 @@ def bind_torch(torch):
     _torch_module = torch
 
 
-def _torch():
-    """The torch module when torch is imported, else None (never imports it)."""
+def is_torch_tensor(x):
+    """True for a torch.Tensor (never imports torch for another object)."""
     torch = _torch_module
     if torch is None:
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            bind_torch(torch)
-    return torch
-
-
-def is_torch_tensor(x):
-    torch = _torch()
-    return torch is not None and isinstance(x, torch.Tensor)
+        # torch not bound yet (flashdecode imported first, no eager call since): only an
+        # object of torch's own classes can be a tensor, and then torch is imported; it is
+        # taken by an import statement, which a trace may run, not from sys.modules, which
+        # it must not read (Dynamo guards on the module found there, and iterates the dict)
+        if not type(x).__module__.startswith("torch"):
+            return False
+        import torch
+        bind_torch(torch)
+    return isinstance(x, torch.Tensor)
 
 
 # the numpy dtype -> name cache is a dict of its own (names are costly to build): Dynamo

@@ -176,9 +176,12 @@ def register(name=NAME):
             sdpa=sdpa_attention_forward,
             causal=masking_utils.causal_mask_function,
             sliding=getattr(masking_utils, "sliding_window_causal_mask_function", None),
+            sliding_code=None,
             features=_decode_features(),
             cuda_head_dims=_cuda_head_dims(),
         )
+        if _state["sliding"] is not None:
+            _state["sliding_code"] = getattr(_state["sliding"](1), "__code__", None)
     AttentionInterface.register(name, attention_forward)
     masking_utils.AttentionMaskInterface.register(name, mask_function)
     return name
@@ -224,6 +227,11 @@ def _window_of(mask_function, local_size):
     if (sliding is None or not isinstance(local_size, int) or isinstance(local_size, bool)
             or local_size < 1):
         return None
+    if _tracing():
+        # a trace may not read closures (torch 2.11 cannot): the sliding mask function's
+        # code, with the local_size transformers passes beside it
+        code = getattr(mask_function, "__code__", None)
+        return local_size if code is not None and code is _state["sliding_code"] else None
     return local_size if _same_function(mask_function, sliding(local_size)) else None
 
 
