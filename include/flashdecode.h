@@ -137,7 +137,7 @@
  *   FD_DETERMINISTIC_SPLIT_LEN keys (so num_splits must be 0) and runs one
  *   kernel variant whatever the grid. The cost: short single sequences get
  *   fewer splits (B = 1 at 16k keys: 8 splits instead of ~32); batches that
- *   fill the GPU run as fast (bench/NOTES.md has the measured cost).
+ *   fill the GPU run as fast (docs/performance.md has the measured cost).
  *   Results differ (different summation orders, all within the documented
  *   accuracy) between backends, between deterministic and default plans,
  *   and on CUDA between GPUs whose shared memory holds different kernels
@@ -376,7 +376,7 @@ typedef struct fd_problem {
                             (when the call splits) still starts early behind
                             it. Inside a model, between PyTorch's and cuBLAS's
                             kernels, 1 measured up to 0.7 % faster a decode
-                            step on an H200, most at batch 1 (bench/NOTES.md).
+                            step on an H200, most at batch 1.
                             Same results either way. */
 } fd_problem;
 
@@ -805,7 +805,7 @@ FD_API fd_status fd_merge_states(const fd_merge_problem *problem, const void *st
  * chunks); 1 when work_items alone fill 80 % of the slots; else the smallest
  * s (at most 128) whose efficiency is at least 95 % of the best
  * (FlashAttention-2 uses 85 % and counts whole splits only; both measured
- * slower on the H200, see bench/NOTES.md).
+ * slower on the H200).
  * Worked example: 8 kv heads, 16384 keys (256 chunks of 64), 132 SMs x 2:
  * s = 32 gives 256 blocks of 264 slots, 0.97 -> 32 splits of 512 keys.
  */

@@ -11,7 +11,7 @@
  * heads, then their values, then the next block. So each thread sweeps
  * through contiguous memory instead of gathering one head's rows at a
  * head-count stride, and the hardware prefetchers follow it (software
- * prefetches were measured no better or worse: bench/NOTES.md).
+ * prefetches measured no better).
  *
  * For one head and key block, the kernel (cpu_kernels_*.c) runs
  * FlashAttention's online softmax in float32 for every query row of the
