@@ -581,7 +581,7 @@ typedef struct fd_tensors {
  *   FD_STATUS_BACKEND_ERROR  a kernel launch failed (message from CUDA).
  *
  * Non-finite values and float32's range, on every backend and split count
- * (a row "sees" the keys WHAT IT COMPUTES gives it):
+ * (a row "sees" the keys that WHAT IT COMPUTES, at the top of this file, gives it):
  *   - A NaN in q, in a K element a row sees, or in its sink, a +inf sink,
  *     and a score that is NaN, or +inf without a soft-cap, give that row NaN
  *     in all of out and in lse. A score of -inf is a key of weight zero: a
