@@ -99,6 +99,36 @@
  *   on the exact dequantized values, so a 16-bit cache's accuracy applies.
  *   fd_append_kv writes new tokens into a cache, quantizing them for fp8.
  *
+ * MULTI-HEAD LATENT ATTENTION (MLA)
+ *   DeepSeek-V2/V3/R1, Kimi-K2 and GLM-5 decode in the absorbed form
+ *   ("DeepSeek-V2", DeepSeek-AI 2024, section 2.1: W_UK folded into q, W_UV
+ *   into the output projection): one kv head whose key is the latent c_kv
+ *   followed by a rope part k_pe, and whose value is c_kv, the same bytes.
+ *   Set fd_problem.rope_dim > 0. Then head_dim is the latent width D (512;
+ *   448 in the DeepSeek-V4 style), rope_dim the rope width R (64),
+ *   num_heads_kv must be 1, and for every sequence b, row t, head h:
+ *
+ *     x_j = softmax_scale * ( dot(q[b,t,h,:D], c_kv[b,j,:D])
+ *                           + dot(q_pe[b,t,h,:R], k_pe[b,j,:R]) )
+ *     out[b,t,h,:D] = sum_j exp(x_j - lse) * c_kv[b,j,:D]
+ *
+ *   with the keys a row sees, lse, q_len (1..16, causal), splits, out_dtype,
+ *   deterministic mode and CUDA graphs exactly as in decode. fd_tensors:
+ *   q = q_nope [batch, q_len, num_heads_q, D]; q_pe [batch, q_len,
+ *   num_heads_q, R]; k_cache = c_kv [batch, kv_capacity, 1, D] or paged
+ *   [num_pages, page_size, 1, D]; k_pe_cache the same with R columns, its own
+ *   strides (vLLM's and FlashMLA's one 576-wide row per token is two strided
+ *   views of one buffer; FlashInfer's and SGLang's caches are two buffers);
+ *   v_cache NULL. softmax_scale is required (0 refused; DeepSeek-V3 uses
+ *   1/sqrt(192), the head dim before absorption). fp8: kv_dtype is c_kv's
+ *   element type; rope_dtype is k_pe's (0 = kv_dtype; or dtype: a 16-bit
+ *   rope part beside an fp8 latent, FlashMLA's fp8 layout). k_scale scales
+ *   c_kv, and k_pe when it is fp8 (TENSOR or TOKEN; TOKEN scales are [..,
+ *   position, 1] as for any cache of one kv head); v_scale must be NULL: the
+ *   values are c_kv * k_scale. Not combined with a window, soft-cap, sinks
+ *   or non_causal. Backends: the reference and CPU take D 1..512, R 1..64;
+ *   CUDA takes (D, R) = (512, 64) and (448, 64) with 16-bit q.
+ *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
  *   p.dtype = FD_DTYPE_BF16; p.batch = 1; p.q_len = 1;
@@ -291,8 +321,9 @@ typedef enum fd_kernel {
                                   with 227 KB of shared memory a block, grids no
                                   larger than the GPU) */
   FD_KERNEL_CUDA_MMA_LEAN = 6, /* 4 warps, 2 stages (GPUs with 99 KB a block) */
-  FD_KERNEL_CUDA_ROWS = 7   /* tensor cores, rows as the mma's M side: non-causal
+  FD_KERNEL_CUDA_ROWS = 7,  /* tensor cores, rows as the mma's M side: non-causal
                                calls with many query rows a kv head */
+  FD_KERNEL_CUDA_MLA = 8    /* CUDA: multi-head latent attention (rope_dim > 0) */
 } fd_kernel;
 
 /* The shapes a plan is made for. Zero-initialise, then set the fields; every
@@ -378,6 +409,13 @@ typedef struct fd_problem {
                             kernels, 1 measured up to 0.7 % faster a decode
                             step on an H200, most at batch 1.
                             Same results either way. */
+  /* ---- Multi-head latent attention (zero = off; MLA above) ---- */
+  int32_t rope_dim;      /* 0 = standard attention; > 0: MLA with a rope part
+                            of rope_dim columns (64 in DeepSeek-V3); head_dim
+                            is then the latent width (512) */
+  fd_dtype rope_dtype;   /* MLA: element type of k_pe_cache: 0 = kv_dtype;
+                            else dtype (a 16-bit rope part beside an fp8
+                            latent) */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a
@@ -535,6 +573,13 @@ typedef struct fd_tensors {
   int64_t scale_strides[3]; /* FD_KV_SCALE_TOKEN: {batch or page, position, head}
                             in floats, shared by k_scale and v_scale; all zero
                             = dense. Ignored (sign still checked) otherwise */
+  /* MLA only (fd_problem.rope_dim > 0; NULL otherwise): */
+  const void *q_pe;      /* [batch, q_len, num_heads_q, rope_dim] dtype,
+                            strides {batch, token, head} */
+  int64_t q_pe_strides[3];
+  const void *k_pe_cache; /* laid out like k_cache with rope_dim columns,
+                            rope_dtype; strides {batch or page, position, head} */
+  int64_t k_pe_strides[3];
 } fd_tensors;
 
 /*
@@ -680,6 +725,14 @@ typedef struct fd_append_tensors {
   float *k_scale;             /* NONE: NULL; TENSOR/HEAD: read; TOKEN: written */
   float *v_scale;
   int64_t scale_strides[3];   /* TOKEN: as fd_tensors.scale_strides */
+  /* MLA (plan made with rope_dim > 0; NULL otherwise): k_new is the new
+     latent c_kv [batch, num_new, 1, head_dim] and k_cache the latent cache;
+     v_new, v_cache and v_scale are NULL. A TOKEN scale is computed over the
+     latent and, when rope_dtype is fp8, the rope part together. */
+  const void *k_pe_new;       /* [batch, num_new, 1, rope_dim] dtype */
+  int64_t k_pe_new_strides[3];
+  void *k_pe_cache;           /* as fd_tensors.k_pe_cache (written) */
+  int64_t k_pe_strides[3];
 } fd_append_tensors;
 
 /*

@@ -151,6 +151,9 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    (double)p->logits_soft_cap, (double)FLT_MIN);
   if (p->no_pdl != 0 && p->no_pdl != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "no_pdl: %d, must be 0 or 1", p->no_pdl);
+  if (p->rope_dim != 0 || p->rope_dtype != 0)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED, "rope_dim: %d; MLA is not in this build yet",
+                   p->rope_dim);
   if (p->deterministic != 0 && p->deterministic != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "deterministic: %d, must be 0 or 1",
                    p->deterministic);

@@ -109,6 +109,9 @@ class FdProblem(ctypes.Structure):
         ("kv_scale", _c_enum),                 # FD_KV_SCALE_*
         # launch
         ("no_pdl", ctypes.c_int32),            # 1: the first kernel launched plainly
+        # multi-head latent attention (MLA)
+        ("rope_dim", ctypes.c_int32),          # 0 = standard attention
+        ("rope_dtype", _c_enum),               # k_pe_cache's type: 0 = kv_dtype
     ]
 
 
@@ -158,6 +161,11 @@ class FdTensors(ctypes.Structure):
         ("k_scale", ctypes.c_void_p),           # float32 fp8 scales (by kv_scale) or NULL
         ("v_scale", ctypes.c_void_p),
         ("scale_strides", _Strides3),           # per-token scales: {batch or page, pos, head}
+        # MLA only (rope_dim > 0)
+        ("q_pe", ctypes.c_void_p),              # [batch, q_len, num_heads_q, rope_dim]
+        ("q_pe_strides", _Strides3),
+        ("k_pe_cache", ctypes.c_void_p),        # like k_cache, rope_dim columns
+        ("k_pe_strides", _Strides3),
     ]
 
 
@@ -179,6 +187,11 @@ class FdAppendTensors(ctypes.Structure):
         ("k_scale", ctypes.c_void_p),
         ("v_scale", ctypes.c_void_p),
         ("scale_strides", _Strides3),
+        # MLA only (rope_dim > 0)
+        ("k_pe_new", ctypes.c_void_p),          # [batch, num_new, 1, rope_dim]
+        ("k_pe_new_strides", _Strides3),
+        ("k_pe_cache", ctypes.c_void_p),
+        ("k_pe_strides", _Strides3),
     ]
 
 
@@ -229,7 +242,8 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
                           "num_splits", "softmax_scale", "num_threads", "device", "sm_count")
 ] + [("kv_len_hint",) + _PTR] + [
     (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
-                          "out_dtype", "deterministic", "kv_dtype", "kv_scale", "no_pdl")]
+                          "out_dtype", "deterministic", "kv_dtype", "kv_scale", "no_pdl",
+                          "rope_dim", "rope_dtype")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -243,12 +257,16 @@ for _n in ("q", "k", "v"):
 _TENSORS_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_stride",) + _I64,
                   ("out",) + _PTR, ("out_strides", 24, 8), ("lse",) + _PTR,
                   ("lse_strides", 24, 8), ("sinks",) + _PTR, ("k_scale",) + _PTR,
-                  ("v_scale",) + _PTR, ("scale_strides", 24, 8)]
+                  ("v_scale",) + _PTR, ("scale_strides", 24, 8),
+                  ("q_pe",) + _PTR, ("q_pe_strides", 24, 8),
+                  ("k_pe_cache",) + _PTR, ("k_pe_strides", 24, 8)]
 _APPEND_DECL = []
 for _n in ("k_new", "v_new", "k_cache", "v_cache"):
     _APPEND_DECL += [(_n,) + _PTR, ({"k_cache": "k", "v_cache": "v"}.get(_n, _n) + "_strides", 24, 8)]
 _APPEND_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_stride",) + _I64,
-                 ("k_scale",) + _PTR, ("v_scale",) + _PTR, ("scale_strides", 24, 8)]
+                 ("k_scale",) + _PTR, ("v_scale",) + _PTR, ("scale_strides", 24, 8),
+                 ("k_pe_new",) + _PTR, ("k_pe_new_strides", 24, 8),
+                 ("k_pe_cache",) + _PTR, ("k_pe_strides", 24, 8)]
 _MERGE_PROBLEM_DECL = [(n,) + _I32 for n in ("backend", "dtype", "out_dtype", "num_states",
                                              "batch", "q_len", "num_heads", "head_dim",
                                              "device")]
