@@ -495,7 +495,7 @@ static void test_random_case(void **state) {
  * vector and scalar paths. */
 static int make_cases(const env *e, rcase *cases, int max) {
   static const fd_dtype dts[3] = {FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16};
-  static const int32_t Ds[] = {1, 8, 64, 100, 128, 256, 3, 33, 16, 96};
+  static const int32_t Ds[] = {1, 8, 64, 100, 128, 256, 3, 33, 16, 96, 512, 448};
   const int nD = (int)(sizeof Ds / sizeof *Ds);
   int n = 0;
   for (int i = 0; i < 3; i++)
