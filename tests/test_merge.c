@@ -7,7 +7,7 @@
  * Every call: outputs poisoned with a NaN payload first, 64 guard bytes
  * around every buffer intact after, the inputs unchanged, a second call
  * bitwise identical. Random cases: every (dtype, out_dtype) pair, S in
- * {1, 2, 3, 7, 1024, 65536}, head_dim 1..256 (vector and scalar CUDA paths,
+ * {1, 2, 3, 7, 1024, 65536}, head_dim 1..512 (vector and scalar CUDA paths,
  * misaligned bases too), empty states (lse = -inf, their out_s NaN: must not
  * be read) mixed in, and special rows: all states empty (out 0, lse -inf),
  * a NaN lse_s or +inf lse_s (NaN row), lse_s from -FLT_MAX to FLT_MAX.
@@ -495,7 +495,7 @@ static void test_random_case(void **state) {
  * vector and scalar paths. */
 static int make_cases(const env *e, rcase *cases, int max) {
   static const fd_dtype dts[3] = {FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16};
-  static const int32_t Ds[] = {1, 8, 64, 100, 128, 256, 3, 33, 16, 96};
+  static const int32_t Ds[] = {1, 8, 64, 100, 128, 256, 3, 33, 16, 96, 512, 448};
   const int nD = (int)(sizeof Ds / sizeof *Ds);
   int n = 0;
   for (int i = 0; i < 3; i++)
@@ -746,7 +746,7 @@ static void test_bad_arguments(void **state) {
       {"q_len", offsetof(fd_merge_problem, q_len), INT32_MIN},
       {"num_heads", offsetof(fd_merge_problem, num_heads), 0},
       {"head_dim", offsetof(fd_merge_problem, head_dim), 0},
-      {"head_dim", offsetof(fd_merge_problem, head_dim), 257},
+      {"head_dim", offsetof(fd_merge_problem, head_dim), 513},
       {"device", offsetof(fd_merge_problem, device), -1},
   };
   for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
