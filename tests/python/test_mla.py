@@ -354,7 +354,7 @@ def test_paged_errors():
     assert np.isnan(out).all()
 
 
-# ---- merge_states on MLA states -------------------------------------------------------------------
+# ---- merge_states on MLA states ------------------------------------------------------------------
 @needs_ref
 def test_merge_states_of_two_key_ranges():
     """Keys 0..n1-1 and n1..kv_len-1 of one sequence decoded apart, then merged: the
