@@ -27,24 +27,15 @@ def test_shared_prefix_decode_cpu(args):
     assert "PASS" in res.stdout and "cascade vs plain decode: max_abs=" in res.stdout
 
 
-def _cpu_mla():
-    """True when this library runs MLA on the CPU backend (and torch is installed)."""
+def _has_torch():
     try:
         import torch  # noqa: F401  (the example needs it)
-
-        import flashdecode
-        from flashdecode import _core, _lib
-
-        _core.make_plan(backend=_lib.FD_BACKEND_CPU, device=0, dtype=_lib.FD_DTYPE_F32, batch=1,
-                        q_len=1, num_heads_q=1, num_heads_kv=1, head_dim=512, kv_capacity=64,
-                        page_size=0, max_pages_per_seq=0, num_pages=0, num_splits=0,
-                        softmax_scale=1.0, rope_dim=64)
-    except (ImportError, flashdecode.FlashDecodeError):
+    except ImportError:
         return False
     return True
 
 
-@pytest.mark.skipif(not _cpu_mla(), reason="needs torch and a library with MLA on the CPU")
+@pytest.mark.skipif(not _has_torch(), reason="the example needs torch")
 @pytest.mark.parametrize("args", [
     (),
     ("--kv-dtype", "e4m3", "--page-size", "0", "--q-len", "1", "--batch", "3"),
