@@ -274,7 +274,9 @@ class DecodePlan:
         :func:`flashdecode.decode`).
 
     The variant settings belong to the plan; the sinks are a tensor given to
-    :meth:`run`.
+    :meth:`run`. For multi-head latent attention (DeepSeek-V3 and its kind)
+    use :class:`flashdecode.MLADecodePlan`, a DecodePlan whose run() takes
+    MLA's tensors.
 
     Attributes
     ----------

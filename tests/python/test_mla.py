@@ -197,6 +197,36 @@ def test_deterministic_is_batch_invariant():
         run_numpy("cpu", *c.args(), block_table=c.block_table, deterministic=True, num_splits=2)
 
 
+class _Foreign:
+    """An array known only through DLPack (stands in for another framework's arrays)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_foreign_arrays():
+    c = Case(q_len=2, hq=4, page=16, combined=True, kv_len=(50, 2, 17), cap=64, seed=15)
+    args = [_Foreign(np.ascontiguousarray(x)) for x in c.args()]
+    bt = _Foreign(c.block_table)
+    out, lse = flashdecode.mla_decode(*args, block_table=bt, softmax_scale=SCALE,
+                                      return_lse=True)
+    want, want_lse = c.want()
+    assert_out_close(out, want, "float32")
+    assert_lse_close(lse, want_lse)
+    plan = flashdecode.MLADecodePlan(batch=3, q_len=2, num_heads_q=4, dtype="f32",
+                                     softmax_scale=SCALE, device="cpu", page_size=16,
+                                     max_pages_per_seq=c.block_table.shape[1])
+    out2 = poisoned(out.shape)
+    assert plan.run(*args, bt, out=out2) is out2
+    assert_out_close(out2, want, "float32")
+
+
 # ---- fp8 -----------------------------------------------------------------------------------------
 def fp8_cache(x, scale_shape, rng, fp8=None):
     """x quantized to e4m3 (through torch) with random scales of scale_shape (() = none);
