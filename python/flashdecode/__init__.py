@@ -26,9 +26,10 @@ caches (e4m3 / e5m2, with k_scale / v_scale per tensor, kv head or token).
 deterministic=True: batch-invariant results (a sequence's bits do not depend
 on the batch around it).
 
-Tensors: torch (CPU or CUDA; custom op ``torch.ops.flashdecode.decode`` for
-torch.compile, capturable in CUDA graphs through DecodePlan), numpy on the
-CPU, other frameworks through DLPack.
+Tensors: torch (CPU or CUDA; custom ops ``torch.ops.flashdecode.decode`` and
+``torch.ops.flashdecode.mla_decode`` for torch.compile, capturable in CUDA
+graphs through DecodePlan / MLADecodePlan), numpy on the CPU, other
+frameworks through DLPack.
 
 Algorithm: Flash-Decoding (Dao, Haziza, Massa, Sizov, 2023, "Flash-Decoding
 for long-context inference"), the online softmax of FlashAttention-2 (Dao,

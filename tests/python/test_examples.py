@@ -1,4 +1,5 @@
 """test_examples.py — the Python examples run as a user runs them (CPU), so CI runs them."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -27,15 +28,7 @@ def test_shared_prefix_decode_cpu(args):
     assert "PASS" in res.stdout and "cascade vs plain decode: max_abs=" in res.stdout
 
 
-def _has_torch():
-    try:
-        import torch  # noqa: F401  (the example needs it)
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_torch(), reason="the example needs torch")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the example needs torch")
 @pytest.mark.parametrize("args", [
     (),
     ("--kv-dtype", "e4m3", "--page-size", "0", "--q-len", "1", "--batch", "3"),
