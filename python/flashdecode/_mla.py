@@ -257,9 +257,12 @@ def run_mla(q_nope, q_pe, ckv, kpe, kv_len, block_table, out, lse, softmax_scale
 
 
 def mla_lse_shape(q_nope_shape):
-    """lse's shape for q_nope of this shape: [B, Hq, q_len], or [B, Hq] for a 3-D q_nope."""
+    """lse's shape for q_nope of this shape: [B, Hq, q_len], or [B, Hq] for a 3-D q_nope
+    ((0,) for another rank, which check_mla_call then names)."""
     if len(q_nope_shape) == 3:
         return (q_nope_shape[0], q_nope_shape[1])
+    if len(q_nope_shape) != 4:
+        return (0,)
     return (q_nope_shape[0], q_nope_shape[2], q_nope_shape[1])
 
 

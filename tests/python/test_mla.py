@@ -585,6 +585,25 @@ def test_torch_compile_as_the_first_call():
 
 
 @needs_torch
+def test_torch_errors_name_the_argument():
+    c = Case(q_len=1, hq=4, seed=53)
+    q, p, ckv, kpe, kv_len, _ = torch_case(c, torch.float32)
+    out = torch.full_like(q, float("nan"))
+    for bad, pattern in (((q[0, 0], p[0, 0]), r"^q_nope: expected"),
+                         ((q, p.double()), r"^q_pe: dtype float64"),
+                         ((q, p[:, :, :2]), r"^q_pe: shape")):
+        with pytest.raises((TypeError, ValueError), match=pattern):
+            flashdecode.mla_decode(*bad, ckv, kpe, kv_len, softmax_scale=SCALE,
+                                   return_lse=True)
+        with pytest.raises((TypeError, ValueError), match=pattern):
+            flashdecode.mla_decode(*bad, ckv, kpe, kv_len, softmax_scale=SCALE,
+                                   return_lse=True, out=out)
+    with pytest.raises(TypeError, match=r"^kpe_cache: expected a torch.Tensor"):
+        flashdecode.mla_decode(q, p, ckv, kpe.numpy(), kv_len, softmax_scale=SCALE)
+    assert torch.isnan(out).all()
+
+
+@needs_torch
 def test_torch_fake_checks_name_the_argument():
     """The fake implementation (what torch.compile runs) refuses what the real one does."""
     from torch._subclasses.fake_tensor import FakeTensorMode
