@@ -143,7 +143,7 @@ def main(argv=None):
     pos = torch.arange(L).expand(B, L)
     c_kv, k_pe = layer.latent(x, pos)                                     # [B, L, 512], [B, L, 64]
 
-    # the cache: one 576-wide row per token, paged (or contiguous), in the cache dtype
+    # the cache, paged (or contiguous)
     page = args.page_size
     cache_dtype = torch.float8_e4m3fn if args.kv_dtype else dtype
     if page:
@@ -154,12 +154,12 @@ def main(argv=None):
         lead = (num_pages, page)
     else:
         block_table, lead = None, (B, L)
-    kv = torch.zeros(*lead, KV_LORA + ROPE, dtype=dtype, device=dev)
     if args.kv_dtype:  # fp8 latent [.., 512] beside a 16-bit rope part: two buffers
         ckv_cache = torch.zeros(*lead, KV_LORA, dtype=cache_dtype, device=dev)
         kpe_cache = torch.zeros(*lead, ROPE, dtype=dtype, device=dev)
         k_scale = torch.ones(*lead, dtype=torch.float32, device=dev)      # per token, written
-    else:
+    else:              # one 576-wide row per token, read as two views (no copy)
+        kv = torch.zeros(*lead, KV_LORA + ROPE, dtype=dtype, device=dev)
         ckv_cache, kpe_cache, k_scale = kv[..., :KV_LORA], kv[..., KV_LORA:], None
 
     # fill the cache: the earlier tokens one sequence at a time, then the q_len new tokens
