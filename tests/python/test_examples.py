@@ -1,4 +1,5 @@
 """test_examples.py — the Python examples run as a user runs them (CPU), so CI runs them."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -25,3 +26,15 @@ def test_shared_prefix_decode_cpu(args):
     res = run_example("shared_prefix_decode.py", "--device", "cpu", *args)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "PASS" in res.stdout and "cascade vs plain decode: max_abs=" in res.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the example needs torch")
+@pytest.mark.parametrize("args", [
+    (),
+    ("--kv-dtype", "e4m3", "--page-size", "0", "--q-len", "1", "--batch", "3"),
+    ("--dtype", "bfloat16", "--page-size", "1", "--q-len", "16", "--max-len", "200"),
+], ids=["defaults", "fp8-contiguous-qlen1", "bf16-page1-qlen16"])
+def test_deepseek_mla_decode_cpu(args):
+    res = run_example("deepseek_mla_decode.py", "--device", "cpu", *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS" in res.stdout and "max error" in res.stdout
