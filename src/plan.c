@@ -86,6 +86,7 @@ typedef struct plan_machine {
   int32_t slots;         /* CUDA: multiprocessors; CPU, reference: threads */
   int32_t blocks_per_sm; /* CUDA: blocks of the chosen kernel a multiprocessor holds */
   int wide_ok;           /* CUDA: the 8-warp config may run (device, dtypes, kernel) */
+  int64_t row_tiles;     /* CUDA MLA: blocks a (sequence, split) (row tiles); else 1 */
 } plan_machine;
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
@@ -281,6 +282,18 @@ static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_erro
     const fd_status st = fd_cuda_check_device(p->device, err);
     if (st != FD_STATUS_OK) return st;
   }
+  if (p->rope_dim > 0) { /* MLA: the MLA kernel's shapes */
+    if (p->rope_dim != 64 || (p->head_dim != 512 && p->head_dim != 448))
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "head_dim: MLA on the CUDA backend takes (head_dim, rope_dim) = (512, 64) or "
+                     "(448, 64), not (%d, %d)",
+                     p->head_dim, p->rope_dim);
+    if (p->dtype != FD_DTYPE_F16 && p->dtype != FD_DTYPE_BF16)
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "dtype: MLA on the CUDA backend takes fp16 or bf16 q, not %s",
+                     fd_dtype_name(p->dtype));
+    return FD_STATUS_OK;
+  }
   if (p->head_dim != 64 && p->head_dim != 80 && p->head_dim != 96 && p->head_dim != 128 &&
       p->head_dim != 256)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
@@ -300,6 +313,25 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
     if (p->num_threads == 0) p->num_threads = fd_cpu_default_threads();
     plan->num_threads = p->num_threads;
     plan->sm_count = p->num_threads;
+    return FD_STATUS_OK;
+  }
+  if (p->rope_dim > 0) { /* MLA: one block an SM where its block fits (gpu_select.h) */
+    if (given) {
+      *fit = *given;
+    } else {
+      const fd_status st = fd_cuda_device_budget(p->device, &fit->g, err);
+      if (st != FD_STATUS_OK) return st;
+    }
+    const int64_t rows = (int64_t)p->num_heads_q * p->q_len;
+    if (fd_mla_row_groups(&fit->g, p->head_dim, rows) < 1 || fit->g.sm_count < 1)
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "head_dim: MLA at head_dim %d needs %zu bytes of shared memory a block; "
+                     "device %d (compute capability %d.%d) has %d",
+                     p->head_dim, FD_MLA_SMEM(p->head_dim == 448 ? 448 : 512, 4), p->device,
+                     fit->g.cc_major, fit->g.cc_minor, fit->g.smem_block);
+    fit->split_blocks = 1;
+    fit->rows_blocks = 0;
+    plan->sm_count = p->sm_count > 0 ? p->sm_count : fit->g.sm_count;
     return FD_STATUS_OK;
   }
   if (given) {
@@ -327,6 +359,7 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
 static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
   if (p->backend == FD_BACKEND_REFERENCE) return FD_KERNEL_REFERENCE;
   if (p->backend != FD_BACKEND_CUDA) return FD_KERNEL_CPU;
+  if (p->rope_dim > 0) return FD_KERNEL_CUDA_MLA;
   if (p->dtype == FD_DTYPE_F32) return FD_KERNEL_CUDA_F32;
   if (fd_rows_kernel_shape(p) && fit->rows_blocks > 0) return FD_KERNEL_CUDA_ROWS;
   return fd_mma_config_4w(&fit->g, p->head_dim) == FD_MMA_LEAN ? FD_KERNEL_CUDA_MMA_LEAN
@@ -338,8 +371,13 @@ static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
  * dtype (an fp8 cache has no 8-warp instance) where the device holds it. */
 static plan_machine machine_for(const fd_problem *p, const fd_plan *plan, fd_kernel kernel,
                                 const fd_cuda_fit *fit) {
-  plan_machine m = {plan->sm_count, 1, 0};
+  plan_machine m = {plan->sm_count, 1, 0, 1};
   if (p->backend != FD_BACKEND_CUDA) return m;
+  if (kernel == FD_KERNEL_CUDA_MLA) { /* one block an SM (its shared memory: gpu_select.h) */
+    const int64_t rows = (int64_t)p->num_heads_q * p->q_len;
+    m.row_tiles = fd_mla_row_tiles(fd_mla_row_groups(&fit->g, p->head_dim, rows), rows);
+    return m;
+  }
   m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS ? fit->rows_blocks : fit->split_blocks;
   m.wide_ok = kernel == FD_KERNEL_CUDA_MMA_4W && p->kv_dtype == p->dtype &&
               fd_mma_wide_ok(&fit->g, p->head_dim);
@@ -397,6 +435,7 @@ static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
                                      (double)fd_dtype_size(p->kv_dtype));
   if (kernel == FD_KERNEL_CUDA_ROWS)
     heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len);
+  if (kernel == FD_KERNEL_CUDA_MLA) heads_per_item *= m.row_tiles; /* one block a row tile */
   int32_t splits = auto_splits(p, kernel, &m, (int64_t)p->batch * heads_per_item, hint_chunks);
   /* Ragged batches (the longest hint above 1.5x the mean): the longest
    * sequence's splits are the critical path. Cut it so that each of its
@@ -447,8 +486,9 @@ static fd_status choose_splits(const fd_problem *p, fd_kernel kernel, const plan
     splits = p->num_splits;
   }
   if (p->backend == FD_BACKEND_CUDA && p->dtype != FD_DTYPE_F32 && !p->deterministic) {
-    const int64_t need = ceil_div(
-        len->longest, fd_rows_kernel_shape(p) ? FD_ROWS_MAX_SPLIT_KEYS : FD_MMA_MAX_SPLIT_KEYS);
+    const int64_t need = ceil_div(len->longest, fd_rows_kernel_shape(p) || p->rope_dim > 0
+                                                    ? FD_ROWS_MAX_SPLIT_KEYS
+                                                    : FD_MMA_MAX_SPLIT_KEYS);
     if (need > splits) splits = need > FD_MAX_SPLITS ? FD_MAX_SPLITS : (int32_t)need;
   }
   if (splits > max_chunks) splits = (int32_t)max_chunks;
