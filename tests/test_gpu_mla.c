@@ -18,7 +18,8 @@
  * Each case prints one line: PASS or FAIL, the worst error over its
  * tolerance, the first bad element (b, t, h, d) with both values, and the
  * counts of unexpected NaN and of bad lse. FD_TEST_SEED fixes the inputs;
- * FD_TEST_FILTER=<substring> runs the matching cases only. Exits 77
+ * FD_TEST_FILTER=<substring> runs the matching cases only; FD_TEST_QUICK=1
+ * (compute-sanitizer) skips those over 3000 keys or 256 rows. Exits 77
  * (ctest: skipped) when no usable GPU is present.
  */
 #include <math.h>
@@ -438,6 +439,12 @@ static void run_case(const mla_case *c) {
   char name[256];
   case_name(c, name, sizeof name);
   if (filtered_out(name)) return;
+  const char *quick = getenv("FD_TEST_QUICK"); /* compute-sanitizer: the smaller cases */
+  if (quick && *quick && *quick != '0') {
+    int64_t keys = 0;
+    for (int b = 0; b < c->batch; b++) keys += c->kv_len[b];
+    if (keys > 3000 || (int64_t)c->heads * c->q_len > 256) return;
+  }
   mla_inputs in;
   make_inputs(c, &in);
   fd_error err;

@@ -571,8 +571,9 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
       fd_cp_async_commit();
     }
     /* the block_table entry of key tid of tile i + ST (stored at the end) */
-    const int pkey0 = begin + (i + ST) * KT;
-    const bool pin = tid < KT && i + ST < num_tiles && tid < end - pkey0;
+    const bool pnext = i + ST < num_tiles;
+    const int pkey0 = pnext ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
+    const bool pin = tid < KT && pnext && tid < end - pkey0;
     const int ppage = fd_mla_key_page(p, b, pkey0 + tid, pin);
 
     /* S for the warp's KPW keys */
@@ -720,7 +721,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
       fd_mla_pv16<PT, C>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
 
     /* the offsets of tile i + ST into the slot tile i's offsets used */
-    if (tid < KT && i + ST < num_tiles)
+    if (tid < KT && pnext)
       fd_mla_key_store(p, b, pkey0 + tid, pin, ppage, kesz, resz, sOffs + ((i + ST) % ST * KT + tid) * 3);
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain */
