@@ -1,7 +1,8 @@
 /*
  * test_gpu_mla.c — MLA decode (rope_dim 64) on CUDA against the float64
  * oracle (fd_reference_f64 on the same host inputs), and the CUDA append of
- * an MLA cache against the host append (the same bytes).
+ * an MLA cache against the host append (the same bytes); then the shared
+ * MLA case grid (mla_cases.c, mla_fixture.c) on CUDA.
  *
  * Decode cases: head_dim 512 and 448; 3 .. 128 query heads; q_len 1, 2, 5,
  * 16; ragged batches of 1 .. 4 with kv_len 0, 1 and odd lengths; paged
@@ -37,6 +38,7 @@
 #include "gpu_mem.h"
 #include "harness.h"
 #include "internal.h"
+#include "mla_fixture.h"
 
 #define R 64         /* rope_dim */
 #define GUARD 256    /* guard bytes past out and lse */
@@ -834,6 +836,28 @@ static void test_append(void **state) {
   finish_group("append", before);
 }
 
+/* The MLA case grid of mla_cases.c (the CPU backend's fixture, shared) on
+ * CUDA, through device memory. */
+static const fd_mla_mem gpu_mla_mem = {fd_gpu_malloc, fd_gpu_free, fd_gpu_upload, fd_gpu_download,
+                                       fd_gpu_synchronize};
+
+static void test_fixture_grid(void **state) {
+  (void)state;
+  static fd_mla_case cases[512];
+  const int n = fd_mla_grid_cases(FD_BACKEND_CUDA, cases, 512);
+  const uint64_t seed = fd_test_seed();
+  int failed = 0;
+  for (int i = 0; i < n; i++) {
+    char name[256];
+    fd_mla_case_name(&cases[i], name, sizeof name);
+    if (filtered_out(name)) continue;
+    const int f = fd_mla_case_run(&cases[i], seed, &gpu_mla_mem);
+    printf("%s fixture %s%s\n", f ? "FAIL" : "PASS", name, f ? " (checks above)" : "");
+    failed += f != 0;
+  }
+  if (failed) fail_msg("fixture grid: %d of %d case(s) failed", failed, n);
+}
+
 int main(void) {
   if (!fd_backend_available(FD_BACKEND_CUDA)) {
     printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
@@ -845,6 +869,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shapes), cmocka_unit_test(test_layouts), cmocka_unit_test(test_fp8),
       cmocka_unit_test(test_splits), cmocka_unit_test(test_append),
+      cmocka_unit_test(test_fixture_grid),
   };
   const int rc = cmocka_run_group_tests_name("gpu_mla", tests, NULL, NULL);
   printf("gpu_mla: %d case(s) failed\n", g_failed);
