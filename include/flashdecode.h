@@ -680,7 +680,8 @@ typedef struct fd_tensors {
  * Inf in that key's V (the kernels multiply it by a zero weight).
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
- * backend sums each 32-key block in float32 and the blocks in double; the
+ * backend sums each 32-key block (MLA: 128 keys) in float32 and the blocks
+ * in double; the
  * CUDA float32 kernel keeps compensated sums (each tile's p v folded into
  * the running sum by Fast2Sum, the dropped part carried); the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one
@@ -798,7 +799,8 @@ typedef struct fd_append_tensors {
  *       need outside [0, num_pages) (negative ids always); a TENSOR / HEAD
  *       scale that is zero, negative, NaN or infinite.
  *   FD_STATUS_UNSUPPORTED  CUDA: batch * num_new * num_heads_kv above 2^31 - 1;
- *       CUDA not built in.
+ *       an MLA plan (rope_dim > 0) in a build whose CUDA append kernel does
+ *       not write MLA caches; CUDA not built in.
  *   FD_STATUS_BACKEND_ERROR  the CUDA launch failed.
  */
 FD_API fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors,
