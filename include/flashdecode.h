@@ -127,7 +127,8 @@
  *   position, 1] as for any cache of one kv head); v_scale must be NULL: the
  *   values are c_kv * k_scale. Not combined with a window, soft-cap, sinks
  *   or non_causal. Backends: the reference and CPU take D 1..512, R 1..64;
- *   CUDA takes (D, R) = (512, 64) and (448, 64) with 16-bit q.
+ *   CUDA takes (D, R) = (512, 64) and (448, 64) with 16-bit q. CPU plans of
+ *   MLA need a workspace even with one split (each thread's row buffers).
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -336,7 +337,8 @@ typedef struct fd_problem {
                             non_causal: 1..FD_MAX_Q_LEN_NON_CAUSAL */
   int32_t num_heads_q;   /* query heads, >= 1 */
   int32_t num_heads_kv;  /* kv heads, >= 1, divides num_heads_q */
-  int32_t head_dim;      /* CPU/reference: 1..256; CUDA: 64, 80, 96, 128 or 256 */
+  int32_t head_dim;      /* CPU/reference: 1..256 (MLA: 1..512); CUDA: 64, 80,
+                            96, 128 or 256 (MLA: 512 or 448) */
   int32_t kv_capacity;   /* the largest kv_len any run may see. Contiguous
                             caches: the cache's second dimension, >= 1
                             (required: 0 is refused). Paged caches: 0 means
@@ -428,8 +430,8 @@ typedef struct fd_problem {
 #define FD_MAX_Q_LEN_NON_CAUSAL 128
 
 /* A stride value (fd_tensors) that broadcasts an input tensor along that
- * dimension: every index reads index 0's elements. Only for q, k_cache and
- * v_cache; a literal 0 is refused unless all three strides are 0 (contiguous)
+ * dimension: every index reads index 0's elements. Only for q, k_cache,
+ * v_cache, q_pe and k_pe_cache; a literal 0 is refused unless all three strides are 0 (contiguous)
  * or the dimension has extent 1 (see UNITS AND CONVENTIONS). */
 #define FD_STRIDE_BROADCAST INT64_MIN
 
@@ -492,9 +494,14 @@ typedef struct fd_plan {
  *       (they are cache types: set kv_dtype); kv_dtype not 0, dtype,
  *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
  *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
- *       kv_dtype; no_pdl not 0 or 1.
+ *       kv_dtype; no_pdl not 0 or 1; rope_dim outside 0..64; rope_dtype set
+ *       with rope_dim 0. With rope_dim > 0 (MLA): head_dim outside 1..512,
+ *       num_heads_kv not 1, softmax_scale 0 (MLA has no default), a window
+ *       (has_window with window_left >= 0), logits_soft_cap or non_causal
+ *       set, rope_dtype not 0, dtype or kv_dtype.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
- *       with head_dim not 64, 80, 96, 128 or 256, a device below compute
+ *       with head_dim not 64, 80, 96, 128 or 256 (MLA: (head_dim, rope_dim)
+ *       not (512, 64) or (448, 64), or dtype not fp16 / bf16), a device below compute
  *       capability 8.0 (the message names its compute capability), one this
  *       build holds no code for, or one whose shared memory holds no kernel
  *       configuration for the head_dim (never for a real GPU of 8.0+).
@@ -612,12 +619,18 @@ typedef struct fd_tensors {
  *       set, or given with FD_KV_SCALE_NONE, or not float-aligned;
  *       host-side checks of kv_len / block_table (CPU, reference) and of the
  *       scales that will be read (CPU, reference: a scale that is zero,
- *       negative, NaN or infinite, named with its index).
+ *       negative, NaN or infinite, named with its index). MLA (rope_dim >
+ *       0): q_pe or k_pe_cache NULL or not aligned to its element type;
+ *       v_cache, v_scale or sinks given (the values are k_cache's rows,
+ *       times k_scale); q_pe_strides / k_pe_strides as q's and k_cache's
+ *       (FD_STRIDE_BROADCAST allowed); out or lse overlapping q_pe or
+ *       k_pe_cache. Standard plans (rope_dim 0): q_pe or k_pe_cache given.
  *   FD_STATUS_WORKSPACE_TOO_SMALL  workspace_size < plan->workspace_size, or
  *       workspace NULL while plan->workspace_size > 0.
- *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache, out or the workspace
- *       not aligned to 16 bytes, or a stride of q, k, v or out that is not a
- *       multiple of 16 bytes (lse needs only float alignment; for an fp8
+ *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache (MLA: q_pe and
+ *       k_pe_cache instead), out or the workspace not aligned to 16 bytes,
+ *       or a stride of one of those tensors that is not a multiple of 16
+ *       bytes (lse needs only float alignment; for an fp8
  *       cache, elements are bytes: 16 fp8 values); batch or num_heads_kv
  *       above 65535. The CPU and reference backends take any pointer aligned
  *       to its element type and any non-negative strides.
@@ -777,7 +790,10 @@ typedef struct fd_append_tensors {
  *       k_cache, v_cache, kv_len; block_table when paged; k_scale and
  *       v_scale when kv_scale is set) or a scale given with
  *       FD_KV_SCALE_NONE; a negative stride; k_new, v_new, k_cache or v_cache
- *       not aligned to its element size. Host-side (CPU, reference): kv_len[b]
+ *       not aligned to its element size. MLA (rope_dim > 0): k_pe_new or
+ *       k_pe_cache NULL or misaligned, v_new, v_cache or v_scale given (v_new
+ *       / v_cache / v_scale are required without rope_dim, and k_pe_new /
+ *       k_pe_cache refused). Host-side (CPU, reference): kv_len[b]
  *       < 0 or kv_len[b] + num_new > kv_capacity; a page id the new tokens
  *       need outside [0, num_pages) (negative ids always); a TENSOR / HEAD
  *       scale that is zero, negative, NaN or infinite.
@@ -802,7 +818,7 @@ typedef struct fd_merge_problem {
   int32_t batch;        /* >= 1 */
   int32_t q_len;        /* >= 1 */
   int32_t num_heads;    /* >= 1 */
-  int32_t head_dim;     /* 1..256 */
+  int32_t head_dim;     /* 1..512 (512: MLA states) */
   int32_t device;       /* CUDA: device ordinal */
 } fd_merge_problem;
 

@@ -69,8 +69,8 @@ static fd_status resolve3(int64_t dst[3], const int64_t src[3], const dims3 *d, 
     if (src[i] == FD_STRIDE_BROADCAST) {
       if (!inputs)
         return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                       "%s: stride %d is FD_STRIDE_BROADCAST; only q, k_cache and v_cache can be "
-                       "broadcast (an output's elements would overlap)",
+                       "%s: stride %d is FD_STRIDE_BROADCAST; only the inputs (q, k_cache, v_cache, "
+                       "q_pe, k_pe_cache) can be broadcast (an output's elements would overlap)",
                        name, i);
       dst[i] = 0;
       continue;
@@ -138,7 +138,7 @@ static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const 
   const fd_problem *p = &plan->problem;
   const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
   const int64_t D = p->head_dim;
-  span in[9], out, lse;
+  span in[12], out, lse;
   int n_in = 0;
   fd_status st;
   const int64_t q3[3] = {p->batch, p->q_len, p->num_heads_q};
@@ -148,14 +148,22 @@ static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const 
   const int64_t kv3[3] = {blocks, p->page_size > 0 ? p->page_size : plan->kv_capacity,
                           p->num_heads_kv};
   if ((st = make_span(&in[n_in++], t->k_cache, kv3, t->k_strides, D, ekv, "k_cache", err))) return st;
-  if ((st = make_span(&in[n_in++], t->v_cache, kv3, t->v_strides, D, ekv, "v_cache", err))) return st;
+  if (p->rope_dim > 0) { /* MLA: q_pe and k_pe_cache; no v_cache */
+    const int64_t R = p->rope_dim;
+    if ((st = make_span(&in[n_in++], t->q_pe, q3, t->q_pe_strides, R, e, "q_pe", err))) return st;
+    if ((st = make_span(&in[n_in++], t->k_pe_cache, kv3, t->k_pe_strides, R,
+                        fd_dtype_size(p->rope_dtype), "k_pe_cache", err)))
+      return st;
+  } else if ((st = make_span(&in[n_in++], t->v_cache, kv3, t->v_strides, D, ekv, "v_cache", err))) {
+    return st;
+  }
   const int64_t one[3] = {1, 1, 1}, none[3] = {0, 0, 0};
   if (p->kv_scale != FD_KV_SCALE_NONE) { /* fp8 scales: [1], [num_heads_kv], or per token */
     const int tok = p->kv_scale == FD_KV_SCALE_TOKEN;
     const int64_t count = tok ? 1 : p->kv_scale == FD_KV_SCALE_HEAD ? p->num_heads_kv : 1;
     const float *sc[2] = {t->k_scale, t->v_scale};
     const char *names[2] = {"k_scale", "v_scale"};
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < (p->rope_dim > 0 ? 1 : 2); w++)
       if ((st = make_span(&in[n_in++], sc[w], tok ? kv3 : one, tok ? t->scale_strides : none, count,
                           sizeof(float), names[w], err)))
         return st;
@@ -196,6 +204,45 @@ static int misaligned(const void *ptr, const int64_t strides[3], size_t elem, si
   return 0;
 }
 
+/* The pointers that depend on rope_dim: MLA (rope_dim > 0) needs q_pe and
+ * k_pe_cache, aligned to their elements, and takes no v_cache (its values
+ * are k_cache's rows) and no sinks; standard attention needs v_cache and
+ * takes neither rope part. v_scale is scales.c's. */
+static fd_status check_mla_pointers(const fd_problem *p, const fd_tensors *in, fd_error *err) {
+  if (p->rope_dim == 0) {
+    if (!in->v_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_cache: NULL");
+    if (in->q_pe)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "q_pe: given, but the plan's rope_dim is 0 (q_pe is MLA's; pass NULL)");
+    if (in->k_pe_cache)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "k_pe_cache: given, but the plan's rope_dim is 0 (k_pe_cache is MLA's; pass "
+                     "NULL)");
+    return FD_STATUS_OK;
+  }
+  if (!in->q_pe)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_pe: NULL, but the plan's rope_dim is %d",
+                   p->rope_dim);
+  if (!in->k_pe_cache)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "k_pe_cache: NULL, but the plan's rope_dim is %d", p->rope_dim);
+  if (in->v_cache)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "v_cache: given with rope_dim %d; MLA's values are k_cache's rows (c_kv), pass "
+                   "NULL",
+                   p->rope_dim);
+  if (in->sinks)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "sinks: given with rope_dim %d; MLA takes no attention sinks", p->rope_dim);
+  if ((uintptr_t)in->q_pe % fd_dtype_size(p->dtype))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_pe: not aligned to its %zu-byte elements",
+                   fd_dtype_size(p->dtype));
+  if ((uintptr_t)in->k_pe_cache % fd_dtype_size(p->rope_dtype))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "k_pe_cache: not aligned to its %zu-byte elements", fd_dtype_size(p->rope_dtype));
+  return FD_STATUS_OK;
+}
+
 fd_status fd_check_host_lengths(const fd_plan *plan, const fd_tensors *t, fd_error *err) {
   const fd_problem *p = &plan->problem;
   for (int32_t b = 0; b < p->batch; b++) {
@@ -227,9 +274,10 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   if (!tensors) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "tensors: NULL");
   const fd_problem *p = &plan->problem;
   const fd_tensors *in = tensors;
+  fd_status st;
   if (!in->q) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q: NULL");
   if (!in->k_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "k_cache: NULL");
-  if (!in->v_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_cache: NULL");
+  if ((st = check_mla_pointers(p, in, err))) return st;
   if (!in->kv_len) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_len: NULL");
   if (!in->out) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "out: NULL");
   if (in->sinks && (uintptr_t)in->sinks % sizeof(float))
@@ -242,7 +290,6 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
 
   fd_tensors t = *in;
   const int64_t D = p->head_dim;
-  fd_status st;
   const dims3 qd = {{p->batch, p->q_len, p->num_heads_q}, {"batch", "token", "head"}};
   const dims3 ld = {{p->batch, p->num_heads_q, p->q_len}, {"batch", "head", "token"}};
   const dims3 kd = p->page_size > 0
@@ -253,7 +300,17 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   if ((st = resolve3(t.q_strides, in->q_strides, &qd, D, "q_strides", 1, 1, err))) return st;
   if ((st = resolve3(t.out_strides, in->out_strides, &qd, D, "out_strides", 0, 1, err))) return st;
   if ((st = resolve3(t.k_strides, in->k_strides, &kd, D, "k_strides", 1, 1, err))) return st;
-  if ((st = resolve3(t.v_strides, in->v_strides, &kd, D, "v_strides", 1, 1, err))) return st;
+  if (p->rope_dim > 0) { /* MLA: the rope parts; v_cache is k_cache */
+    if ((st = resolve3(t.q_pe_strides, in->q_pe_strides, &qd, p->rope_dim, "q_pe_strides", 1, 1,
+                       err)))
+      return st;
+    if ((st = resolve3(t.k_pe_strides, in->k_pe_strides, &kd, p->rope_dim, "k_pe_strides", 1, 1,
+                       err)))
+      return st;
+    for (int i = 0; i < 3; i++) t.v_strides[i] = 0;
+  } else if ((st = resolve3(t.v_strides, in->v_strides, &kd, D, "v_strides", 1, 1, err))) {
+    return st;
+  }
   if ((st = resolve3(t.lse_strides, in->lse_strides, &ld, 1, "lse_strides", 0, in->lse != NULL,
                      err)))
     return st;
@@ -285,9 +342,16 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
       if (misaligned(t.k_cache, t.k_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "k_cache: CUDA needs 16-byte aligned base and strides");
-      if (misaligned(t.v_cache, t.v_strides, ekv, 16))
+      if (p->rope_dim == 0 && misaligned(t.v_cache, t.v_strides, ekv, 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "v_cache: CUDA needs 16-byte aligned base and strides");
+      if (p->rope_dim > 0 && misaligned(t.q_pe, t.q_pe_strides, e, 16))
+        return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                       "q_pe: CUDA needs 16-byte aligned base and strides");
+      if (p->rope_dim > 0 &&
+          misaligned(t.k_pe_cache, t.k_pe_strides, fd_dtype_size(p->rope_dtype), 16))
+        return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                       "k_pe_cache: CUDA needs 16-byte aligned base and strides");
       if (misaligned(t.out, t.out_strides, fd_dtype_size(p->out_dtype), 16))
         return fd_fail(err, FD_STATUS_UNSUPPORTED, "out: CUDA needs 16-byte aligned base and strides");
       if ((uintptr_t)workspace % 16)

@@ -28,6 +28,41 @@ static fd_status resolve(int64_t dst[3], const int64_t src[3], int64_t d0, int64
   return FD_STATUS_OK;
 }
 
+/* The pointers that depend on rope_dim (the same rules as fd_run's): MLA
+ * needs k_pe_new and k_pe_cache and takes no v_new / v_cache (its values
+ * are the latent rows); standard attention the reverse. v_scale is
+ * scales.c's. */
+static fd_status check_mla_pointers(const fd_problem *p, const fd_append_tensors *in,
+                                    fd_error *err) {
+  if (p->rope_dim == 0) {
+    if (!in->v_new) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_new: NULL");
+    if (!in->v_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_cache: NULL");
+    if (in->k_pe_new)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "k_pe_new: given, but the plan's rope_dim is 0 (it is MLA's; pass NULL)");
+    if (in->k_pe_cache)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "k_pe_cache: given, but the plan's rope_dim is 0 (it is MLA's; pass NULL)");
+    return FD_STATUS_OK;
+  }
+  if (!in->k_pe_new)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "k_pe_new: NULL, but the plan's rope_dim is %d",
+                   p->rope_dim);
+  if (!in->k_pe_cache)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "k_pe_cache: NULL, but the plan's rope_dim is %d", p->rope_dim);
+  if (in->v_new)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "v_new: given with rope_dim %d; MLA's values are the latent rows (k_new), pass "
+                   "NULL",
+                   p->rope_dim);
+  if (in->v_cache)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "v_cache: given with rope_dim %d; MLA's values are k_cache's rows, pass NULL",
+                   p->rope_dim);
+  return FD_STATUS_OK;
+}
+
 fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors, int32_t num_new,
                        void *stream, fd_error *err) {
   if (!plan) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "plan: NULL");
@@ -39,9 +74,9 @@ fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors, in
   const fd_problem *p = &plan->problem;
   const fd_append_tensors *in = tensors;
   if (!in->k_new) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "k_new: NULL");
-  if (!in->v_new) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_new: NULL");
   if (!in->k_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "k_cache: NULL");
-  if (!in->v_cache) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "v_cache: NULL");
+  fd_status st;
+  if ((st = check_mla_pointers(p, in, err))) return st;
   if (!in->kv_len) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_len: NULL");
   if (p->page_size > 0 && !in->block_table)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "block_table: NULL for a paged cache");
@@ -50,13 +85,19 @@ fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors, in
                    (long long)in->block_table_stride);
 
   fd_append_tensors t = *in;
-  const int64_t D = p->head_dim, H = p->num_heads_kv;
+  const int64_t D = p->head_dim, H = p->num_heads_kv, R = p->rope_dim;
   const int64_t rows = p->page_size > 0 ? p->page_size : plan->kv_capacity;
-  fd_status st;
   if ((st = resolve(t.k_new_strides, in->k_new_strides, num_new, H, D, "k_new_strides", err)) ||
-      (st = resolve(t.v_new_strides, in->v_new_strides, num_new, H, D, "v_new_strides", err)) ||
-      (st = resolve(t.k_strides, in->k_strides, rows, H, D, "k_strides", err)) ||
-      (st = resolve(t.v_strides, in->v_strides, rows, H, D, "v_strides", err)))
+      (st = resolve(t.k_strides, in->k_strides, rows, H, D, "k_strides", err)))
+    return st;
+  if (R == 0 &&
+      ((st = resolve(t.v_new_strides, in->v_new_strides, num_new, H, D, "v_new_strides", err)) ||
+       (st = resolve(t.v_strides, in->v_strides, rows, H, D, "v_strides", err))))
+    return st;
+  if (R > 0 &&
+      ((st = resolve(t.k_pe_new_strides, in->k_pe_new_strides, num_new, H, R, "k_pe_new_strides",
+                     err)) ||
+       (st = resolve(t.k_pe_strides, in->k_pe_strides, rows, H, R, "k_pe_strides", err))))
     return st;
   if ((st = fd_check_scale_args(plan, in->k_scale, in->v_scale, in->scale_strides, t.scale_strides,
                                 err)))
@@ -65,9 +106,13 @@ fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors, in
   if (p->page_size == 0) t.block_table = NULL;
 
   const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
-  const void *ptrs[4] = {t.k_new, t.v_new, t.k_cache, t.v_cache};
-  const size_t sizes[4] = {e, e, ekv, ekv};
-  const char *names[4] = {"k_new", "v_new", "k_cache", "v_cache"};
+  /* MLA: the rope parts in place of v (rope_dtype is resolved when rope_dim > 0) */
+  const size_t erope = R > 0 ? fd_dtype_size(p->rope_dtype) : ekv;
+  const void *ptrs[4] = {t.k_new, R > 0 ? t.k_pe_new : t.v_new, t.k_cache,
+                         R > 0 ? t.k_pe_cache : t.v_cache};
+  const size_t sizes[4] = {e, e, ekv, erope};
+  const char *names[4] = {"k_new", R > 0 ? "k_pe_new" : "v_new", "k_cache",
+                          R > 0 ? "k_pe_cache" : "v_cache"};
   for (int i = 0; i < 4; i++)
     if ((uintptr_t)ptrs[i] % sizes[i])
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "%s: not aligned to its %zu-byte elements",

@@ -51,6 +51,63 @@ static inline int64_t fd_scale_index(const fd_plan *plan, const int32_t *block_t
          (int64_t)hk * strides[2];
 }
 
+/* MLA (fd_problem.rope_dim > 0): the widest rope part, the widest latent
+ * (head_dim) the CPU and reference backends take, and the most columns of
+ * any row a backend holds (an MLA key: latent and rope part). */
+#define FD_MAX_ROPE_DIM 64
+#define FD_MAX_MLA_HEAD_DIM 512
+#define FD_MAX_ROW_DIM (FD_MAX_MLA_HEAD_DIM + FD_MAX_ROPE_DIM)
+
+/* CPU backend, MLA: query rows one work item runs (a tile of the
+ * sequence's num_heads_q x q_len rows sharing each key block read), and the
+ * keys of one block (FD_CPU_KEY_BLOCK). */
+#define FD_CPU_MLA_TILE_ROWS 64
+#define FD_CPU_MLA_BLOCK 32
+
+static inline int32_t fd_cpu_mla_tile_rows(const fd_problem *p) {
+  const int32_t rows = p->num_heads_q * p->q_len;
+  return rows < FD_CPU_MLA_TILE_ROWS ? rows : FD_CPU_MLA_TILE_ROWS;
+}
+
+static inline size_t fd_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The per-thread scratch of a CPU MLA call, in the workspace: T =
+ * fd_cpu_mla_tile_rows rows of q ([T][head_dim + rope_dim] floats), of the
+ * float sums ([T][head_dim]), of the double sums ([T][head_dim]), the
+ * softmax scratch ([T][FD_CPU_MLA_BLOCK]) and one key block as the kernels
+ * read it ([FD_CPU_MLA_BLOCK][head_dim + rope_dim] floats), each 64-byte
+ * aligned. */
+typedef struct fd_cpu_mla_scratch_layout {
+  size_t q, acc, outer, scratch, keys, bytes; /* offsets; bytes: one thread's total */
+} fd_cpu_mla_scratch_layout;
+
+static inline fd_cpu_mla_scratch_layout fd_cpu_mla_layout(const fd_problem *p) {
+  fd_cpu_mla_scratch_layout l;
+  const size_t T = (size_t)fd_cpu_mla_tile_rows(p), D = (size_t)p->head_dim;
+  const size_t W = D + (size_t)p->rope_dim;
+  size_t off = 0;
+  l.q = off;
+  off = fd_align_up(off + T * W * sizeof(float), 64);
+  l.acc = off;
+  off = fd_align_up(off + T * D * sizeof(float), 64);
+  l.outer = off;
+  off = fd_align_up(off + T * D * sizeof(double), 64);
+  l.scratch = off;
+  off = fd_align_up(off + T * FD_CPU_MLA_BLOCK * sizeof(float), 64);
+  l.keys = off;
+  off = fd_align_up(off + FD_CPU_MLA_BLOCK * W * sizeof(float), 64);
+  l.bytes = fd_align_up(off, 256);
+  return l;
+}
+
+/* Where the CPU MLA threads' scratch starts in the workspace: after the
+ * split arrays (plan.c lays it out; num_threads scratches of
+ * fd_cpu_mla_layout(p).bytes). */
+static inline size_t fd_cpu_mla_scratch_offset(const fd_problem *p, const fd_plan *plan) {
+  if (plan->num_splits <= 1) return 0;
+  return fd_align_up(plan->ws_counters + (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t), 256);
+}
+
 /* Rows of the partial arrays: one per (sequence, query head, query row).
  * Row index = (b * num_heads_q + h) * q_len + t. */
 static inline int64_t fd_num_rows(const fd_plan *plan) {

@@ -37,8 +37,9 @@ static fd_status check_problem(const fd_merge_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_len: %d, must be >= 1", p->q_len);
   if (p->num_heads < 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "num_heads: %d, must be >= 1", p->num_heads);
-  if (p->head_dim < 1 || p->head_dim > 256)
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "head_dim: %d, must be 1..256", p->head_dim);
+  if (p->head_dim < 1 || p->head_dim > FD_MAX_MLA_HEAD_DIM)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "head_dim: %d, must be 1..%d", p->head_dim,
+                   FD_MAX_MLA_HEAD_DIM);
   if (p->device < 0)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "device: %d, must be >= 0", p->device);
   /* In double first: the int32 fields' product can overflow int64. */

@@ -64,7 +64,7 @@ int32_t fd_num_splits_heuristic(int64_t work_items, int64_t max_chunks, int32_t 
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static size_t align_up(size_t x, size_t a) { return fd_align_up(x, a); }
 
 /* Keys the splits of a sequence of kv_len keys cover: all of them, or with
  * a window at most window_left + q_len past a chunk boundary
@@ -87,6 +87,54 @@ typedef struct plan_machine {
   int32_t blocks_per_sm; /* CUDA: blocks of the chosen kernel a multiprocessor holds */
   int wide_ok;           /* CUDA: the 8-warp config may run (device, dtypes, kernel) */
 } plan_machine;
+
+/* Multi-head latent attention (rope_dim > 0; flashdecode.h, MLA): the rope
+ * part's width and element type, one kv head, a given softmax_scale, none
+ * of the variants. Called last by check_problem (dtype, kv_dtype and the
+ * rest are checked). */
+static fd_status check_mla(const fd_problem *p, fd_error *err) {
+  if (p->rope_dim < 0 || p->rope_dim > FD_MAX_ROPE_DIM)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "rope_dim: %d, must be 0 (standard attention) or 1..%d (MLA)", p->rope_dim,
+                   FD_MAX_ROPE_DIM);
+  if (p->rope_dim == 0) {
+    if (p->rope_dtype != 0)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "rope_dtype: %d without rope_dim; it is MLA's (rope_dim > 0), leave it 0",
+                     (int)p->rope_dtype);
+    return FD_STATUS_OK;
+  }
+  if (p->head_dim < 1 || p->head_dim > FD_MAX_MLA_HEAD_DIM)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "head_dim: %d, must be 1..%d with rope_dim (MLA: the latent width)", p->head_dim,
+                   FD_MAX_MLA_HEAD_DIM);
+  if (p->num_heads_kv != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "num_heads_kv: %d with rope_dim %d; MLA has one kv head (the latent), set 1",
+                   p->num_heads_kv, p->rope_dim);
+  if (p->softmax_scale == 0.0f)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "softmax_scale: 0 with rope_dim %d; MLA has no default scale (DeepSeek-V3: "
+                   "1/sqrt(192), the head dim before absorption), set it",
+                   p->rope_dim);
+  if (p->has_window && p->window_left >= 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "window_left: %d with rope_dim %d; MLA takes no sliding window",
+                   p->window_left, p->rope_dim);
+  if (p->logits_soft_cap != 0.0f)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "logits_soft_cap: %g with rope_dim %d; MLA takes no soft-cap",
+                   (double)p->logits_soft_cap, p->rope_dim);
+  if (p->non_causal)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "non_causal: 1 with rope_dim %d; MLA rows are causal", p->rope_dim);
+  const fd_dtype kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
+  if (p->rope_dtype != 0 && p->rope_dtype != p->dtype && p->rope_dtype != kv)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "rope_dtype: %d, must be 0 (= kv_dtype), dtype (%s) or kv_dtype (%s)",
+                   (int)p->rope_dtype, fd_dtype_name(p->dtype), fd_dtype_name(kv));
+  return FD_STATUS_OK;
+}
 
 static fd_status check_problem(const fd_problem *p, fd_error *err) {
   if (p->backend < FD_BACKEND_AUTO || p->backend > FD_BACKEND_REFERENCE)
@@ -151,9 +199,6 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    (double)p->logits_soft_cap, (double)FLT_MIN);
   if (p->no_pdl != 0 && p->no_pdl != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "no_pdl: %d, must be 0 or 1", p->no_pdl);
-  if (p->rope_dim != 0 || p->rope_dtype != 0)
-    return fd_fail(err, FD_STATUS_UNSUPPORTED, "rope_dim: %d; MLA is not in this build yet",
-                   p->rope_dim);
   if (p->deterministic != 0 && p->deterministic != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "deterministic: %d, must be 0 or 1",
                    p->deterministic);
@@ -183,7 +228,7 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "num_heads_q: %d is not a multiple of num_heads_kv (%d)", p->num_heads_q,
                    p->num_heads_kv);
-  if (p->head_dim < 1 || p->head_dim > 256)
+  if (p->rope_dim == 0 && (p->head_dim < 1 || p->head_dim > 256))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "head_dim: %d, must be 1..256", p->head_dim);
   if (p->page_size < 0 || p->page_size > 256)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
@@ -228,7 +273,7 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "device: %d, must be >= 0", p->device);
   if (p->sm_count < 0)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "sm_count: %d, must be >= 0", p->sm_count);
-  return FD_STATUS_OK;
+  return check_mla(p, err);
 }
 
 /* Step 1, resolve: the problem's defaults filled in. window_left ends >= 0
@@ -240,6 +285,7 @@ static void resolve_problem(fd_problem *p) {
   p->has_window = p->window_left >= 0;
   if (p->out_dtype == 0) p->out_dtype = p->dtype;
   if (p->kv_dtype == 0) p->kv_dtype = p->dtype;
+  if (p->rope_dim > 0 && p->rope_dtype == 0) p->rope_dtype = p->kv_dtype;
   if (p->page_size > 0 && p->kv_capacity == 0) p->kv_capacity = p->max_pages_per_seq * p->page_size;
   if (p->page_size == 0) {
     p->max_pages_per_seq = 0;
@@ -269,6 +315,43 @@ static fd_status size_from_hints(fd_problem *p, plan_lengths *len, fd_error *err
   return FD_STATUS_OK;
 }
 
+/* ---- CUDA, MLA (rope_dim > 0) ---------------------------------------------
+ * The CUDA backend's MLA kernel (FD_KERNEL_CUDA_MLA) and its split policy:
+ * the shapes it is built for (check_cuda_mla), the device facts it plans
+ * with (mla_device_fit: the budget, blocks per multiprocessor) and the
+ * kernel choice (choose_mla_kernel). The split count then follows the
+ * common steps (auto_plan with one work item a (sequence, split)). */
+
+/* (head_dim, rope_dim) = (512, 64) or (448, 64) with 16-bit q. */
+static fd_status check_cuda_mla(const fd_problem *p, fd_error *err) {
+  if (p->rope_dim != 64 || (p->head_dim != 512 && p->head_dim != 448))
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: %d with rope_dim %d is not supported by the CUDA backend's MLA "
+                   "kernel ((512, 64) or (448, 64))",
+                   p->head_dim, p->rope_dim);
+  if (p->dtype != FD_DTYPE_F16 && p->dtype != FD_DTYPE_BF16)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "dtype: %s with rope_dim %d; the CUDA backend's MLA kernel takes FD_DTYPE_F16 "
+                   "or FD_DTYPE_BF16 q",
+                   fd_dtype_name(p->dtype), p->rope_dim);
+  return FD_STATUS_OK;
+}
+
+/* The device facts of an MLA plan: the budget, one block a multiprocessor. */
+static fd_status mla_device_fit(const fd_problem *p, fd_cuda_fit *fit, fd_error *err) {
+  memset(fit, 0, sizeof *fit);
+  const fd_status st = fd_cuda_device_budget(p->device, &fit->g, err);
+  if (st != FD_STATUS_OK) return st;
+  fit->split_blocks = 1;
+  return FD_STATUS_OK;
+}
+
+static fd_kernel choose_mla_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
+  (void)p;
+  (void)fit;
+  return FD_KERNEL_CUDA_MLA;
+}
+
 /* Step 3, choose the backend: AUTO is CUDA where a usable device is (or a
  * device's facts were given), else CPU. CUDA needs a usable device (not
  * built in, no such device, below compute capability 8.0, or no code for it
@@ -281,6 +364,7 @@ static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_erro
     const fd_status st = fd_cuda_check_device(p->device, err);
     if (st != FD_STATUS_OK) return st;
   }
+  if (p->rope_dim > 0) return check_cuda_mla(p, err);
   if (p->head_dim != 64 && p->head_dim != 80 && p->head_dim != 96 && p->head_dim != 128 &&
       p->head_dim != 256)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
@@ -308,6 +392,9 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
       return fd_fail(err, FD_STATUS_UNSUPPORTED,
                      "device: the given facts hold no split-kernel block (%d an SM, %d SMs)",
                      fit->split_blocks, fit->g.sm_count);
+  } else if (p->rope_dim > 0) {
+    const fd_status st = mla_device_fit(p, fit, err);
+    if (st != FD_STATUS_OK) return st;
   } else {
     const fd_status st =
         fd_cuda_device_fit(p->device, p->dtype, p->head_dim, fd_rows_kernel_shape(p), fit, err);
@@ -327,6 +414,7 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
 static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
   if (p->backend == FD_BACKEND_REFERENCE) return FD_KERNEL_REFERENCE;
   if (p->backend != FD_BACKEND_CUDA) return FD_KERNEL_CPU;
+  if (p->rope_dim > 0) return choose_mla_kernel(p, fit);
   if (p->dtype == FD_DTYPE_F32) return FD_KERNEL_CUDA_F32;
   if (fd_rows_kernel_shape(p) && fit->rows_blocks > 0) return FD_KERNEL_CUDA_ROWS;
   return fd_mma_config_4w(&fit->g, p->head_dim) == FD_MMA_LEAN ? FD_KERNEL_CUDA_MMA_LEAN
@@ -393,8 +481,11 @@ static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
   const int64_t hint_chunks = ceil_div(len->longest, FD_CHUNK_LEN);
   int64_t heads_per_item = p->backend == FD_BACKEND_CPU ? 1 : p->num_heads_kv;
   if (p->backend == FD_BACKEND_CPU)
-    m.slots = cpu_slots(m.slots, 2.0 * (double)len->total * p->num_heads_kv * p->head_dim *
-                                     (double)fd_dtype_size(p->kv_dtype));
+    m.slots = cpu_slots(m.slots, p->rope_dim > 0
+                                     ? (double)len->total * (p->head_dim + p->rope_dim) *
+                                           (double)fd_dtype_size(p->kv_dtype)
+                                     : 2.0 * (double)len->total * p->num_heads_kv * p->head_dim *
+                                           (double)fd_dtype_size(p->kv_dtype));
   if (kernel == FD_KERNEL_CUDA_ROWS)
     heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len);
   int32_t splits = auto_splits(p, kernel, &m, (int64_t)p->batch * heads_per_item, hint_chunks);
@@ -477,11 +568,26 @@ static fd_kernel choose_config(const fd_problem *p, fd_kernel kernel, const plan
   return kernel;
 }
 
+/* CPU, MLA: each thread's scratch (internal.h, fd_cpu_mla_layout) after
+ * the split arrays: the rows of a work item are too many for a thread's
+ * stack. */
+static fd_status lay_out_mla_scratch(const fd_problem *p, fd_plan *plan, fd_error *err) {
+  if (p->rope_dim == 0 || p->backend != FD_BACKEND_CPU) return FD_STATUS_OK;
+  const size_t off = fd_cpu_mla_scratch_offset(p, plan);
+  const double need = (double)off + (double)plan->num_threads * (double)fd_cpu_mla_layout(p).bytes;
+  if (need > (double)((size_t)1 << 52))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "num_threads: %d threads' MLA scratch needs a %.3g-byte workspace", plan->num_threads,
+                   need);
+  plan->workspace_size = off + (size_t)plan->num_threads * fd_cpu_mla_layout(p).bytes;
+  return FD_STATUS_OK;
+}
+
 /* Step 8, lay out the workspace (splits > 1 only): partial outputs, their
  * (m, l) pairs and the combine's counters, each 256-byte aligned. */
 static fd_status lay_out_workspace(const fd_problem *p, fd_plan *plan, fd_error *err) {
   const int32_t splits = plan->num_splits;
-  if (splits <= 1) return FD_STATUS_OK;
+  if (splits <= 1) return lay_out_mla_scratch(p, plan, err);
   /* rows * splits * (head_dim + 2) floats must fit a size_t (and be sane);
    * checked in double before any integer product can overflow. */
   const double need =
@@ -502,7 +608,7 @@ static fd_status lay_out_workspace(const fd_problem *p, fd_plan *plan, fd_error 
   plan->ws_counters = off;
   off += (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t);
   plan->workspace_size = align_up(off, 256);
-  return FD_STATUS_OK;
+  return lay_out_mla_scratch(p, plan, err);
 }
 
 /* The steps in order; *plan is written only when all succeed (zeroed

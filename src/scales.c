@@ -25,6 +25,14 @@ fd_status fd_check_scale_args(const fd_plan *plan, const float *k_scale, const f
   const float *ptr[2] = {k_scale, v_scale};
   const char *name[2] = {"k_scale", "v_scale"};
   for (int i = 0; i < 2; i++) {
+    if (i == 1 && p->rope_dim > 0) { /* MLA: the values are c_kv * k_scale */
+      if (ptr[i])
+        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                       "v_scale: given with rope_dim %d; MLA's values are k_cache's rows, scaled "
+                       "by k_scale (pass NULL)",
+                       p->rope_dim);
+      continue;
+    }
     if (p->kv_scale == FD_KV_SCALE_NONE && ptr[i])
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                      "%s: given, but the plan's kv_scale is FD_KV_SCALE_NONE (set kv_scale to "
@@ -64,9 +72,10 @@ fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, f
   if (p->kv_scale == FD_KV_SCALE_NONE) return FD_STATUS_OK;
   const float *ptr[2] = {t->k_scale, t->v_scale};
   const char *name[2] = {"k_scale", "v_scale"};
+  const int scales = p->rope_dim > 0 ? 1 : 2; /* MLA: k_scale only */
   if (p->kv_scale != FD_KV_SCALE_TOKEN) {
     const int64_t n = p->kv_scale == FD_KV_SCALE_HEAD ? p->num_heads_kv : 1;
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < scales; w++)
       for (int64_t i = 0; i < n; i++)
         if (!scale_ok(ptr[w][i])) return bad_scale(err, name[w], i, ptr[w][i]);
     return FD_STATUS_OK;
@@ -78,7 +87,7 @@ fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, f
       for (int32_t hk = 0; hk < p->num_heads_kv; hk++) {
         const int64_t i = fd_scale_index(plan, t->block_table, t->block_table_stride,
                                          t->scale_strides, b, j, hk);
-        for (int w = 0; w < 2; w++)
+        for (int w = 0; w < scales; w++)
           if (!scale_ok(ptr[w][i]))
             return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                            "%s[%lld]: %g (sequence %d, position %d, kv head %d), must be finite "

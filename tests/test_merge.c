@@ -7,7 +7,7 @@
  * Every call: outputs poisoned with a NaN payload first, 64 guard bytes
  * around every buffer intact after, the inputs unchanged, a second call
  * bitwise identical. Random cases: every (dtype, out_dtype) pair, S in
- * {1, 2, 3, 7, 1024, 65536}, head_dim 1..256 (vector and scalar CUDA paths,
+ * {1, 2, 3, 7, 1024, 65536}, head_dim 1..512 (vector and scalar CUDA paths,
  * misaligned bases too), empty states (lse = -inf, their out_s NaN: must not
  * be read) mixed in, and special rows: all states empty (out 0, lse -inf),
  * a NaN lse_s or +inf lse_s (NaN row), lse_s from -FLT_MAX to FLT_MAX.
@@ -746,7 +746,7 @@ static void test_bad_arguments(void **state) {
       {"q_len", offsetof(fd_merge_problem, q_len), INT32_MIN},
       {"num_heads", offsetof(fd_merge_problem, num_heads), 0},
       {"head_dim", offsetof(fd_merge_problem, head_dim), 0},
-      {"head_dim", offsetof(fd_merge_problem, head_dim), 257},
+      {"head_dim", offsetof(fd_merge_problem, head_dim), 513},
       {"device", offsetof(fd_merge_problem, device), -1},
   };
   for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {

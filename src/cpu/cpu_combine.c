@@ -41,7 +41,7 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
     blown |= isnan(ml[2 * s]) || isnan(ml[2 * s + 1]);
   }
 
-  double sum[256] = {0}; /* [head_dim] sum_s w_s O_s */
+  double sum[FD_MAX_MLA_HEAD_DIM] = {0}; /* [head_dim] sum_s w_s O_s */
   double l_star = 0.0;
   if (m_star != -INFINITY) {
     for (int32_t s = 0; s < active; s++) {
@@ -55,7 +55,7 @@ static void combine_row(const fd_plan *plan, const fd_tensors *t,
   }
 
   /* l_star = 0: no key (out 0, lse -inf, or the sink's with one) */
-  float out_row[256]; /* [head_dim] */
+  float out_row[FD_MAX_MLA_HEAD_DIM]; /* [head_dim] */
   double f, lse_d;
   fd_cpu_finish_row(m_star, blown ? NAN : l_star, t->sinks != NULL, t->sinks ? t->sinks[h] : 0.0,
                     &f, &lse_d);

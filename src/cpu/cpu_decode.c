@@ -169,7 +169,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
  * the double ones (outer, l_out, relative to m_out), then clears the float
  * sums and moves m_out to m. Rows without a key yet (m = -inf, l = 0) are
  * left; all-NaN scores leave m = -inf with l = NaN, which is folded. */
-static void fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
+void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
                  int all_rows, int head_dim) {
   for (int i = 0; i < all_rows; i++) {
     if (m[i] == -INFINITY && l[i] == 0.0f) continue; /* (a NaN l with m = -inf is folded) */
@@ -243,7 +243,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
   }
   /* Two-level sums: the kernels add a key block into acc and l (float), which
-   * fold() then adds into outer and l_out (double, relative to m_out) and
+   * fd_cpu_fold() then adds into outer and l_out (double, relative to m_out) and
    * clears, so float sums never run over more than a block of keys and the
    * error does not grow with the split's length. */
   _Static_assert(FD_CPU_PASS_FLOATS <= 4096, "outer fits the stack");
@@ -346,7 +346,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
-      fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
       continue;
     }
     for (int step = 0; step < 2; step++) {
@@ -361,7 +361,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
           c->kernels.values(&blk);
       }
     }
-    fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+    fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
   }
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
@@ -489,6 +489,7 @@ static int fp8_scales_fold(const fd_plan *plan, const fd_tensors *t) {
 static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_cpu_isa isa,
                          fd_error *err) {
   const fd_problem *p = &plan->problem;
+  if (p->rope_dim > 0) return fd_cpu_mla_run(plan, t, workspace, isa, err);
   cpu_call c;
   memset(&c, 0, sizeof c);
   float lut[256];

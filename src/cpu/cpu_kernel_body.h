@@ -109,7 +109,7 @@ FD_VFN void scores_tile(const fd_cpu_block *b, int r0, const int RT, fd_dtype dt
 FD_VFN void scores_tile_pairs(const fd_cpu_block *b, int r0, const int RT) {
   const int KT = FD_V_W / RT;
   const int head_dim = b->head_dim, nk = b->num_keys;
-  float qp[4][256] __attribute__((aligned(64))); /* rows in the paired order */
+  float qp[4][FD_MAX_ROW_DIM] __attribute__((aligned(64))); /* rows in the paired order */
   for (int r = 0; r < RT; r++) {
     const float *qr = b->q + (ptrdiff_t)(r0 + r) * head_dim;
     for (int c = 0; c < head_dim; c += 32) {
@@ -171,7 +171,7 @@ FD_VFN void scores_tile_pairs(const fd_cpu_block *b, int r0, const int RT) {
 FD_VFN int scores_tile_dp(const fd_cpu_block *b, int r0, const int RT) {
   const int KT = FD_V_W / RT;
   const int head_dim = b->head_dim, nk = b->num_keys;
-  uint32_t qp[4][128] __attribute__((aligned(64))); /* rows as bf16 column pairs */
+  uint32_t qp[4][FD_MAX_ROW_DIM / 2] __attribute__((aligned(64))); /* rows as bf16 column pairs */
   int inexact = 0;
   for (int r = 0; r < RT; r++) {
     const float *qr = b->q + (ptrdiff_t)(r0 + r) * head_dim;

@@ -225,6 +225,17 @@ void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]);
 void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off, int n,
                            int head_dim, const uint16_t *lut16, fd_cpu_isa isa, int e5m2);
 
+/* Adds a key block's float sums (acc [all_rows][head_dim], l, relative to
+ * the running max m) into the double ones (outer, l_out, relative to m_out),
+ * then clears the float sums and moves m_out to m (cpu_decode.c). */
+void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
+                 int all_rows, int head_dim);
+
+/* MLA (rope_dim > 0) on instruction set `isa` (cpu_mla.c): fd_cpu_run's
+ * contract. */
+fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
+                         fd_cpu_isa isa, fd_error *err);
+
 /* dst[i] = src[i] widened to float32, i < n. src: [n] elements of dtype. */
 static inline void fd_cpu_load_row(float *dst, const void *src, fd_dtype dtype, int n) {
   if (dtype == FD_DTYPE_F32) {

@@ -38,15 +38,15 @@ static void merge_row(const fd_merge_problem *p, const void *states_out, const f
       m = x;
   }
 
-  float out_row[256]; /* [head_dim] */
+  float out_row[FD_MAX_MLA_HEAD_DIM]; /* [head_dim] */
   float lse_row;
   if (bad || m == -INFINITY) {
     const float fill = bad ? NAN : 0.0f;
     for (int d = 0; d < D; d++) out_row[d] = fill;
     lse_row = bad ? NAN : -INFINITY;
   } else {
-    double acc[256] = {0}; /* [head_dim] sum_s w_s out_s */
-    float x_s[256];        /* [head_dim] out_s widened */
+    double acc[FD_MAX_MLA_HEAD_DIM] = {0}; /* [head_dim] sum_s w_s out_s */
+    float x_s[FD_MAX_MLA_HEAD_DIM]; /* [head_dim] out_s widened */
     double L = 0.0;
     for (int64_t s = 0; s < S; s++) {
       const float x = states_lse[s * rows + li];

@@ -77,7 +77,8 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
 
   const int32_t window_left = p->window_left; /* resolved: -1 = no window */
   const double cap = p->logits_soft_cap;
-  double q_row[256]; /* [head_dim] */
+  const int32_t rope_dim = p->rope_dim; /* MLA: > 0 */
+  double q_row[FD_MAX_ROW_DIM]; /* [head_dim] q, then (MLA) [rope_dim] q_pe */
   for (int32_t b = 0; b < batch; b++) {
     for (int32_t tok = 0; tok < q_len; tok++) {
       for (int32_t h = 0; h < num_heads_q; h++) {
@@ -105,6 +106,12 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         const int64_t q_off = (int64_t)b * t->q_strides[0] + (int64_t)tok * t->q_strides[1] +
                               (int64_t)h * t->q_strides[2];
         for (int32_t d = 0; d < head_dim; d++) q_row[d] = fd_load_elem(t->q, p->dtype, q_off + d);
+        if (rope_dim > 0) {
+          const int64_t pe_off = (int64_t)b * t->q_pe_strides[0] +
+                                 (int64_t)tok * t->q_pe_strides[1] + (int64_t)h * t->q_pe_strides[2];
+          for (int32_t d = 0; d < rope_dim; d++)
+            q_row[head_dim + d] = fd_load_elem(t->q_pe, p->dtype, pe_off + d);
+        }
 
         /* scores (att[j - lo]) and their max, the sink included */
         double max = sink;
@@ -115,6 +122,13 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
           double dot = 0.0;
           for (int32_t d = 0; d < head_dim; d++)
             dot += q_row[d] * (fd_load_elem(t->k_cache, p->kv_dtype, k_off + d) * ks);
+          if (rope_dim > 0) { /* MLA: the rope part, scaled by k_scale when it is fp8 */
+            const int64_t pe_off = kv_offset(plan, t, t->k_pe_strides, b, (int32_t)j, hk);
+            const double rs = fd_dtype_is_fp8(p->rope_dtype) ? ks : 1.0;
+            for (int32_t d = 0; d < rope_dim; d++)
+              dot += q_row[head_dim + d] *
+                     (fd_load_elem(t->k_pe_cache, p->rope_dtype, pe_off + d) * rs);
+          }
           double x = scale * dot;
           if (cap > 0.0) x = cap * tanh(x / cap);
           att[j - lo] = x;
@@ -139,13 +153,16 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
           sum += att[j - lo];
         }
 
-        /* weighted sum of the values */
+        /* weighted sum of the values (MLA: k_cache's rows times k_scale) */
+        const void *v_cache = rope_dim > 0 ? t->k_cache : t->v_cache;
+        const int64_t *v_strides = rope_dim > 0 ? t->k_strides : t->v_strides;
+        const float *v_scale = rope_dim > 0 ? t->k_scale : t->v_scale;
         for (int64_t j = lo; j < hi; j++) {
-          const int64_t v_off = kv_offset(plan, t, t->v_strides, b, (int32_t)j, hk);
-          const double vs = kv_scale_at(plan, t, t->v_scale, b, (int32_t)j, hk);
+          const int64_t v_off = kv_offset(plan, t, v_strides, b, (int32_t)j, hk);
+          const double vs = kv_scale_at(plan, t, v_scale, b, (int32_t)j, hk);
           const double w = att[j - lo] / sum;
           for (int32_t d = 0; d < head_dim; d++)
-            o[d] += w * (fd_load_elem(t->v_cache, p->kv_dtype, v_off + d) * vs);
+            o[d] += w * (fd_load_elem(v_cache, p->kv_dtype, v_off + d) * vs);
         }
         if (lse) *lse = max + log(sum);
         /* a non-finite output (NaN or Inf in a value the row sees) shows in lse too */

@@ -1,0 +1,342 @@
+/*
+ * cpu_mla.c — multi-head latent attention on the CPU (fd_problem.rope_dim >
+ * 0; flashdecode.h, MLA): one kv head whose key is [c_kv (head_dim) | k_pe
+ * (rope_dim)] and whose value is c_kv.
+ *
+ * Work items are (sequence b, split s, row tile): a tile is up to
+ * FD_CPU_MLA_TILE_ROWS of the sequence's num_heads_q x q_len query rows
+ * (row r: query head r / q_len, token r % q_len), so every query head of a
+ * tile shares each key block read (16 heads at q_len 1: one tile, each
+ * latent row read once). Threads take contiguous ranges of items cut by
+ * their key counts, as cpu_decode.c does.
+ *
+ * A key block (FD_CPU_MLA_BLOCK keys) goes to the same SIMD kernels as
+ * decode (cpu_kernels.h) in two calls with two views of one set of rows:
+ * the scores call over head_dim + rope_dim columns (q rows hold q_nope then
+ * q_pe), the values call over the first head_dim columns of the same rows.
+ * The rows are
+ *   - the cache's own rows when the rope part follows the latent in memory
+ *     with the same dtype and strides (vLLM's and FlashMLA's 576-wide row:
+ *     two views of one buffer), nothing copied;
+ *   - else, for a 16-bit or float32 cache, c_kv and k_pe copied side by side
+ *     into a block buffer (the latent read from memory once, then from L1);
+ *   - for an fp8 latent, both parts widened to float32 into the buffer:
+ *     c_kv * k_scale, k_pe * k_scale when the rope part is fp8, k_pe exactly
+ *     when it is 16-bit (cpu_fp8.c, one rounding per element).
+ * Sums as in decode: a block in float32, the blocks in double (fd_cpu_fold);
+ * one split writes out and lse, several write partials that fd_cpu_combine
+ * merges. An item's arithmetic does not depend on the thread or the batch,
+ * so results are reproducible and, with fixed split lengths, batch-invariant.
+ * Each thread's buffers are in the workspace (internal.h,
+ * fd_cpu_mla_layout).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "row_keys.h"
+#include "split.h"
+
+/* A work item's cost beyond its keys, in keys (set-up, outputs). */
+#define FD_CPU_MLA_ITEM_OVERHEAD 32.0
+
+_Static_assert(FD_CPU_MLA_BLOCK == FD_CPU_KEY_BLOCK, "the kernels' scratch rows are a key block");
+_Static_assert(FD_CPU_MLA_TILE_ROWS <= FD_CPU_MAX_ROWS, "a tile is one kernel call's rows");
+
+/* How a key block reaches the kernels (above). */
+typedef enum mla_rows {
+  MLA_ROWS_DIRECT = 0, /* the cache's rows: k_pe right after c_kv, same dtype */
+  MLA_ROWS_COPY = 1,   /* c_kv and k_pe copied side by side (16-bit, float32) */
+  MLA_ROWS_WIDEN = 2   /* widened to float32 with their scales (fp8 latent) */
+} mla_rows;
+
+typedef struct mla_call {
+  const fd_plan *plan;
+  const fd_tensors *t;
+  fd_cpu_kernels kernels;
+  fd_dtype kernel_dtype; /* the rows' dtype as the kernels read them */
+  mla_rows rows_mode;
+  fd_cpu_isa isa;
+  const float *lut;      /* fp8 latent: [256] its codes' values */
+  const float *rope_lut; /* fp8 rope part: [256] its codes' values, else NULL */
+  size_t e_q, e_kv, e_rope, e_out;
+  float *partial_o, *partial_ml; /* num_splits > 1 */
+  char *scratch;                 /* the threads' buffers */
+  fd_cpu_mla_scratch_layout lay;
+  int tile_rows, tiles;
+} mla_call;
+
+/* Byte address of position j of sequence b in a cache of one kv head with
+ * `strides` and e-byte elements (contiguous or through the block table). */
+static const char *row_at(const mla_call *c, const void *cache, const int64_t s[3], size_t e,
+                          int32_t b, int32_t j) {
+  const int32_t P = c->plan->problem.page_size;
+  int64_t off;
+  if (P == 0) {
+    off = (int64_t)b * s[0] + (int64_t)j * s[1];
+  } else {
+    const int32_t page = c->t->block_table[(int64_t)b * c->t->block_table_stride + j / P];
+    off = (int64_t)page * s[0] + (int64_t)(j % P) * s[1];
+  }
+  return (const char *)cache + off * (int64_t)e;
+}
+
+/* The scale of key j of sequence b (1 without scales). */
+static float key_scale(const mla_call *c, int32_t b, int32_t j) {
+  const fd_plan *plan = c->plan;
+  if (plan->problem.kv_scale == FD_KV_SCALE_NONE) return 1.0f;
+  return c->t->k_scale[fd_scale_index(plan, c->t->block_table, c->t->block_table_stride,
+                                      c->t->scale_strides, b, j, 0)];
+}
+
+/* Points keys[0 .. padded) at the nb rows of the block at key j0 (padding
+ * repeats the last, as the kernel contract asks), building them in buf
+ * unless the cache's rows serve. */
+static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *buf,
+                        const void **keys) {
+  const fd_problem *p = &c->plan->problem;
+  const fd_tensors *t = c->t;
+  const int D = p->head_dim, R = p->rope_dim, W = D + R;
+  for (int j = 0; j < nb; j++) {
+    const char *kv = row_at(c, t->k_cache, t->k_strides, c->e_kv, b, j0 + j);
+    if (c->rows_mode == MLA_ROWS_DIRECT) {
+      keys[j] = kv;
+      continue;
+    }
+    const char *pe = row_at(c, t->k_pe_cache, t->k_pe_strides, c->e_rope, b, j0 + j);
+    if (c->rows_mode == MLA_ROWS_COPY) {
+      char *dst = buf + (size_t)j * W * c->e_kv;
+      memcpy(dst, kv, (size_t)D * c->e_kv);
+      memcpy(dst + (size_t)D * c->e_kv, pe, (size_t)R * c->e_kv);
+      keys[j] = dst;
+      continue;
+    }
+    float *dst = (float *)buf + (size_t)j * W;
+    const float s = key_scale(c, b, j0 + j);
+    const int e5m2 = p->kv_dtype == FD_DTYPE_E5M2;
+    const void *one[1] = {kv};
+    fd_cpu_widen_fp8(dst, one, 0, 1, D, c->lut, NULL, s, c->isa, e5m2);
+    if (c->rope_lut) {
+      const void *pe_one[1] = {pe};
+      fd_cpu_widen_fp8(dst + D, pe_one, 0, 1, R, c->rope_lut, NULL, s, c->isa,
+                       p->rope_dtype == FD_DTYPE_E5M2);
+    } else {
+      fd_cpu_load_row(dst + D, pe, p->rope_dtype, R);
+    }
+    keys[j] = dst;
+  }
+  for (int j = nb; j < ((nb + 31) & ~31); j++) keys[j] = keys[nb - 1];
+}
+
+/* One item: rows [row0, row0 + rows) of sequence b over the keys [begin,
+ * end) of split `split`, with one thread's buffers. */
+static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int32_t begin,
+                     int32_t end, int row0, int rows) {
+  const fd_plan *plan = c->plan;
+  const fd_problem *p = &plan->problem;
+  const fd_tensors *t = c->t;
+  const int D = p->head_dim, R = p->rope_dim, W = D + R, q_len = p->q_len;
+  const int32_t kv_len = t->kv_len[b], num_splits = plan->num_splits;
+  float *q = (float *)(mem + c->lay.q);           /* [rows][W] */
+  float *acc = (float *)(mem + c->lay.acc);       /* [rows][D] */
+  double *outer = (double *)(mem + c->lay.outer); /* [rows][D] */
+  float *scratch = (float *)(mem + c->lay.scratch);
+  char *buf = mem + c->lay.keys;
+  float m[FD_CPU_MLA_TILE_ROWS], l[FD_CPU_MLA_TILE_ROWS], alpha[FD_CPU_MLA_TILE_ROWS];
+  float m_out[FD_CPU_MLA_TILE_ROWS];
+  double l_out[FD_CPU_MLA_TILE_ROWS];
+  int32_t limit[FD_CPU_MLA_TILE_ROWS];
+  int count[FD_CPU_MLA_TILE_ROWS];
+  const void *keys[FD_CPU_MLA_BLOCK];
+
+  /* rows see keys [begin, limit[r]) (causal; fd_row_keys) */
+  int32_t tile_end = begin;
+  for (int r = 0; r < rows; r++) {
+    int lo, hi;
+    fd_row_keys((row0 + r) % q_len, q_len, kv_len, -1, 0, begin, end, &lo, &hi);
+    limit[r] = hi;
+    if (hi > tile_end) tile_end = hi;
+    const int h = (row0 + r) / q_len, tok = (row0 + r) % q_len;
+    const int64_t qo = (int64_t)b * t->q_strides[0] + (int64_t)tok * t->q_strides[1] +
+                       (int64_t)h * t->q_strides[2];
+    const int64_t po = (int64_t)b * t->q_pe_strides[0] + (int64_t)tok * t->q_pe_strides[1] +
+                       (int64_t)h * t->q_pe_strides[2];
+    fd_cpu_load_row(q + (ptrdiff_t)r * W, (const char *)t->q + qo * (int64_t)c->e_q, p->dtype, D);
+    fd_cpu_load_row(q + (ptrdiff_t)r * W + D, (const char *)t->q_pe + po * (int64_t)c->e_q,
+                    p->dtype, R);
+    m[r] = m_out[r] = -INFINITY;
+    l[r] = 0.0f;
+    l_out[r] = 0.0;
+  }
+  memset(acc, 0, (size_t)rows * D * sizeof *acc);
+  memset(outer, 0, (size_t)rows * D * sizeof *outer);
+
+  int nb;
+  for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
+    nb = tile_end - j0 < FD_CPU_MLA_BLOCK ? tile_end - j0 : FD_CPU_MLA_BLOCK;
+    int every = 1;
+    for (int r = 0; r < rows; r++) {
+      int n = limit[r] - j0;
+      if (n > nb) n = nb;
+      if (n < 0) n = 0;
+      count[r] = n;
+      every &= n == nb;
+    }
+    build_block(c, b, j0, nb, buf, keys);
+    /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
+    const fd_cpu_block scores = {
+        .q = q,
+        .acc = acc,
+        .m = m,
+        .l = l,
+        .alpha = alpha,
+        .scratch = scratch,
+        .count = every ? NULL : count,
+        .keys = keys,
+        .values = keys,
+        .scale = plan->softmax_scale,
+        .rows = rows,
+        .num_keys = nb,
+        .head_dim = W,
+        .stride = FD_CPU_MLA_BLOCK,
+    };
+    fd_cpu_block values = scores;
+    values.head_dim = D;
+    c->kernels.scores(&scores);
+    c->kernels.values(&values);
+    fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
+  }
+
+  const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, D);
+  float natural[FD_MAX_MLA_HEAD_DIM];
+  for (int r = 0; r < rows; r++) {
+    const int h = (row0 + r) / q_len, tok = (row0 + r) % q_len;
+    float *a = acc + (ptrdiff_t)r * D;
+    for (int d = 0; d < D; d++) a[d] = (float)outer[(ptrdiff_t)r * D + d];
+    if (paired) {
+      fd_cpu_unpair_row(natural, a, D);
+      a = natural;
+    }
+    float row_l = (float)l_out[r];
+    for (int d = 0; d < D; d++)
+      if (!isfinite(a[d])) row_l = NAN;
+    if (num_splits == 1) {
+      double f, lse;
+      fd_cpu_finish_row(m_out[r], row_l, 0, 0.0, &f, &lse);
+      for (int d = 0; d < D; d++) a[d] = (float)((double)a[d] * f);
+      if (t->lse)
+        t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)h * t->lse_strides[1] +
+               (int64_t)tok * t->lse_strides[2]] = (float)lse;
+      const int64_t oo = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
+                         (int64_t)h * t->out_strides[2];
+      fd_cpu_store_row((char *)t->out + oo * (int64_t)c->e_out, p->out_dtype, a, D);
+    } else {
+      const int64_t slot = (((int64_t)b * p->num_heads_q + h) * q_len + tok) * num_splits + split;
+      memcpy(c->partial_o + slot * D, a, (size_t)D * sizeof *a);
+      c->partial_ml[slot * 2 + 0] = m_out[r];
+      c->partial_ml[slot * 2 + 1] = row_l;
+    }
+  }
+}
+
+/* Share `share` of `shares` (thread `share`'s buffers): the items whose
+ * cost midpoint falls in its range, walking (b, split, tile) in order;
+ * empty splits of a split plan are skipped (the combine never reads them).
+ * Returns the total cost when share < 0 (nothing run). */
+static double run_share(const mla_call *c, int share, int shares, double total) {
+  const fd_plan *plan = c->plan;
+  const fd_problem *p = &plan->problem;
+  const int32_t num_splits = plan->num_splits;
+  const int all_rows = p->num_heads_q * p->q_len;
+  char *mem = share < 0 ? NULL : c->scratch + (size_t)share * c->lay.bytes;
+  double prefix = 0.0;
+  for (int32_t b = 0; b < p->batch; b++) {
+    for (int32_t s = 0; s < num_splits; s++) {
+      int32_t begin, end;
+      fd_seq_split(c->t->kv_len[b], p->q_len, -1, plan->chunk_len, num_splits,
+                   fd_split_len_fixed(p), s, &begin, &end);
+      if (num_splits > 1 && begin == end) continue;
+      const double cost = (double)(end - begin) + FD_CPU_MLA_ITEM_OVERHEAD;
+      for (int tile = 0; tile < c->tiles; tile++) {
+        const double mid = prefix + 0.5 * cost;
+        prefix += cost;
+        if (share < 0) continue;
+        int owner = (int)(mid * shares / total);
+        if (owner >= shares) owner = shares - 1;
+        if (owner != share) continue;
+        const int row0 = tile * c->tile_rows;
+        const int rows = all_rows - row0 < c->tile_rows ? all_rows - row0 : c->tile_rows;
+        run_item(c, mem, b, s, begin, end, row0, rows);
+      }
+    }
+  }
+  return prefix;
+}
+
+fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_cpu_isa isa,
+                         fd_error *err) {
+  const fd_problem *p = &plan->problem;
+  mla_call c;
+  memset(&c, 0, sizeof c);
+  c.plan = plan;
+  c.t = t;
+  c.isa = isa;
+  c.e_q = fd_dtype_size(p->dtype);
+  c.e_kv = fd_dtype_size(p->kv_dtype);
+  c.e_rope = fd_dtype_size(p->rope_dtype);
+  c.e_out = fd_dtype_size(p->out_dtype);
+  float lut[256], rope_lut[256];
+  if (fd_dtype_is_fp8(p->kv_dtype)) {
+    fd_cpu_fp8_table(p->kv_dtype, lut);
+    c.lut = lut;
+    if (fd_dtype_is_fp8(p->rope_dtype)) {
+      fd_cpu_fp8_table(p->rope_dtype, rope_lut);
+      c.rope_lut = rope_lut;
+    }
+    c.rows_mode = MLA_ROWS_WIDEN;
+    c.kernel_dtype = FD_DTYPE_F32;
+  } else {
+    /* 16-bit or float32: rope_dtype is kv_dtype (plan.c) */
+    c.kernel_dtype = p->kv_dtype;
+    const int follows = (const char *)t->k_pe_cache ==
+                            (const char *)t->k_cache + (size_t)p->head_dim * c.e_kv &&
+                        t->k_pe_strides[0] == t->k_strides[0] &&
+                        t->k_pe_strides[1] == t->k_strides[1];
+    c.rows_mode = follows ? MLA_ROWS_DIRECT : MLA_ROWS_COPY;
+  }
+  if (!fd_cpu_kernels_get(isa, c.kernel_dtype, &c.kernels))
+    return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: no kernels for instruction set %d, dtype %d",
+                   (int)isa, (int)c.kernel_dtype);
+  if (plan->num_splits > 1) {
+    c.partial_o = (float *)((char *)workspace + plan->ws_partial_o);
+    c.partial_ml = (float *)((char *)workspace + plan->ws_partial_ml);
+  }
+  c.lay = fd_cpu_mla_layout(p);
+  c.scratch = (char *)workspace + fd_cpu_mla_scratch_offset(p, plan);
+  c.tile_rows = fd_cpu_mla_tile_rows(p);
+  c.tiles = (p->num_heads_q * p->q_len + c.tile_rows - 1) / c.tile_rows;
+
+  const int64_t items = (int64_t)p->batch * plan->num_splits * c.tiles;
+  /* Threads: no more than the items (or the plan's), about one per 256 KB
+   * of keys read. */
+  int64_t bytes = 0;
+  for (int32_t b = 0; b < p->batch; b++) bytes += t->kv_len[b];
+  bytes *= (int64_t)c.tiles * (p->head_dim * (int64_t)c.e_kv + p->rope_dim * (int64_t)c.e_rope);
+  int64_t threads = bytes / (256 * 1024) + 1;
+  if (threads > items) threads = items;
+  if (threads > plan->num_threads) threads = plan->num_threads;
+  if (threads < 1) threads = 1;
+  const double total = run_share(&c, -1, 1, 0.0);
+  if (total <= 0.0) {
+    /* no item holds keys (every split empty): the combine writes the rows */
+  } else if (threads == 1) {
+    run_share(&c, 0, 1, total);
+  } else {
+#pragma omp parallel num_threads((int)threads)
+    run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+  }
+  if (plan->num_splits > 1) return fd_cpu_combine(plan, t, c.partial_o, c.partial_ml, err);
+  return fd_ok(err);
+}
