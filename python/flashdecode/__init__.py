@@ -10,6 +10,12 @@ version (and numpy alone).
     out, lse = flashdecode.merge_states(states_out, states_lse)       # merge partial states
     flashdecode.append_kv(k_new, v_new, k_cache, v_cache, kv_len)     # new tokens into a cache
 
+    # MLA (DeepSeek-V3/R1, Kimi-K2, GLM-5; absorbed form): one latent kv head
+    out = flashdecode.mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_len,
+                                 softmax_scale=192 ** -0.5)
+    plan = flashdecode.MLADecodePlan(batch=..., num_heads_q=..., dtype=..., softmax_scale=...)
+    flashdecode.mla_append_kv(ckv_new, kpe_new, ckv_cache, kpe_cache, kv_len)
+
     import flashdecode.distributed                                    # KV across ranks (torch)
     out = flashdecode.distributed.decode(q, k_shard, v_shard, kv_len_shard, group=group)
 
@@ -37,6 +43,9 @@ from . import _core, _lib
 from ._api import decode
 from ._append import append_kv
 from ._merge import merge_states
+from ._mla_api import mla_decode
+from ._mla_append import mla_append_kv
+from ._mla_plan import MLADecodePlan
 from ._plan import DecodePlan
 from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOfMemoryError,
                      UnsupportedError, WorkspaceTooSmallError)
@@ -50,7 +59,8 @@ DETERMINISTIC_SPLIT_LEN = _lib.FD_DETERMINISTIC_SPLIT_LEN  # keys per split, det
 DETERMINISTIC_MAX_KEYS = _lib.FD_DETERMINISTIC_MAX_KEYS    # most keys a sequence reads then
 
 __all__ = [
-    "decode", "DecodePlan", "merge_states", "append_kv", "version", "backend_available", "num_splits_heuristic",
+    "decode", "DecodePlan", "merge_states", "append_kv", "mla_decode", "MLADecodePlan",
+    "mla_append_kv", "version", "backend_available", "num_splits_heuristic",
     "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
     "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS", "MAX_Q_LEN",
     "MAX_Q_LEN_NON_CAUSAL", "DETERMINISTIC_SPLIT_LEN", "DETERMINISTIC_MAX_KEYS",

@@ -175,7 +175,7 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
               kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
               num_threads=0, kv_len_hint=None, window_left=-1, logits_soft_cap=0.0,
               non_causal=False, out_dtype=0, kv_dtype=0, kv_scale=0, deterministic=False,
-              pdl=True):
+              pdl=True, rope_dim=0, rope_dtype=0):
     """Call fd_plan_init; returns an FdPlan or raises the C library's error.
 
     softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
@@ -183,7 +183,9 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     logits_soft_cap 0.0 = off; out_dtype an FD_DTYPE_* (0 = dtype); kv_dtype 0 (the
     cache has dtype) or FD_DTYPE_E4M3 / E5M2, kv_scale an FD_KV_SCALE_*;
     deterministic a bool (fd_problem.deterministic; with num_splits != 0 the C
-    library refuses it, naming num_splits); pdl a bool (False: fd_problem.no_pdl = 1).
+    library refuses it, naming num_splits); pdl a bool (False: fd_problem.no_pdl = 1);
+    rope_dim 0 (standard attention) or the rope width of an MLA plan, rope_dtype 0
+    (k_pe_cache has kv_dtype) or an FD_DTYPE_* (fd_problem.rope_dtype).
     """
     p = _lib.FdProblem()
     p.backend = backend
@@ -198,12 +200,13 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     p.out_dtype = out_dtype
     p.kv_dtype = kv_dtype
     p.kv_scale = kv_scale
+    p.rope_dtype = rope_dtype
     for name, value in (("batch", batch), ("q_len", q_len), ("num_heads_q", num_heads_q),
                         ("num_heads_kv", num_heads_kv), ("head_dim", head_dim),
                         ("kv_capacity", kv_capacity), ("page_size", page_size),
                         ("max_pages_per_seq", max_pages_per_seq), ("num_pages", num_pages),
                         ("num_splits", num_splits), ("num_threads", num_threads),
-                        ("device", device)):
+                        ("device", device), ("rope_dim", rope_dim)):
         setattr(p, name, _int32(name, value))
     p.softmax_scale = softmax_scale  # the C library rejects a non-finite value
     hint = None
@@ -244,11 +247,14 @@ def _host_kv_len_max(kv_len, batch, capacity):
     return min(max(max(values), 0), capacity)
 
 
-def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN):
-    """The (cached) plan decode() uses for a call of Geometry g and Variants."""
-    backend, device = _backend_of(g.device)
+def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN, backend=None):
+    """The (cached) plan decode() uses for a call of Geometry g and Variants (and
+    mla_decode(), for a Geometry with rope_dim > 0). ``backend`` (an FD_BACKEND_*)
+    overrides the one of g's device (the tests run FD_BACKEND_REFERENCE on host data)."""
+    backend_of_device, device = _backend_of(g.device)
+    backend = backend_of_device if backend is None else backend
     hint_max = None
-    if backend == _lib.FD_BACKEND_CPU:
+    if backend != _lib.FD_BACKEND_CUDA:
         capacity = g.kv_capacity if not g.paged else g.max_pages_per_seq * g.page_size
         hint_max = _host_kv_len_max(kv_len, g.batch, capacity)
     key = (("backend", backend), ("device", device), ("dtype", FD_DTYPE[g.dtype]),
@@ -261,8 +267,17 @@ def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN):
            ("logits_soft_cap", variants.logits_soft_cap), ("non_causal", variants.non_causal),
            ("deterministic", variants.deterministic), ("pdl", variants.pdl),
            ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0),
-           ("kv_dtype", FD_KV_DTYPE.get(g.kv_dtype, 0)), ("kv_scale", g.kv_scale))
+           ("kv_dtype", FD_KV_DTYPE.get(g.kv_dtype, 0)), ("kv_scale", g.kv_scale),
+           ("rope_dim", g.rope_dim), ("rope_dtype", rope_dtype_code(g)))
     return cached_plan(key)
+
+
+def rope_dtype_code(g):
+    """fd_problem.rope_dtype of Geometry g: 0 (k_pe_cache of kv_dtype, or no MLA) or the
+    16-bit FD_DTYPE_* of a rope part kept at q's dtype beside an fp8 latent."""
+    if not g.rope_dim or g.rope_dtype is None or g.rope_dtype == (g.kv_dtype or g.dtype):
+        return 0
+    return FD_DTYPE[g.rope_dtype]
 
 
 def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):

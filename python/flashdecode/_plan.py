@@ -369,6 +369,7 @@ class DecodePlan:
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
             kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
             deterministic=self._variants.deterministic, pdl=self._variants.pdl)
+        self._fields.update(self._problem_fields())
         self._plan = _make_plan_on(kind, self._fields)
         self._paged_plans = {}  # num_pages -> this plan for that pool (see _run_plan)
         self._problem = self._plan.problem
@@ -380,6 +381,10 @@ class DecodePlan:
         self._cpu_lock = threading.Lock() if not self._on_cuda and self._ws_size else None
         self._checked = {}  # call signature -> _Checked (see _signature)
         self._last = None, None  # the last signature served from _checked, and its entry
+
+    def _problem_fields(self):
+        """More fd_problem fields of a subclass's plans (MLADecodePlan: rope_dim)."""
+        return {}
 
     # ---- workspace ----------------------------------------------------------------
     def _make_workspace(self, workspace):

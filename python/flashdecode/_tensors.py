@@ -193,7 +193,7 @@ class Geometry:
 
     __slots__ = ("batch", "q_len", "num_heads_q", "num_heads_kv", "head_dim", "dtype",
                  "out_dtype", "device", "paged", "kv_capacity", "page_size", "num_pages",
-                 "max_pages_per_seq", "kv_dtype", "kv_scale")
+                 "max_pages_per_seq", "kv_dtype", "kv_scale", "rope_dim", "rope_dtype")
 
     def __repr__(self):
         return "Geometry(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -222,10 +222,10 @@ def _check_rank(t, name, ndim, layout):
                          % (name, ndim, layout, _shape_str(t.shape)))
 
 
-def _check_device(t, name, device):
+def _check_device(t, name, device, first="q"):
     if t.device != device:
-        raise ValueError("%s: on device %s, but q is on %s (all tensors must be on one device)"
-                         % (name, t.device, device))
+        raise ValueError("%s: on device %s, but %s is on %s (all tensors must be on one device)"
+                         % (name, t.device, first, device))
 
 
 def _check_rows(t, name, output):
@@ -392,6 +392,42 @@ def heads_layout_error(k, name, paged, num_heads_q, num_heads_kv=None):
                                                                   layout, want))
 
 
+def check_block_table(block_table, batch, device, first="q"):
+    """block_table: int32 [batch, max_pages_per_seq >= 1], rows contiguous, on the device."""
+    _check_rank(block_table, "block_table", 2, "[batch, max_pages_per_seq]")
+    if block_table.dtype != I32:
+        raise TypeError("block_table: dtype %s, expected int32" % block_table.dtype)
+    if int(block_table.shape[0]) != batch:
+        raise ValueError("block_table: shape %s, expected batch %d rows"
+                         % (_shape_str(block_table.shape), batch))
+    if block_table.shape[1] == 0:
+        raise ValueError("block_table: shape %s has no page columns (max_pages_per_seq 0)"
+                         % _shape_str(block_table.shape))
+    if block_table.shape[1] > 1 and block_table.strides[1] != 1:
+        raise ValueError("block_table: its rows must be contiguous (column stride %d)"
+                         % block_table.strides[1])
+    if block_table.strides[0] < 0:
+        raise ValueError("block_table: negative row stride")
+    if batch > 1 and block_table.strides[0] == 0:
+        raise ValueError("block_table: row stride 0 (a broadcast table); pass a copy")
+    _check_device(block_table, "block_table", device, first)
+
+
+def check_lse(lse, want, device, first="q"):
+    """lse: float32 of shape ``want`` ([batch, num_heads_q, q_len]), owning its memory."""
+    _check_rank(lse, "lse", 3, "[batch, num_heads_q, q_len]")
+    if lse.dtype != F32:
+        raise TypeError("lse: dtype %s, expected float32" % lse.dtype)
+    if tuple(int(s) for s in lse.shape) != want:
+        raise ValueError("lse: shape %s, expected %s" % (_shape_str(lse.shape),
+                                                        _shape_str(want)))
+    _check_device(lse, "lse", device, first)
+    for i in range(3):
+        if lse.strides[i] < 0 or (lse.strides[i] == 0 and lse.shape[i] > 1):
+            raise ValueError("lse: stride %d of dimension %d; lse must own its memory"
+                             % (lse.strides[i], i))
+
+
 def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None, k_scale=None,
                v_scale=None):
     """Validate one call's TensorInfos (out, lse, sinks and the scales may be None) and
@@ -408,6 +444,7 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None
     g.batch, g.q_len, g.num_heads_q, g.head_dim = (int(s) for s in q.shape)
     g.dtype, g.device = q.dtype, q.device
     g.out_dtype = q.dtype
+    g.rope_dim, g.rope_dtype = 0, None
     if g.q_len == 0:
         raise ValueError("q: q_len (dimension 1) is 0")
     _check_rows(q, "q", output=False)
@@ -435,23 +472,7 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None
         raise swapped
     _check_index_vector(kv_len, "kv_len", g.batch, g.device)
     if g.paged:
-        _check_rank(block_table, "block_table", 2, "[batch, max_pages_per_seq]")
-        if block_table.dtype != I32:
-            raise TypeError("block_table: dtype %s, expected int32" % block_table.dtype)
-        if int(block_table.shape[0]) != g.batch:
-            raise ValueError("block_table: shape %s, expected batch %d rows"
-                             % (_shape_str(block_table.shape), g.batch))
-        if block_table.shape[1] == 0:
-            raise ValueError("block_table: shape %s has no page columns (max_pages_per_seq 0)"
-                             % _shape_str(block_table.shape))
-        if block_table.shape[1] > 1 and block_table.strides[1] != 1:
-            raise ValueError("block_table: its rows must be contiguous (column stride %d)"
-                             % block_table.strides[1])
-        if block_table.strides[0] < 0:
-            raise ValueError("block_table: negative row stride")
-        if g.batch > 1 and block_table.strides[0] == 0:
-            raise ValueError("block_table: row stride 0 (a broadcast table); pass a copy")
-        _check_device(block_table, "block_table", g.device)
+        check_block_table(block_table, g.batch, g.device)
         g.num_pages, g.page_size = int(k.shape[0]), int(k.shape[1])
         g.max_pages_per_seq = int(block_table.shape[1])
         if g.num_pages == 0:
@@ -476,18 +497,7 @@ def check_call(q, k, v, kv_len, block_table, out, lse, sinks=None, kv_dtype=None
         _check_device(out, "out", g.device)
         _check_rows(out, "out", output=True)
     if lse is not None:
-        _check_rank(lse, "lse", 3, "[batch, num_heads_q, q_len]")
-        if lse.dtype != F32:
-            raise TypeError("lse: dtype %s, expected float32" % lse.dtype)
-        want = (g.batch, g.num_heads_q, g.q_len)
-        if tuple(int(s) for s in lse.shape) != want:
-            raise ValueError("lse: shape %s, expected %s" % (_shape_str(lse.shape),
-                                                            _shape_str(want)))
-        _check_device(lse, "lse", g.device)
-        for i in range(3):
-            if lse.strides[i] < 0 or (lse.strides[i] == 0 and lse.shape[i] > 1):
-                raise ValueError("lse: stride %d of dimension %d; lse must own its memory"
-                                 % (lse.strides[i], i))
+        check_lse(lse, (g.batch, g.num_heads_q, g.q_len), g.device)
     if sinks is not None:
         check_sinks(sinks, g.num_heads_q, g.device)
     g.kv_scale = check_scales(k_scale, v_scale, g, k.shape)

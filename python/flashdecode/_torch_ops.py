@@ -19,6 +19,16 @@ implementations, so torch.compile traces decode() without a graph break:
                           pdl=True) -> ()
       writes the caller's out (q's dtype or float32) and lse; mutates_args =
       (out, lse).
+  flashdecode::mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table?,
+                          softmax_scale, num_splits, return_lse, out_dtype?=None,
+                          k_scale?=None, kv_dtype?=None, deterministic=False,
+                          pdl=True) -> (out, lse)
+  flashdecode::mla_decode_out(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table?,
+                              out, lse?, softmax_scale, num_splits, k_scale?=None,
+                              kv_dtype?=None, deterministic=False, pdl=True) -> ()
+      multi-head latent attention (see flashdecode.mla_decode): out has q_nope's
+      shape (3-D or 4-D), lse [batch, num_heads_q, q_len] ([batch, num_heads_q]
+      for a 3-D q_nope; shape (0,) when return_lse is False).
   flashdecode::merge_states(states_out, states_lse, out_dtype?=None) -> (out, lse)
   flashdecode::merge_states_out(states_out, states_lse, out, lse?) -> ()
       fd_merge_states (see flashdecode.merge_states).
@@ -38,6 +48,7 @@ from torch import Tensor
 
 from . import _core
 from ._merge import check_merge, out_dtype_of, run_merge
+from ._mla import check_mla_call, mla_lse_shape, run_mla
 from ._tensors import bind_torch, check_call, check_out_dtype, describe
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -272,6 +283,113 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
                                      _core._int32("num_splits", num_splits), sinks, w, cap, nc,
                                      ks, vs, kvd, det, pdl)
+    return (out, lse) if return_lse else out
+
+
+# ---- mla_decode -------------------------------------------------------------------------------
+def _mla_infos(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale):
+    return (describe(q_nope, "q_nope"), describe(q_pe, "q_pe"), describe(ckv_cache, "ckv_cache"),
+            describe(kpe_cache, "kpe_cache"), describe(kv_len, "kv_len"),
+            None if block_table is None else describe(block_table, "block_table"),
+            None if out is None else describe(out, "out"),
+            None if lse is None else describe(lse, "lse"),
+            None if k_scale is None else describe(k_scale, "k_scale"))
+
+
+def _mla_check_meta(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale,
+                    kv_dtype):
+    i = _mla_infos(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale)
+    return check_mla_call(*i[:8], kv_dtype, i[8])
+
+
+def run_mla_tensors(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse,
+                    softmax_scale, num_splits, variants=_core.PLAIN, k_scale=None, kv_dtype=None):
+    """mla_decode() on real torch tensors into out (and lse)."""
+    i = _mla_infos(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale)
+    device = q_nope.device
+    run_mla(*i[:8], softmax_scale, num_splits, alloc_workspace(device), stream_of(device),
+            variants, kv_dtype, i[8])
+
+
+@torch.library.custom_op("flashdecode::mla_decode", mutates_args=())
+def mla_decode_op(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tensor,
+                  kv_len: Tensor, block_table: Optional[Tensor], softmax_scale: float,
+                  num_splits: int, return_lse: bool, out_dtype: Optional[torch.dtype] = None,
+                  k_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
+                  deterministic: bool = False, pdl: bool = True) -> Tuple[Tensor, Tensor]:
+    out = torch.empty(q_nope.shape, dtype=out_dtype or q_nope.dtype, device=q_nope.device)
+    lse_shape = mla_lse_shape(q_nope.shape) if return_lse else (0,)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q_nope.device)
+    run_mla_tensors(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out,
+                    lse if return_lse else None, softmax_scale, num_splits,
+                    _core.Variants(-1, 0.0, False, deterministic, pdl), k_scale, kv_dtype)
+    return out, lse
+
+
+@mla_decode_op.register_fake
+def _mla_decode_fake(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, softmax_scale,
+                     num_splits, return_lse, out_dtype=None, k_scale=None, kv_dtype=None,
+                     deterministic=False, pdl=True):
+    _mla_check_meta(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, None, None, k_scale,
+                    kv_dtype)
+    if out_dtype is not None:
+        check_out_dtype(str(out_dtype).replace("torch.", ""), describe(q_nope, "q_nope").dtype,
+                        "out_dtype")
+    out = q_nope.new_empty(q_nope.shape, dtype=out_dtype or q_nope.dtype)
+    lse = q_nope.new_empty(mla_lse_shape(q_nope.shape) if return_lse else (0,),
+                           dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("flashdecode::mla_decode_out", mutates_args=("out", "lse"))
+def mla_decode_out_op(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tensor,
+                      kv_len: Tensor, block_table: Optional[Tensor], out: Tensor,
+                      lse: Optional[Tensor], softmax_scale: float, num_splits: int,
+                      k_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
+                      deterministic: bool = False, pdl: bool = True) -> None:
+    run_mla_tensors(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse,
+                    softmax_scale, num_splits, _core.Variants(-1, 0.0, False, deterministic, pdl),
+                    k_scale, kv_dtype)
+
+
+@mla_decode_out_op.register_fake
+def _mla_decode_out_fake(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse,
+                         softmax_scale, num_splits, k_scale=None, kv_dtype=None,
+                         deterministic=False, pdl=True):
+    _mla_check_meta(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale,
+                    kv_dtype)
+
+
+def mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, softmax_scale,
+               num_splits, return_lse, out, variants, out_dtype, fp8):
+    """flashdecode.mla_decode for torch tensors (softmax_scale resolved; see
+    flashdecode.mla_decode)."""
+    for name, t in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache),
+                    ("out", out)):
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError("%s: expected a torch.Tensor like q_nope, got %s"
+                            % (name, type(t).__name__))
+    kv_len = _as_index_tensor(kv_len, "kv_len", q_nope, True)
+    if block_table is not None:
+        block_table = _as_index_tensor(block_table, "block_table", q_nope, False)
+    from ._api import resolve_out_dtype
+
+    out_name = resolve_out_dtype(out_dtype, describe(q_nope, "q_nope").dtype, out)
+    ks = as_scale_tensor(fp8.k_scale, "k_scale", q_nope)
+    det, pdl = variants.deterministic, variants.pdl
+    splits = _core._int32("num_splits", num_splits)
+    if out is None:
+        out, lse = torch.ops.flashdecode.mla_decode(
+            q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, softmax_scale, splits,
+            bool(return_lse), None if out_name is None else getattr(torch, out_name), ks,
+            fp8.kv_dtype, det, pdl)
+        return (out, lse) if return_lse else out
+    lse = None
+    if return_lse:
+        lse = torch.empty(mla_lse_shape(q_nope.shape), dtype=torch.float32, device=q_nope.device)
+    torch.ops.flashdecode.mla_decode_out(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table,
+                                         out, lse, softmax_scale, splits, ks, fp8.kv_dtype, det,
+                                         pdl)
     return (out, lse) if return_lse else out
 
 

@@ -141,3 +141,41 @@ def assert_out_close(got, want, dtype_name):
     assert np.array_equal(np.isnan(got), nan), "out: NaN where the reference differs"
     np.testing.assert_allclose(got[~nan], want[~nan], rtol=0,
                                atol=output_tolerance(dtype_name, want))
+
+
+def mla_attention_f64(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table=None,
+                      softmax_scale=None):
+    """MLA decode (absorbed form, flashdecode.h MULTI-HEAD LATENT ATTENTION) in float64.
+
+    q_nope [batch, q_len, Hq, D], q_pe [batch, q_len, Hq, R]; ckv_cache [batch, cap, D]
+    or paged [pages, page_size, D] (with block_table), kpe_cache likewise with R (already
+    dequantized). Row t at position p_t = kv_len[b] - q_len + t sees keys 0..p_t:
+
+        x_j = scale * (q_nope . ckv_j + q_pe . kpe_j),  lse = log sum_j exp(x_j),
+        out = sum_j exp(x_j - lse) ckv_j
+
+    Returns out [batch, q_len, Hq, D] and lse [batch, Hq, q_len]; a row that sees no key:
+    out 0, lse -inf.
+    """
+    q_nope = np.asarray(q_nope, dtype=np.float64)
+    q_pe = np.asarray(q_pe, dtype=np.float64)
+    ckv = np.asarray(ckv_cache, dtype=np.float64)
+    kpe = np.asarray(kpe_cache, dtype=np.float64)
+    batch, q_len, num_heads, _ = q_nope.shape
+    out = np.zeros(q_nope.shape, dtype=np.float64)
+    lse = np.full((batch, num_heads, q_len), -np.inf, dtype=np.float64)
+    for b in range(batch):
+        n = int(kv_len[b])
+        c = gather_keys(ckv[:, :, None, :], b, n, block_table)[:, 0]   # [n, D]
+        r = gather_keys(kpe[:, :, None, :], b, n, block_table)[:, 0]   # [n, R]
+        for t in range(q_len):
+            hi = n - q_len + t + 1
+            if hi <= 0:
+                continue
+            s = (q_nope[b, t] @ c[:hi].T + q_pe[b, t] @ r[:hi].T) * softmax_scale  # [Hq, hi]
+            m = s.max(axis=1, keepdims=True)
+            p = np.exp(s - m)
+            l = p.sum(axis=1, keepdims=True)
+            out[b, t] = (p @ c[:hi]) / l
+            lse[b, :, t] = (m + np.log(l))[:, 0]
+    return out, lse
