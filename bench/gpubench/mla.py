@@ -254,7 +254,9 @@ def ours_mla(fd, torch, shape, num_splits):
                         kv_capacity=shape.capacity, page_size=shape.page_size,
                         max_pages_per_seq=max(pps), num_pages=num_pages, num_splits=num_splits,
                         softmax_scale=shape.softmax_scale, device=SETTINGS.device,
-                        kv_len_hint=list(shape.lens), kv_dtype=kv)
+                        kv_len_hint=list(shape.lens), kv_dtype=kv,
+                        # fp8 rows: an e4m3 latent beside a bf16 rope part, one scale
+                        rope_dtype=dt if kv else None, kv_scale=shape.kv_scale or None)
         except TypeError:
             plan = None  # another constructor: the one-call API below
         if plan is not None:
