@@ -541,6 +541,7 @@ def self_test(torch, device, ok):
        and s8.kpe8.dtype == torch.float8_e4m3fn and rel_d < 1e-6 and 0 < rel_q < 0.2
        and 0 < rel_fi < 0.2, f"MLA fp8: e4m3 latent, bf16 rope (FlashInfer: e4m3 copy); "
                              f"quantization moves the output {rel_q:.3f}, an e4m3 rope {rel_fi:.3f}")
+    fi_wiring_test(torch, device, ok)
     specs = fi_mla_specs(rows)
     ok(sorted(map(str, specs)) == sorted(map(str, [
         ["mla", "fa2", "bf16", 512, 64], ["mla", "fa3", "bf16", 512, 64],
@@ -569,3 +570,60 @@ def fi_self_test(fi, torch, ok):
     have = sorted(d for d in os.listdir(aot) if d.startswith("batch_mla")) \
         if os.path.isdir(aot) else []
     print(f"self-test FlashInfer AOT MLA modules present: {len(have)}")
+
+
+class _FakeMlaWrapper:
+    """FlashInfer's BatchMLAPagedAttentionWrapper as its documentation describes it, in
+    float64 (self-test only: checks the arguments FiMla builds, not FlashInfer)."""
+
+    def __init__(self, ws, backend="auto"):
+        self.backend = backend
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
+             head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):
+        self.a = (qo_indptr.tolist(), kv_indptr.tolist(), kv_indices.long(),
+                  kv_len_arr.tolist(), page_size, causal, sm_scale, kv_data_type)
+
+    def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, ckv_scale=None, kpe_scale=None):
+        import torch
+        qo, kvp, idx, lens, ps, causal, scale, kv_dt = self.a
+        assert ckv_cache.dtype == kv_dt and kpe_cache.dtype == kv_dt
+        ck_all = ckv_cache.double() * (ckv_scale or 1.0)
+        kp_all = kpe_cache.double() * (kpe_scale or 1.0)
+        for b in range(len(lens)):
+            pages = idx[kvp[b]:kvp[b + 1]]
+            n = lens[b]
+            ck = ck_all[pages].reshape(-1, ck_all.shape[-1])[:n]
+            kp = kp_all[pages].reshape(-1, kp_all.shape[-1])[:n]
+            rows = qo[b + 1] - qo[b]
+            for t in range(rows):
+                upto = n - rows + t + 1 if causal else n
+                r = qo[b] + t
+                sc = (q_nope[r].double() @ ck[:upto].t() + q_pe[r].double() @ kp[:upto].t())
+                out[r] = (torch.softmax(sc * scale, -1) @ ck[:upto]).to(out.dtype)
+        return out
+
+
+def fi_wiring_test(torch, device, ok):
+    """FiMla's plan / run arguments (indptrs, page indices, causal, scales, the e4m3 rope copy)
+    against the float64 reference, through _FakeMlaWrapper."""
+    from types import SimpleNamespace
+
+    from .shapes import Shape
+
+    fake = SimpleNamespace(mla=SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMlaWrapper))
+    fi = FiMla.__new__(FiMla)
+    fi.torch, fi.fi, fi.ws = torch, fake, None
+    for kv, ql in (("", 2), ("e4m3", 1)):
+        sh = Shape(f"t-fi-mla-{kv or 'bf16'}", 3, 4, 1, 32, "bf16", [130, 64, 7], 16, "mla",
+                   family="mla", kv_dtype=kv, kv_scale="tensor" if kv else "", rope_dim=8,
+                   q_len=ql, softmax_scale=0.2)
+        table = mla_table(torch, sh, device)
+        sets = [make_mla_set(torch, sh, device, table, index=i, want_ref=(i == 0), fi_fp8=True)
+                for i in range(2)]
+        ref = sets[0].ref_fi.deq if kv else sets[0].ref
+        call = fi.build("fi-mla-fa3", sh, sets)
+        rel = compare(torch, call(0), ref)[1]
+        other = compare(torch, call(1), ref)[1]
+        ok(rel < 1e-2 < other, f"FlashInfer MLA arguments ({kv or 'bf16'}, q_len {ql}): "
+                               f"rel err {rel:.1e} (set 1: {other:.2f})")
