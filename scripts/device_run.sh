@@ -166,6 +166,11 @@ san() { # san BINARY TOOL FILTER
 if want test && step "compute-sanitizer: GPU grid" 90; then
   san build/tests/test_gpu_grid memcheck "${FD_SAN_FILTER:-}"
   for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/bf16/d128/*'; done
+  san build/tests/test_gpu_mla memcheck ""
+  for tool in racecheck synccheck; do
+    san build/tests/test_gpu_mla $tool '_D512_H16_T1_B3_kv1000'
+    san build/tests/test_gpu_mla $tool '_D512_H64_T1_B3_kv1000'
+  done
 fi
 
 if [ "$MODE" = exp ] && step "ctest (GPU tests only)" 60; then

@@ -137,7 +137,8 @@ fd_status fd_check_host_scale_values(const fd_plan *plan, const fd_tensors *t, f
  * head_dim <= 128; the combine then sums at most FD_MAX_SPLITS partials.
  * 131072 leaves plans for caches up to 128k keys unchanged. */
 #define FD_MMA_MAX_SPLIT_KEYS 131072
-/* The same bound for the rows kernel (rows_mma_kernel.cu), whose every warp
+/* The same bound for the rows kernel (rows_mma_kernel.cu; the MLA kernel,
+ * mla_kernel.cu, too), whose every warp
  * adds every key of its split (the split kernel's warps add 1 / 4 or 1 / 8
  * of them): 32768 keys, 4096 additions a warp (a hi and a lo mma a 16-key
  * step), as the split kernel's at head_dim 128. */

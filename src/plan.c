@@ -86,6 +86,7 @@ typedef struct plan_machine {
   int32_t slots;         /* CUDA: multiprocessors; CPU, reference: threads */
   int32_t blocks_per_sm; /* CUDA: blocks of the chosen kernel a multiprocessor holds */
   int wide_ok;           /* CUDA: the 8-warp config may run (device, dtypes, kernel) */
+  int64_t row_tiles;     /* CUDA MLA: blocks a (sequence, split) (row tiles); else 1 */
 } plan_machine;
 
 /* Multi-head latent attention (rope_dim > 0; flashdecode.h, MLA): the rope
@@ -342,6 +343,16 @@ static fd_status mla_device_fit(const fd_problem *p, fd_cuda_fit *fit, fd_error 
   memset(fit, 0, sizeof *fit);
   const fd_status st = fd_cuda_device_budget(p->device, &fit->g, err);
   if (st != FD_STATUS_OK) return st;
+  /* its block (gpu_select.h FD_MLA_SMEM: RG 1 for up to 16 rows where it
+   * fits, else RG 4) must fit: GPUs with 99 KB a block have none */
+  const int64_t rows = (int64_t)p->num_heads_q * p->q_len;
+  if (fd_mla_row_groups(&fit->g, p->head_dim, rows) < 1)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: MLA at head_dim %d needs %zu bytes of shared memory a block; device "
+                   "%d (compute capability %d.%d) has %d%s",
+                   p->head_dim, FD_MLA_SMEM(p->head_dim, 4), p->device, fit->g.cc_major,
+                   fit->g.cc_minor, fit->g.smem_block,
+                   fit->g.smem_block > 0 ? "" : " (none)");
   fit->split_blocks = 1;
   return FD_STATUS_OK;
 }
@@ -426,8 +437,14 @@ static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
  * dtype (an fp8 cache has no 8-warp instance) where the device holds it. */
 static plan_machine machine_for(const fd_problem *p, const fd_plan *plan, fd_kernel kernel,
                                 const fd_cuda_fit *fit) {
-  plan_machine m = {plan->sm_count, 1, 0};
+  plan_machine m = {plan->sm_count, 1, 0, 1};
   if (p->backend != FD_BACKEND_CUDA) return m;
+  if (kernel == FD_KERNEL_CUDA_MLA) { /* one block an SM (its shared memory: gpu_select.h) */
+    const int64_t rows = (int64_t)p->num_heads_q * p->q_len;
+    const int rg = fd_mla_row_groups(&fit->g, p->head_dim, rows); /* 0: facts given by a test */
+    m.row_tiles = fd_mla_row_tiles(rg > 0 ? rg : 4, rows);
+    return m;
+  }
   m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS ? fit->rows_blocks : fit->split_blocks;
   m.wide_ok = kernel == FD_KERNEL_CUDA_MMA_4W && p->kv_dtype == p->dtype &&
               fd_mma_wide_ok(&fit->g, p->head_dim);
@@ -488,6 +505,7 @@ static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
                                            (double)fd_dtype_size(p->kv_dtype));
   if (kernel == FD_KERNEL_CUDA_ROWS)
     heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len);
+  if (kernel == FD_KERNEL_CUDA_MLA) heads_per_item *= m.row_tiles; /* one block a row tile */
   int32_t splits = auto_splits(p, kernel, &m, (int64_t)p->batch * heads_per_item, hint_chunks);
   /* Ragged batches (the longest hint above 1.5x the mean): the longest
    * sequence's splits are the critical path. Cut it so that each of its
@@ -538,8 +556,9 @@ static fd_status choose_splits(const fd_problem *p, fd_kernel kernel, const plan
     splits = p->num_splits;
   }
   if (p->backend == FD_BACKEND_CUDA && p->dtype != FD_DTYPE_F32 && !p->deterministic) {
-    const int64_t need = ceil_div(
-        len->longest, fd_rows_kernel_shape(p) ? FD_ROWS_MAX_SPLIT_KEYS : FD_MMA_MAX_SPLIT_KEYS);
+    const int64_t need = ceil_div(len->longest, fd_rows_kernel_shape(p) || p->rope_dim > 0
+                                                    ? FD_ROWS_MAX_SPLIT_KEYS
+                                                    : FD_MMA_MAX_SPLIT_KEYS);
     if (need > splits) splits = need > FD_MAX_SPLITS ? FD_MAX_SPLITS : (int32_t)need;
   }
   if (splits > max_chunks) splits = (int32_t)max_chunks;

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
 #pragma unroll
       for (int i = 0; i < FD_COMBINE_BATCH; i++) {
         x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (s0 + WPR * i < active) /* 32-bit offsets: S <= FD_MAX_SPLITS, D <= 256 */
+        if (s0 + WPR * i < active) /* 32-bit offsets: S <= FD_MAX_SPLITS, D <= 512 */
           x[i] = *reinterpret_cast<const float4 *>(pod + (s0 + WPR * i) * D);
       }
       if (first) { /* m* = max_s m_s, w_s and l* = sum_s w_s l_s, once a row */

@@ -15,6 +15,7 @@
  * simply report "unavailable".
  */
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <mutex>
@@ -343,6 +344,30 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
   kp->k_scale = t->k_scale;
   kp->v_scale = t->v_scale;
   for (int i = 0; i < 3; i++) kp->scale_strides[i] = t->scale_strides[i];
+  kp->rope_dim = pr->rope_dim;
+  if (pr->rope_dim > 0) {
+    kp->rope_dtype = (int32_t)(pr->rope_dtype == 0 ? pr->kv_dtype : pr->rope_dtype);
+    kp->q_pe = t->q_pe;
+    kp->k_pe_cache = t->k_pe_cache;
+    for (int i = 0; i < 3; i++) {
+      kp->q_pe_strides[i] = t->q_pe_strides[i];
+      kp->k_pe_strides[i] = t->k_pe_strides[i];
+    }
+  }
+}
+
+/* The MLA kernel's row groups on budget g for the plan (0: none fits). */
+static int mla_row_groups(const fd_gpu_budget *g, const fd_problem *pr) {
+  return fd_mla_row_groups(g, pr->head_dim, (int64_t)pr->num_heads_q * pr->q_len);
+}
+
+/* 1 when the base or a stride (elements of `elem` bytes) of an MLA input is
+ * not a multiple of 16 bytes. */
+static bool mla_misaligned(const void *ptr, const int64_t strides[3], size_t elem) {
+  if ((uintptr_t)ptr % 16) return true;
+  for (int i = 0; i < 3; i++)
+    if (((uint64_t)strides[i] * elem) % 16) return true;
+  return false;
 }
 
 /* Whether device budget g runs the plan's kernel for its dtype and
@@ -360,6 +385,7 @@ static bool kernel_runs(const fd_gpu_budget *g, const fd_plan *plan) {
       return mma && fd_gpu_blocks_fit(g, fd_mma_smem_bytes(pr->head_dim, FD_MMA_LEAN)) >= 1;
     case FD_KERNEL_CUDA_MMA_WIDE:
       return mma && pr->kv_dtype == pr->dtype && fd_mma_wide_ok(g, pr->head_dim);
+    case FD_KERNEL_CUDA_MLA: return mma && pr->rope_dim == 64 && mla_row_groups(g, pr) > 0;
     default: return false;
   }
 }
@@ -367,11 +393,25 @@ static bool kernel_runs(const fd_gpu_budget *g, const fd_plan *plan) {
 extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void *workspace,
                                  void *stream, fd_error *err) {
   const fd_problem *pr = &plan->problem;
-  if (pr->head_dim != 64 && pr->head_dim != 80 && pr->head_dim != 96 && pr->head_dim != 128 &&
-      pr->head_dim != 256)
+  const bool mla = pr->rope_dim > 0;
+  if (mla && (pr->rope_dim != 64 || (pr->head_dim != 512 && pr->head_dim != 448)))
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: MLA on the CUDA backend takes (head_dim, rope_dim) = (512, 64) or "
+                   "(448, 64), not (%d, %d)",
+                   pr->head_dim, pr->rope_dim);
+  if (!mla && pr->head_dim != 64 && pr->head_dim != 80 && pr->head_dim != 96 &&
+      pr->head_dim != 128 && pr->head_dim != 256)
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
                    pr->head_dim);
+  if (mla) { /* q, k_cache, out, the workspace: api.c */
+    const fd_dtype rope = pr->rope_dtype == 0 ? pr->kv_dtype : pr->rope_dtype;
+    if (mla_misaligned(t->q_pe, t->q_pe_strides, fd_dtype_size(pr->dtype)))
+      return fd_fail(err, FD_STATUS_UNSUPPORTED, "q_pe: CUDA needs 16-byte aligned base and strides");
+    if (mla_misaligned(t->k_pe_cache, t->k_pe_strides, fd_dtype_size(rope)))
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "k_pe_cache: CUDA needs 16-byte aligned base and strides");
+  }
   if (pr->batch > 65535)
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "batch: %d exceeds the CUDA backend's 65535",
                    pr->batch);
@@ -419,6 +459,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     case FD_KERNEL_CUDA_MMA_4W: e = fd_split_mma_launch(&kp, FD_MMA_4W, s); break;
     case FD_KERNEL_CUDA_MMA_WIDE: e = fd_split_mma_launch(&kp, FD_MMA_WIDE, s); break;
     case FD_KERNEL_CUDA_MMA_LEAN: e = fd_split_mma_launch(&kp, FD_MMA_LEAN, s); break;
+    case FD_KERNEL_CUDA_MLA: e = fd_mla_launch(&kp, mla_row_groups(&f->g, pr), s); break;
     default: e = cudaErrorInvalidConfiguration; break; /* refused above */
   }
   if (e == cudaSuccess && plan->num_splits > 1) {

@@ -67,6 +67,16 @@ typedef struct fd_kernel_params {
   const float *k_scale;       /* device; NULL with FD_KV_SCALE_NONE */
   const float *v_scale;
   int64_t scale_strides[3];   /* TOKEN: {batch or page, position, head}, floats */
+  /* MLA (rope_dim > 0; flashdecode.h, MULTI-HEAD LATENT ATTENTION): q is
+   * q_nope [.., head_dim] and k_cache c_kv, which is also V (v_cache NULL);
+   * q_pe [batch, q_len, num_heads_q, rope_dim] dtype and k_pe_cache (laid
+   * out like k_cache, rope_dtype elements) give the rope part of the key. */
+  const void *q_pe;
+  int64_t q_pe_strides[3];
+  const void *k_pe_cache;
+  int64_t k_pe_strides[3];
+  int32_t rope_dim;           /* 0: not MLA */
+  int32_t rope_dtype;         /* fd_dtype of k_pe_cache */
   int32_t pdl;                /* host only: which kernels launch with programmatic
                                  dependent launch (the loaded code is sm_90+ and waits:
                                  gpu_select.h, fd_gpu_pdl_ok), FD_PDL_* below */
@@ -111,6 +121,14 @@ cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStr
  * instance. Its blocks resident a multiprocessor: fd_rows_mma_occupancy. */
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
 cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
+
+/* Launch the MLA kernel (mla_kernel.cu) with `row_groups` (1 or 4:
+ * gpu_select.h, fd_mla_row_groups) for p->dtype (fp16, bf16), p->head_dim
+ * (512, 448), p->kv_dtype (dtype, e4m3, e5m2) and p->rope_dtype (dtype, or
+ * kv_dtype when fp8) on `stream`; it writes what the split kernel writes (the
+ * combine follows when p->num_splits > 1). cudaErrorInvalidValue for a
+ * combination without an instance. */
+cudaError_t fd_mla_launch(const fd_kernel_params *p, int row_groups, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */

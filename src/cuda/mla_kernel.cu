@@ -1,0 +1,879 @@
+/*
+ * mla_kernel.cu — the CUDA kernel of multi-head latent attention (MLA:
+ * rope_dim > 0; flashdecode.h, MULTI-HEAD LATENT ATTENTION): one kv head
+ * whose key is [c_kv (D = 512 or 448) | k_pe (64)] and whose value is c_kv,
+ * the same bytes. Tensor cores (mma.sync.m16n8k16, ldmatrix, cp.async:
+ * sm_80 instructions), query rows on the mma's M side (the FlashAttention-2
+ * orientation, FlashMLA's structure on mma.sync).
+ *
+ * GRID  (num_splits, row_tiles, batch): one block of 8 warps per (split s,
+ *   row tile rt, sequence b), over keys [begin, end) of fd_seq_split (split.h,
+ *   as every split kernel), for rows r = 16 RG rt .. + 16 RG - 1 of the
+ *   sequence's num_heads_q * q_len rows (row r: head r / q_len, token
+ *   r % q_len; rows past the last are zeros and write nothing). RG, the row
+ *   groups of 16 rows a block, is 1 (64-key tiles) or 4 (32-key tiles):
+ *   gpu_select.h fd_mla_row_groups, which the plan counts the row tiles
+ *   with. Causal rows see keys [begin, min(end, kv_len - q_len + t + 1))
+ *   (fd_row_keys, row_keys.h).
+ *
+ * WARPS  Warp w is (rg, cw) = (w / CPW, w % CPW), CPW = 8 / RG warps a row
+ *   group. A tile's scores S = Q K^T for row group rg are cut by keys: warp
+ *   cw computes S for keys cw KPW .. + KPW - 1 (KPW = KT / CPW: 8 or 16) over
+ *   all 576 (512) columns; the row maxima are exchanged through shared
+ *   memory (every warp of the group then holds the same running max m), and
+ *   the 16-bit P of the group's rows goes to shared memory, from which each
+ *   warp computes O += P V for ITS columns (16-column chunks cw NCW .. + NCW
+ *   - 1 of D, NCW = ceil(D / 16 / CPW)) over all the tile's keys. V is the
+ *   K tile's first D columns: no second copy. fp32 O a lane: 32 registers
+ *   (RG 1) or 128 (RG 4, D 512).
+ *
+ * TILE STEPS  (per tile; one block barrier and two row-group barriers)
+ *   wait for the tile's copies, block barrier, issue the copies of tile
+ *   i + 1 into the other stage; S (latent and rope k-steps); scale, mask
+ *   (causal bound of the lane's rows, key flags); row maxima -> shared
+ *   memory, group barrier; online softmax in base 2 (a row whose max is
+ *   still -inf subtracts 0), P -> shared memory, group barrier; O rescaled,
+ *   O += P V; the byte offsets of tile i + 2's keys -> shared memory (their
+ *   block_table entries were loaded at the top of the tile).
+ *
+ * LOADS  Thread t < KT turns key t of a tile into byte offsets of its c_kv
+ *   and k_pe rows (and its token scale's index), through the block_table
+ *   for paged caches (any page_size, one id a key), or -1 for a key past the
+ *   split's end or on a page id outside [0, num_pages): such keys are
+ *   zero-filled without a read and flagged, and their scores are -inf. All
+ *   threads then copy the tile's 16-byte chunks by cp.async.cg: the latent
+ *   row (2D bytes, or D fp8 bytes in a 512-byte row) and the rope row (128
+ *   bytes, or 64 fp8) of each key, chunk c of row k at (c & ~7) | ((c ^ k) &
+ *   7) so every ldmatrix phase hits 8 bank groups. TOKEN scales travel with
+ *   the tile (cp.async, 4 bytes a key).
+ *
+ * TILE MATH  16-bit cache (fp16 or bf16, the q dtype): S: Q's A fragments
+ *   and K's B fragments by ldmatrix.x4; P as a hi and a lo 16-bit part (two
+ *   mma, P keeps ~16 bits, as the split kernel); V's B fragments by
+ *   ldmatrix.x4.trans. fp8 cache (e4m3 / e5m2: a template constant): every
+ *   mma in fp16, K and V widened in registers (fd_fp8x4_widen, exact):
+ *   S takes a k-step's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 as
+ *   head_dim columns 4 qd .. + 3 (the bytes a non-trans ldmatrix of the fp8
+ *   rows gives a lane), Q's A fragments read in that order (8 bytes a row);
+ *   P one fp16 part; V by ldmatrix.trans of the fp8 rows and a byte permute
+ *   into an n-tile of a 16-column chunk's even columns and one of its odd
+ *   columns, which the output store undoes. bf16 q over an fp8 cache enters
+ *   as fp16 times 2^qe, a power of two a row (its largest |q| in (2^14,
+ *   2^15]), and the row's score scale takes 2^-qe. The rope part: fp8 with
+ *   the latent (same widening, same 2^qe), or 16-bit beside an fp8 latent,
+ *   then its own accumulator in the q dtype, unscaled by k_scale.
+ *   k_scale (TENSOR / HEAD: one value; TOKEN: a key's) multiplies the
+ *   latent's scaled score; V is c_kv * k_scale: TENSOR / HEAD at the end;
+ *   TOKEN: P = 2^((s + e) - u) f for v-scale f 2^e (f in [1, 2)), u the
+ *   row's running max of s + e, so the fp16 P is in [0, 2) for any finite
+ *   scale; O runs relative to 2^u and is brought to 2^m at the end.
+ *
+ * OUTPUT  num_splits > 1: unnormalised O, (m ln 2, l) into the partials for
+ *   the combine (combine_kernel.cu); empty splits exit at once. num_splits
+ *   == 1: out = O / l, lse. A row whose O holds a NaN or Inf gets l = NaN
+ *   (lse NaN). Each warp writes its own columns; l is summed over the
+ *   group's warps in warp order (deterministic).
+ *
+ * SHARED MEMORY  gpu_select.h FD_MLA_SMEM (D 512: 174,784 B at RG 1,
+ *   158,784 B at RG 4): one block an SM. GPUs with 99 KB a block have no
+ *   MLA kernel (the plan refuses them).
+ *
+ * PDL  As the split kernels: wait for the previous kernel, then let the
+ *   combine be scheduled.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "device_util.cuh"
+#include "flashdecode.h"
+#include "gpu_select.h"
+#include "kernel_params.cuh"
+#include "mma_format.cuh"
+#include "mma_primitives.cuh"
+#include "split.h"
+
+/* Compile-time shape of one instance: q dtype T, latent width D, RG row
+ * groups, KV8 the cache (0 16-bit, 1 e4m3, 2 e5m2). */
+template <typename T, int D, int RG, int KV8>
+struct fd_mla_cfg {
+  static constexpr int NW = FD_MLA_WARPS;
+  static constexpr int THREADS = 32 * NW;
+  static constexpr int ROWS = 16 * RG;            /* rows a block */
+  static constexpr int CPW = NW / RG;             /* warps a row group */
+  static constexpr int KT = FD_MLA_KT(RG);        /* keys a tile */
+  static constexpr int ST = FD_MLA_STAGES;        /* cp.async stages */
+  static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
+  static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
+  static constexpr bool FP8 = KV8 != 0;
+  static constexpr int LB = FP8 ? 512 : 2 * D;    /* latent bytes a tile row */
+  static constexpr int RB = 128;                  /* rope bytes a tile row */
+  static constexpr int QLB = 2 * D;               /* latent bytes a Q row */
+  static constexpr int CL = FP8 ? D / 16 : D / 8; /* latent 16-byte chunks a key */
+  static constexpr int CPK = CL + 8;              /* chunks a key at most (rope 16-bit) */
+  static constexpr int KSL = D / 16;              /* latent k-steps */
+  static constexpr int DCH = D / 16;              /* 16-column chunks of V */
+  static constexpr int NCW = (DCH + CPW - 1) / CPW; /* V chunks a warp */
+  static constexpr int NT = 2 * NCW;              /* O n-tiles a warp */
+  static constexpr int PRB = KT * 2;              /* bytes a P row */
+  /* shared memory, bytes */
+  static constexpr size_t STAGE = (size_t)KT * (LB + RB);
+  static constexpr size_t OFF_Q = ST * STAGE;
+  static constexpr size_t OFF_QR = OFF_Q + (size_t)ROWS * QLB;
+  static constexpr size_t OFF_P = OFF_QR + (size_t)ROWS * RB;
+  static constexpr size_t P_BYTES = (size_t)ROWS * PRB;
+  static constexpr size_t OFF_X = OFF_P + 2 * P_BYTES;
+  static constexpr size_t OFF_OFFS = OFF_X + (size_t)NW * 16 * 8;
+  static constexpr size_t OFF_TOK = OFF_OFFS + (size_t)ST * KT * 24;
+  static constexpr size_t OFF_QS = OFF_TOK + (size_t)ST * KT * 4;
+  static constexpr size_t OFF_FLAGS = OFF_QS + (size_t)ROWS * 4;
+  static constexpr size_t SMEM = OFF_FLAGS + (size_t)ST * KT;
+  static_assert(D == 512 || D == 448, "latent width");
+  static_assert(RG == 1 || RG == 4, "row groups");
+  static_assert(NG == 1 || NG == 2, "a warp's keys: 8 or 16");
+  static_assert(NCW % 2 == 0, "fp8 P V takes chunks in pairs");
+  static_assert(FP8 || SMEM == FD_MLA_SMEM(D, RG), "gpu_select.h sizes the kernel the same way");
+  static_assert(SMEM <= FD_MLA_SMEM(D, RG), "fp8 instances take no more than the 16-bit one");
+  static_assert(LB % 128 == 0 && QLB % 128 == 0, "swizzled rows of whole 128-byte lines");
+  static_assert(64 % KT == 0, "tiles start at multiples of 64 keys");
+};
+
+/* Byte offset of 16-byte chunk c of row r in rows of RB bytes (a multiple
+ * of 128): the chunk's low 3 bits xor the row's. */
+template <int RB>
+static __device__ __forceinline__ uint32_t fd_mla_swz(int r, int c) {
+  return (uint32_t)(r * RB + (((c & ~7) | ((c ^ r) & 7)) << 4));
+}
+
+/* The same for the P rows (128 bytes: 64 keys; 64 bytes: 32 keys, two rows
+ * a bank line, chunk ^ ((r >> 1) & 3)). */
+template <int PRB>
+static __device__ __forceinline__ uint32_t fd_mla_pswz(int r, int c) {
+  if constexpr (PRB == 128) return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+  else return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
+
+/* bar.sync on a named barrier of `threads` threads (the warps of a row group). */
+static __device__ __forceinline__ void fd_mla_group_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* ---- Loads ---- */
+
+/* Key j's page id (paged caches), loaded a tile ahead of fd_mla_key_store. */
+static __device__ __forceinline__ int fd_mla_key_page(const fd_kernel_params &p, int b, int j,
+                                                      bool in) {
+  if (!in || p.page_size <= 0) return 0;
+  return __ldg(p.block_table + (int64_t)b * p.block_table_stride + j / p.page_size);
+}
+
+/* Key j's byte offsets in c_kv (dst[0], -1: not read) and k_pe (dst[1]), and
+ * its token scale's index (dst[2]). */
+static __device__ __forceinline__ void fd_mla_key_store(const fd_kernel_params &p, int b, int j,
+                                                        bool in, int page, int kesz, int resz,
+                                                        int64_t *dst) {
+  int64_t oc = -1, orp = 0, os = 0;
+  if (in) {
+    int64_t base, pos;
+    bool ok = true;
+    if (p.page_size > 0) {
+      base = page;
+      pos = j % p.page_size;
+      ok = p.num_pages <= 0 || (page >= 0 && page < p.num_pages);
+    } else {
+      base = b;
+      pos = j;
+    }
+    if (ok) {
+      oc = (base * p.k_strides[0] + pos * p.k_strides[1]) * kesz;
+      orp = (base * p.k_pe_strides[0] + pos * p.k_pe_strides[1]) * resz;
+      os = base * p.scale_strides[0] + pos * p.scale_strides[1];
+    }
+  }
+  dst[0] = oc;
+  dst[1] = orp;
+  dst[2] = os;
+}
+
+/* One tile's copies into a stage: every key's latent and rope chunks (keys
+ * with offset -1 zero-filled), its flag, and (TOKEN) its scale. `offs`: the
+ * tile's [KT][3] offsets. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_issue(const fd_kernel_params &p,
+                                                    const int64_t *offs, int rope_chunks,
+                                                    bool tok, unsigned char *stage,
+                                                    unsigned char *flags, float *tok_dst) {
+  const unsigned char *ckv = static_cast<const unsigned char *>(p.k_cache);
+  const unsigned char *kpe = static_cast<const unsigned char *>(p.k_pe_cache);
+  const int tid = threadIdx.x;
+#pragma unroll 2
+  for (int idx = tid; idx < C::KT * C::CPK; idx += C::THREADS) {
+    const int key = idx / C::CPK;
+    const int c = idx - key * C::CPK;
+    const int64_t oc = offs[3 * key];
+    const bool ok = oc >= 0;
+    if (c < C::CL) {
+      fd_cp_async16(stage + fd_mla_swz<C::LB>(key, c), ok ? ckv + oc + 16 * c : ckv, ok);
+    } else if (c - C::CL < rope_chunks) {
+      const int cc = c - C::CL;
+      fd_cp_async16(stage + C::KT * C::LB + fd_mla_swz<C::RB>(key, cc),
+                    ok ? kpe + offs[3 * key + 1] + 16 * cc : kpe, ok);
+    }
+  }
+  if (tid < C::KT) {
+    const bool ok = offs[3 * tid] >= 0;
+    flags[tid] = ok ? 1 : 0;
+    if (tok) fd_cp_async4(tok_dst + tid, ok ? p.k_scale + offs[3 * tid + 2] : p.k_scale, ok);
+  }
+}
+
+/* Q rows row_base .. + ROWS - 1 (zeros past rows_total) into shared memory:
+ * latent [ROWS][2D] and rope [ROWS][64] 16-bit, swizzled; warp w takes rows
+ * w, w + 8, ... fp8 caches with bf16 q: the latent (and an fp8 rope part)
+ * as fp16 times 2^qe (qe a row), sQs[r] = 2^-qe; else sQs[r] = 1. */
+template <typename T, typename C>
+static __device__ __forceinline__ void fd_mla_load_q(const fd_kernel_params &p, int b,
+                                                     int row_base, int rows_total, bool rope8,
+                                                     unsigned char *sQ, unsigned char *sQR,
+                                                     float *sQs) {
+  constexpr int CLQ = C::QLB / 16; /* latent chunks a row */
+  constexpr int NCQ = CLQ + 8;     /* with the rope's */
+  constexpr int NI = (NCQ + 31) / 32;
+  constexpr bool CONVERT = C::FP8 && std::is_same<T, __nv_bfloat16>::value;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int r = warp; r < C::ROWS; r += C::NW) {
+    const int row = row_base + r;
+    const bool live = row < rows_total;
+    const int h = live ? row / p.q_len : 0;
+    const int t = live ? row - h * p.q_len : 0;
+    const T *ql = static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
+                  (int64_t)t * p.q_strides[1] + (int64_t)h * p.q_strides[2];
+    const T *qr = static_cast<const T *>(p.q_pe) + (int64_t)b * p.q_pe_strides[0] +
+                  (int64_t)t * p.q_pe_strides[1] + (int64_t)h * p.q_pe_strides[2];
+    uint4 x[NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = lane + 32 * i;
+      x[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (live && c < NCQ)
+        x[i] = c < CLQ ? *reinterpret_cast<const uint4 *>(ql + 8 * c)
+                       : *reinterpret_cast<const uint4 *>(qr + 8 * (c - CLQ));
+    }
+    float qs = 1.0f;
+    if constexpr (CONVERT) {
+      float mq = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NI; i++) {
+        const int c = lane + 32 * i;
+        if (c < CLQ || (rope8 && c < NCQ)) {
+          const uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const float2 f = fd_unpack2<__nv_bfloat16>(w[k]);
+            mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
+          }
+        }
+      }
+      mq = fd_warp_max(mq);
+      int qe = 0;
+      if (mq > 0.0f && mq <= 3.40282346638528859812e+38f) { /* else (0, inf): as is */
+        int ex;
+        (void)frexpf(mq, &ex); /* mq = f 2^ex, f in [0.5, 1) */
+        qe = 15 - ex;
+      }
+      const float up = ldexpf(1.0f, qe);
+      qs = ldexpf(1.0f, -qe);
+#pragma unroll
+      for (int i = 0; i < NI; i++) {
+        const int c = lane + 32 * i;
+        if (c < CLQ || (rope8 && c < NCQ)) {
+          uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const float2 f = fd_unpack2<__nv_bfloat16>(w[k]);
+            w[k] = fd_pack2<__half>(f.x * up, f.y * up);
+          }
+          x[i] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = lane + 32 * i;
+      if (c < CLQ)
+        *reinterpret_cast<uint4 *>(sQ + fd_mla_swz<C::QLB>(r, c)) = x[i];
+      else if (c < NCQ)
+        *reinterpret_cast<uint4 *>(sQR + fd_mla_swz<C::RB>(r, c - CLQ)) = x[i];
+    }
+    if (lane == 0) sQs[r] = qs;
+  }
+}
+
+/* ---- Tile math ---- */
+
+/* S += Q K^T over NKS k-steps of 16-bit rows (MT: the mma type): K rows
+ * kw0 .. (KRB bytes a row) at k_u, Q rows qr0 .. qr0 + 15 (QRB bytes) at
+ * q_u; acc[n] is keys kw0 + 8 n .. + 7. */
+template <typename MT, int NG, int NKS, int KRB, int QRB>
+static __device__ __forceinline__ void fd_mla_qk16(uint32_t k_u, uint32_t q_u, int kw0, int qr0,
+                                                   int lane, float (&acc)[NG][4]) {
+  constexpr int PER = 4 / NG; /* 8-column chunks an ldmatrix.x4 takes of a key group */
+  const int mi = lane >> 3;
+  const int krow = kw0 + (mi / PER) * 8 + (lane & 7);
+  const int kci = mi % PER;
+  const int qrow = qr0 + (mi & 1) * 8 + (lane & 7);
+  const int qci = mi >> 1;
+#pragma unroll
+  for (int c = 0; c < 2 * NKS; c += PER) {
+    uint32_t kb[4];
+    fd_ldmatrix_x4(kb, k_u + fd_mla_swz<KRB>(krow, c + kci));
+#pragma unroll
+    for (int h = 0; h < PER / 2; h++) {
+      const int ks = c / 2 + h;
+      uint32_t qa[4];
+      fd_ldmatrix_x4(qa, q_u + fd_mla_swz<QRB>(qrow, 2 * ks + qci));
+#pragma unroll
+      for (int n = 0; n < NG; n++)
+        fd_mma16816<MT>(acc[n], qa, kb[n * PER + 2 * h], kb[n * PER + 2 * h + 1]);
+    }
+  }
+}
+
+/* The same for fp8 K rows (16 columns a 16-byte chunk), fp16 Q: a k-step's
+ * logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 are columns 4 qd .. + 3;
+ * Q's A fragments read in that order, 8 bytes a row. */
+template <int NG, int NKS, int KRB, int QRB, bool E5M2>
+static __device__ __forceinline__ void fd_mla_qk8(uint32_t k_u, const unsigned char *sQ, int kw0,
+                                                  int qr0, int lane, float (&acc)[NG][4]) {
+  constexpr int PER = 4 / NG; /* chunks (k-steps) an ldmatrix.x4 takes of a key group */
+  const int mi = lane >> 3, g = lane >> 2, qd = lane & 3;
+  const int krow = kw0 + (mi / PER) * 8 + (lane & 7);
+  const int kci = mi % PER;
+#pragma unroll
+  for (int c = 0; c < NKS; c += PER) {
+    uint32_t kr[4];
+    fd_ldmatrix_x4(kr, k_u + fd_mla_swz<KRB>(krow, c + kci));
+#pragma unroll
+    for (int h = 0; h < PER; h++) {
+      const int ks = c + h;
+      const uint2 x0 = *reinterpret_cast<const uint2 *>(
+          sQ + fd_mla_swz<QRB>(qr0 + g, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+      const uint2 x1 = *reinterpret_cast<const uint2 *>(
+          sQ + fd_mla_swz<QRB>(qr0 + g + 8, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+      const uint32_t qa[4] = {x0.x, x1.x, x0.y, x1.y};
+#pragma unroll
+      for (int n = 0; n < NG; n++) {
+        uint32_t b0, b1;
+        fd_fp8x4_widen<__half>(kr[n * PER + h], E5M2, b0, b1);
+        fd_mma16816<__half>(acc[n], qa, b0, b1);
+      }
+    }
+  }
+}
+
+/* O += P V, 16-bit V (the q dtype T): P's hi and lo parts (rows qr0 ..
+ * qr0 + 15 of the P buffers) by ldmatrix.x4, V's B fragments by
+ * ldmatrix.x4.trans; o[2 j + hh] is columns 16 (c0w + j) + 8 hh .. + 7. */
+template <typename T, typename C>
+static __device__ __forceinline__ void fd_mla_pv16(uint32_t v_u, uint32_t ph_u, uint32_t pl_u,
+                                                   int qr0, int c0w, int lane,
+                                                   float (&o)[C::NT][4]) {
+  const int mi = lane >> 3;
+  const int prow = qr0 + (mi & 1) * 8 + (lane & 7);
+  const int vrow = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int kk = 0; kk < C::KT / 16; kk++) {
+    uint32_t ph[4], pl[4];
+    fd_ldmatrix_x4(ph, ph_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
+    fd_ldmatrix_x4(pl, pl_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
+#pragma unroll
+    for (int j = 0; j < C::NCW; j++) {
+      if (c0w + j < C::DCH) { /* warp-uniform */
+        uint32_t vb[4];
+        fd_ldmatrix_x4_trans(vb, v_u + fd_mla_swz<C::LB>(kk * 16 + vrow, 2 * (c0w + j) + (mi >> 1)));
+        fd_mma16816<T>(o[2 * j], ph, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * j + 1], ph, vb[2], vb[3]);
+        fd_mma16816<T>(o[2 * j], pl, vb[0], vb[1]);
+        fd_mma16816<T>(o[2 * j + 1], pl, vb[2], vb[3]);
+      }
+    }
+  }
+}
+
+/* O += P V, fp8 V widened to fp16, fp16 P: one ldmatrix.x4.trans takes 16
+ * keys x two 16-column chunks; a lane's register holds keys 2 qd, 2 qd + 1 x
+ * columns 2 g, 2 g + 1 of a chunk, permuted into the B fragments of the
+ * chunk's even columns (o[2 j]) and odd ones (o[2 j + 1]). */
+template <typename C, bool E5M2>
+static __device__ __forceinline__ void fd_mla_pv8(uint32_t v_u, uint32_t p_u, int qr0, int c0w,
+                                                  int lane, float (&o)[C::NT][4]) {
+  const int mi = lane >> 3;
+  const int prow = qr0 + (mi & 1) * 8 + (lane & 7);
+  const int vrow = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int kk = 0; kk < C::KT / 16; kk++) {
+    uint32_t pa[4];
+    fd_ldmatrix_x4(pa, p_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
+#pragma unroll
+    for (int jj = 0; jj < C::NCW / 2; jj++) {
+      const int c = c0w + 2 * jj;
+      if (c < C::DCH) { /* warp-uniform; DCH is even */
+        uint32_t vr[4];
+        fd_ldmatrix_x4_trans(vr, v_u + fd_mla_swz<C::LB>(kk * 16 + vrow, c + (mi >> 1)));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          uint32_t b0, b1;
+          fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x6420), E5M2, b0, b1);
+          fd_mma16816<__half>(o[2 * (2 * jj + h)], pa, b0, b1);
+          fd_fp8x4_widen<__half>(__byte_perm(vr[2 * h], vr[2 * h + 1], 0x7531), E5M2, b0, b1);
+          fd_mma16816<__half>(o[2 * (2 * jj + h) + 1], pa, b0, b1);
+        }
+      }
+    }
+  }
+}
+
+/* One output pair (columns d, d + 1) of row `row` of the block: partials
+ * (num_splits > 1) or out = x inv (out dtype). */
+template <typename T>
+static __device__ __forceinline__ void fd_mla_store2(const fd_kernel_params &p, int b, int split,
+                                                     int row, int d, float x, float y, float inv) {
+  const int h = row / p.q_len;
+  const int t = row - h * p.q_len;
+  if (p.num_splits > 1) {
+    const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
+    *reinterpret_cast<float2 *>(p.partial_o + (prow * p.num_splits + split) * p.head_dim + d) =
+        make_float2(x, y);
+    return;
+  }
+  const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
+                      (int64_t)h * p.out_strides[2] + d;
+  if (p.out_f32)
+    *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + off) = make_float2(x * inv, y * inv);
+  else
+    *reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + off) = fd_pack2<T>(x * inv, y * inv);
+}
+
+template <typename T, int D, int RG, int KV8>
+__global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
+    fd_mla_kernel(const __grid_constant__ fd_kernel_params p) {
+  using C = fd_mla_cfg<T, D, RG, KV8>;
+  constexpr int KT = C::KT, ST = C::ST;
+  constexpr bool FP8 = C::FP8, E5M2 = KV8 == 2;
+  using PT = typename std::conditional<FP8, __half, T>::type; /* P's and V's mma type */
+  extern __shared__ __align__(128) unsigned char fd_mla_smem[];
+  fd_pdl_wait();
+  fd_pdl_launch_dependents();
+
+  const int rows_total = p.num_heads_q * p.q_len;
+  const int split = blockIdx.x;
+  const int row_base = blockIdx.y * C::ROWS;
+  const int b = blockIdx.z;
+  int kv = __ldg(p.kv_len + b);
+  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int begin, end;
+  fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
+               &begin, &end);
+  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+
+  unsigned char *const sK = fd_mla_smem;
+  unsigned char *const sQ = fd_mla_smem + C::OFF_Q;
+  unsigned char *const sQR = fd_mla_smem + C::OFF_QR;
+  unsigned char *const sPh = fd_mla_smem + C::OFF_P;
+  unsigned char *const sPl = sPh + C::P_BYTES;
+  float2 *const sX = reinterpret_cast<float2 *>(fd_mla_smem + C::OFF_X);
+  int64_t *const sOffs = reinterpret_cast<int64_t *>(fd_mla_smem + C::OFF_OFFS);
+  float *const sTok = reinterpret_cast<float *>(fd_mla_smem + C::OFF_TOK);
+  float *const sQs = reinterpret_cast<float *>(fd_mla_smem + C::OFF_QS);
+  unsigned char *const sFlags = fd_mla_smem + C::OFF_FLAGS;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, qd = lane & 3;
+  const int rg = warp / C::CPW, cw = warp % C::CPW;
+  const int qr0 = rg * 16;     /* the group's first row in the block */
+  const int kw0 = cw * C::KPW; /* the warp's first key of a tile (S) */
+  const int c0w = cw * C::NCW; /* the warp's first 16-column chunk (O) */
+
+  const bool rope8 = FP8 && (p.rope_dtype == FD_DTYPE_E4M3 || p.rope_dtype == FD_DTYPE_E5M2);
+  const int kesz = FP8 ? 1 : 2, resz = rope8 ? 1 : 2;
+  const int rope_chunks = rope8 ? 4 : 8;
+  const bool tok = FP8 && p.kv_scale == FD_KV_SCALE_TOKEN;
+  float kmul = 1.0f; /* TENSOR / HEAD: k_scale (one kv head) */
+  if (FP8 && (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD))
+    kmul = __ldg(p.k_scale);
+  const float scale = p.scale_log2;
+
+  const int num_tiles = (end - begin + KT - 1) / KT;
+
+  /* Prologue: the offsets of tiles 0 .. ST-1, tiles 0 .. ST-2 copied, Q. */
+  if (tid < KT) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      if (s < num_tiles) {
+        const int key0 = begin + s * KT;
+        const bool in = tid < end - key0;
+        const int j = key0 + tid;
+        fd_mla_key_store(p, b, j, in, fd_mla_key_page(p, b, j, in), kesz, resz, sOffs + (s * KT + tid) * 3);
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < ST - 1; s++) {
+    if (s < num_tiles)
+      fd_mla_issue<C>(p, sOffs + s * KT * 3, rope_chunks, tok, sK + s * C::STAGE, sFlags + s * KT,
+                      sTok + s * KT);
+    fd_cp_async_commit();
+  }
+  fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
+
+  /* the lane's rows qr0 + g, qr0 + g + 8: their keys' upper bounds */
+  int hi0 = begin, hi1 = begin;
+  {
+    int lo;
+    const int r0 = row_base + qr0 + g, r1 = r0 + 8;
+    if (r0 < rows_total)
+      fd_row_keys(r0 % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi0);
+    if (r1 < rows_total)
+      fd_row_keys(r1 % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi1);
+  }
+
+  float o[C::NT][4];
+#pragma unroll
+  for (int n = 0; n < C::NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY; /* rows g, g + 8: running max (base 2) */
+  float u0 = -INFINITY, u1 = -INFINITY; /* TOKEN: running max of s + e */
+  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the sums */
+  float sr0 = 1.0f, sr1 = 1.0f;         /* the rows' score scales (after barrier A of tile 0) */
+
+  const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
+  const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
+  const uint32_t sQR_u = (uint32_t)__cvta_generic_to_shared(sQR);
+  const uint32_t sPh_u = (uint32_t)__cvta_generic_to_shared(sPh);
+  const uint32_t sPl_u = (uint32_t)__cvta_generic_to_shared(sPl);
+  const int group_bar = 1 + rg, group_threads = 32 * C::CPW;
+
+  for (int i = 0; i < num_tiles; i++) {
+    const int stage = i % ST;
+    const int key0 = begin + i * KT;
+    fd_cp_async_wait<ST - 2>(); /* this thread's copies of tile i landed */
+    __syncthreads();            /* everyone's; the stage of tile i - 1 is free */
+    if (i == 0) {
+      sr0 = scale * sQs[qr0 + g];
+      sr1 = scale * sQs[qr0 + g + 8];
+    }
+    {
+      const int nt = i + ST - 1;
+      if (nt < num_tiles)
+        fd_mla_issue<C>(p, sOffs + (nt % ST) * KT * 3, rope_chunks, tok, sK + (nt % ST) * C::STAGE,
+                        sFlags + (nt % ST) * KT, sTok + (nt % ST) * KT);
+      fd_cp_async_commit();
+    }
+    /* the block_table entry of key tid of tile i + ST (stored at the end) */
+    const bool pnext = i + ST < num_tiles;
+    const int pkey0 = pnext ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
+    const bool pin = tid < KT && pnext && tid < end - pkey0;
+    const int ppage = fd_mla_key_page(p, b, pkey0 + tid, pin);
+
+    /* S for the warp's KPW keys */
+    const uint32_t st_u = sK_u + (uint32_t)(stage * C::STAGE);
+    const uint32_t rope_u = st_u + (uint32_t)(KT * C::LB);
+    float acc[C::NG][4], accr[C::NG][4];
+#pragma unroll
+    for (int n = 0; n < C::NG; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[n][e] = accr[n][e] = 0.0f;
+    if constexpr (!FP8) {
+      fd_mla_qk16<T, C::NG, C::KSL, C::LB, C::QLB>(st_u, sQ_u, kw0, qr0, lane, acc);
+      fd_mla_qk16<T, C::NG, 4, C::RB, C::RB>(rope_u, sQR_u, kw0, qr0, lane, acc);
+    } else {
+      fd_mla_qk8<C::NG, C::KSL, C::LB, C::QLB, E5M2>(st_u, sQ, kw0, qr0, lane, acc);
+      if (rope8)
+        fd_mla_qk8<C::NG, 4, C::RB, C::RB, E5M2>(rope_u, sQR, kw0, qr0, lane, acc);
+      else
+        fd_mla_qk16<T, C::NG, 4, C::RB, C::RB>(rope_u, sQR_u, kw0, qr0, lane, accr);
+    }
+
+    /* scale, mask; the warp's row maxima (and TOKEN: of s + e) */
+    const unsigned char *tFlags = sFlags + stage * KT;
+    const float *tTok = sTok + stage * KT;
+    const int hl0 = hi0 - key0, hl1 = hi1 - key0; /* tile-local bounds (no overflow) */
+    float x[C::NG][4], ee[C::NG][2], ff[C::NG][2];
+    float mx0 = -INFINITY, mx1 = -INFINITY, se0 = -INFINITY, se1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < C::NG; n++) {
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const int kl = kw0 + 8 * n + 2 * qd + c;
+        const bool fl = tFlags[kl] != 0;
+        float km = kmul;
+        ee[n][c] = 0.0f;
+        ff[n][c] = 1.0f;
+        if (FP8 && tok) {
+          const float ks = tTok[kl];
+          km = ks;
+          float f;
+          ee[n][c] = (float)fd_frac_exp(ks, &f);
+          ff[n][c] = f;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          const int e = c + 2 * hh;
+          float v;
+          if constexpr (FP8)
+            v = (acc[n][e] * (hh ? sr1 : sr0)) * km + accr[n][e] * scale;
+          else
+            v = acc[n][e] * scale;
+          const bool vis = fl && kl < (hh ? hl1 : hl0);
+          v = vis ? v : -INFINITY;
+          x[n][e] = v;
+          if (hh) {
+            mx1 = fmaxf(mx1, v);
+            se1 = fmaxf(se1, v + ee[n][c]);
+          } else {
+            mx0 = fmaxf(mx0, v);
+            se0 = fmaxf(se0, v + ee[n][c]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      if (FP8 && tok) {
+        se0 = fmaxf(se0, __shfl_xor_sync(0xffffffffu, se0, off));
+        se1 = fmaxf(se1, __shfl_xor_sync(0xffffffffu, se1, off));
+      }
+    }
+    if (qd == 0) {
+      sX[warp * 16 + g] = make_float2(mx0, se0);
+      sX[warp * 16 + g + 8] = make_float2(mx1, se1);
+    }
+    fd_mla_group_sync(group_bar, group_threads);
+#pragma unroll
+    for (int k = 0; k < C::CPW; k++) {
+      const float2 a = sX[(rg * C::CPW + k) * 16 + g];
+      const float2 c = sX[(rg * C::CPW + k) * 16 + g + 8];
+      mx0 = fmaxf(mx0, a.x);
+      se0 = fmaxf(se0, a.y);
+      mx1 = fmaxf(mx1, c.x);
+      se1 = fmaxf(se1, c.y);
+    }
+
+    /* online softmax: every warp of the group computes the same m */
+    float mu0, mu1;
+    const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+    float fo0 = a0, fo1 = a1; /* O's factors */
+    float uu0 = 0.0f, uu1 = 0.0f;
+    if (FP8 && tok) {
+      fo0 = fd_softmax_step(u0, se0, &uu0);
+      fo1 = fd_softmax_step(u1, se1, &uu1);
+    }
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < C::NG; n++) {
+      float pp[4], pv[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        pp[e] = fd_exp2_ftz(x[n][e] - ((e >> 1) ? mu1 : mu0));
+        pv[e] = pp[e];
+        if (FP8 && tok)
+          pv[e] = fd_exp2_ftz((x[n][e] + ee[n][e & 1]) - ((e >> 1) ? uu1 : uu0)) * ff[n][e & 1];
+      }
+      ps0 += pp[0] + pp[1];
+      ps1 += pp[2] + pp[3];
+      /* P: rows qr0 + g (pv 0, 1), + 8 (pv 2, 3), keys kw0 + 8 n + 2 qd, + 1 */
+      const int kc = (kw0 + 8 * n) >> 3;
+      const uint32_t o0 = fd_mla_pswz<C::PRB>(qr0 + g, kc) + 4 * qd;
+      const uint32_t o1 = fd_mla_pswz<C::PRB>(qr0 + g + 8, kc) + 4 * qd;
+      if constexpr (FP8) {
+        *reinterpret_cast<uint32_t *>(sPh + o0) = fd_pack2<__half>(pv[0], pv[1]);
+        *reinterpret_cast<uint32_t *>(sPh + o1) = fd_pack2<__half>(pv[2], pv[3]);
+      } else {
+        uint32_t h, l;
+        fd_pack2_split<T>(pv[0], pv[1], h, l);
+        *reinterpret_cast<uint32_t *>(sPh + o0) = h;
+        *reinterpret_cast<uint32_t *>(sPl + o0) = l;
+        fd_pack2_split<T>(pv[2], pv[3], h, l);
+        *reinterpret_cast<uint32_t *>(sPh + o1) = h;
+        *reinterpret_cast<uint32_t *>(sPl + o1) = l;
+      }
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+    fd_mla_group_sync(group_bar, group_threads);
+
+    /* O rescaled, O += P V for the warp's columns */
+    if (__any_sync(0xffffffffu, fo0 != 1.0f || fo1 != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < C::NT; n++) {
+        o[n][0] *= fo0;
+        o[n][1] *= fo0;
+        o[n][2] *= fo1;
+        o[n][3] *= fo1;
+      }
+    }
+    if constexpr (FP8)
+      fd_mla_pv8<C, E5M2>(st_u, sPh_u, qr0, c0w, lane, o);
+    else
+      fd_mla_pv16<PT, C>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
+
+    /* the offsets of tile i + ST into the slot tile i's offsets used */
+    if (tid < KT && pnext)
+      fd_mla_key_store(p, b, pkey0 + tid, pin, ppage, kesz, resz, sOffs + ((i + ST) % ST * KT + tid) * 3);
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain */
+
+  /* Epilogue: O to the rows' max m (TOKEN: from 2^u; TENSOR / HEAD: times
+   * k_scale), the NaN / Inf flags and l summed over the group's warps. */
+  float f0 = kmul, f1 = kmul;
+  if (FP8 && tok) {
+    f0 = m0 == -INFINITY ? 0.0f : exp2f(0.5f * (u0 - m0));
+    f1 = m1 == -INFINITY ? 0.0f : exp2f(0.5f * (u1 - m1));
+  }
+  bool bad0 = false, bad1 = false;
+#pragma unroll
+  for (int n = 0; n < C::NT; n++) {
+    o[n][0] *= f0;
+    o[n][1] *= f0;
+    o[n][2] *= f1;
+    o[n][3] *= f1;
+    if (FP8 && tok) { /* 2^(u - m) as two equal factors, each a normal float */
+      o[n][0] *= f0;
+      o[n][1] *= f0;
+      o[n][2] *= f1;
+      o[n][3] *= f1;
+    }
+    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
+    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
+    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
+  }
+  /* sX is free: the group's last reads of it came before the last P barrier */
+  if (qd == 0) {
+    sX[warp * 16 + g] = make_float2(l0, bad0 ? 1.0f : 0.0f);
+    sX[warp * 16 + g + 8] = make_float2(l1, bad1 ? 1.0f : 0.0f);
+  }
+  fd_mla_group_sync(group_bar, group_threads);
+  float lt0 = 0.0f, lt1 = 0.0f;
+  bool blown0 = false, blown1 = false;
+#pragma unroll
+  for (int k = 0; k < C::CPW; k++) {
+    const float2 a = sX[(rg * C::CPW + k) * 16 + g];
+    const float2 c = sX[(rg * C::CPW + k) * 16 + g + 8];
+    lt0 += a.x;
+    lt1 += c.x;
+    blown0 = blown0 || a.y != 0.0f;
+    blown1 = blown1 || c.y != 0.0f;
+  }
+
+  const int row0 = row_base + qr0 + g, row1 = row0 + 8;
+  const bool live0 = row0 < rows_total, live1 = row1 < rows_total;
+  const float inv0 = lt0 > 0.0f ? 1.0f / lt0 : 0.0f, inv1 = lt1 > 0.0f ? 1.0f / lt1 : 0.0f;
+#pragma unroll
+  for (int j = 0; j < C::NCW; j++) {
+    const int c = c0w + j;
+    if (c >= C::DCH) continue; /* warp-uniform */
+    if constexpr (FP8) { /* o[2 j] even columns, o[2 j + 1] odd ones: columns 16 c + 4 qd .. + 3 */
+      const int d = 16 * c + 4 * qd;
+      if (live0) {
+        fd_mla_store2<T>(p, b, split, row0, d, o[2 * j][0], o[2 * j + 1][0], inv0);
+        fd_mla_store2<T>(p, b, split, row0, d + 2, o[2 * j][1], o[2 * j + 1][1], inv0);
+      }
+      if (live1) {
+        fd_mla_store2<T>(p, b, split, row1, d, o[2 * j][2], o[2 * j + 1][2], inv1);
+        fd_mla_store2<T>(p, b, split, row1, d + 2, o[2 * j][3], o[2 * j + 1][3], inv1);
+      }
+    } else { /* o[2 j + hh]: columns 16 c + 8 hh + 2 qd, + 1 */
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const int d = 16 * c + 8 * hh + 2 * qd;
+        if (live0) fd_mla_store2<T>(p, b, split, row0, d, o[2 * j + hh][0], o[2 * j + hh][1], inv0);
+        if (live1) fd_mla_store2<T>(p, b, split, row1, d, o[2 * j + hh][2], o[2 * j + hh][3], inv1);
+      }
+    }
+  }
+  if (cw == 0 && qd == 0) {
+    const float ln2 = 0.69314718055994531f;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int row = hh ? row1 : row0;
+      if (!(hh ? live1 : live0)) continue;
+      const float m = hh ? m1 : m0;
+      const float l = (hh ? blown1 : blown0) ? __int_as_float(0x7fc00000) : (hh ? lt1 : lt0);
+      const int h = row / p.q_len;
+      const int t = row - h * p.q_len;
+      if (p.num_splits > 1) {
+        const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
+        *reinterpret_cast<float2 *>(p.partial_ml + (prow * p.num_splits + split) * 2) =
+            make_float2(m * ln2, l); /* -inf stays -inf */
+      } else if (p.lse != nullptr) {
+        float unused, lse;
+        fd_finish_row(m * ln2, l, false, 0.0f, &unused, &lse);
+        p.lse[(int64_t)b * p.lse_strides[0] + (int64_t)h * p.lse_strides[1] +
+              (int64_t)t * p.lse_strides[2]] = lse;
+      }
+    }
+  }
+}
+
+template <typename T, int D, int RG, int KV8>
+static cudaError_t fd_mla_launch_instance(const fd_kernel_params *p, cudaStream_t stream) {
+  using C = fd_mla_cfg<T, D, RG, KV8>;
+  cudaError_t e = cudaFuncSetAttribute(fd_mla_kernel<T, D, RG, KV8>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(fd_mla_kernel<T, D, RG, KV8>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  const int64_t tiles = fd_mla_row_tiles(RG, (int64_t)p->num_heads_q * p->q_len);
+  if (tiles > 65535 || p->batch > 65535) return cudaErrorInvalidValue;
+  return fd_launch(fd_mla_kernel<T, D, RG, KV8>, *p,
+                   dim3((unsigned)p->num_splits, (unsigned)tiles, (unsigned)p->batch),
+                   dim3(C::THREADS), C::SMEM, stream, p->pdl == FD_PDL_ALL);
+}
+
+template <typename T, int D, int KV8>
+static cudaError_t fd_mla_launch_rg(const fd_kernel_params *p, int rg, cudaStream_t stream) {
+  if (rg == 1) return fd_mla_launch_instance<T, D, 1, KV8>(p, stream);
+  if (rg == 4) return fd_mla_launch_instance<T, D, 4, KV8>(p, stream);
+  return cudaErrorInvalidValue;
+}
+
+template <typename T, int KV8>
+static cudaError_t fd_mla_launch_dim(const fd_kernel_params *p, int rg, cudaStream_t stream) {
+  if (p->head_dim == 512) return fd_mla_launch_rg<T, 512, KV8>(p, rg, stream);
+  if (p->head_dim == 448) return fd_mla_launch_rg<T, 448, KV8>(p, rg, stream);
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+static cudaError_t fd_mla_launch_kv(const fd_kernel_params *p, int rg, cudaStream_t stream) {
+  const int kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
+  const int rope = p->rope_dtype == 0 ? kv : p->rope_dtype;
+  if (kv == p->dtype) {
+    if (rope != p->dtype) return cudaErrorInvalidValue;
+    return fd_mla_launch_dim<T, 0>(p, rg, stream);
+  }
+  if (rope != kv && rope != p->dtype) return cudaErrorInvalidValue;
+  if (kv == FD_DTYPE_E4M3) return fd_mla_launch_dim<T, 1>(p, rg, stream);
+  if (kv == FD_DTYPE_E5M2) return fd_mla_launch_dim<T, 2>(p, rg, stream);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t fd_mla_launch(const fd_kernel_params *p, int row_groups, cudaStream_t stream) {
+  if (p->rope_dim != 64) return cudaErrorInvalidValue;
+  switch (p->dtype) {
+    case FD_DTYPE_F16: return fd_mla_launch_kv<__half>(p, row_groups, stream);
+    case FD_DTYPE_BF16: return fd_mla_launch_kv<__nv_bfloat16>(p, row_groups, stream);
+  }
+  return cudaErrorInvalidValue;
+}
