@@ -154,6 +154,19 @@ def small_mla():
     ]
 
 
+def install_fake_flashinfer():
+    """A 'flashinfer' module whose only working path is the MLA wrapper stand-in."""
+    import types
+
+    from gpubench.mla import _FakeMlaWrapper
+    fi = types.ModuleType("flashinfer")
+    fi.__version__ = "stand-in"
+    fi.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMlaWrapper)
+    fi.decode = types.ModuleType("flashinfer.decode")
+    sys.modules["flashinfer"] = fi
+    sys.modules["flashinfer.decode"] = fi.decode
+
+
 def main():
     ap = argparse.ArgumentParser(description="bench_gpu.py's GPU path, run on the CPU")
     ap.add_argument("--no-peers", action="store_true")
@@ -161,6 +174,11 @@ def main():
     ap.add_argument("--variants-only", action="store_true")
     ap.add_argument("--fp8-only", action="store_true", help="only the fp8 rows (and their base)")
     ap.add_argument("--mla-only", action="store_true", help="only the MLA rows")
+    ap.add_argument("--fake-flashinfer", action="store_true",
+                    help="the FlashInfer phase with a stand-in for its MLA wrapper "
+                         "(gpubench/mla.py _FakeMlaWrapper, float64): checks the MLA rows' peer "
+                         "plumbing (plans, records, best peer, ratio, summary); use with "
+                         "--mla-only")
     ap.add_argument("--fake-flashdecode", action="store_true",
                     help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
                          "instead of the library: checks the variant / cascade code of the bench")
@@ -170,8 +188,11 @@ def main():
     if a.fake_flashdecode:
         from gpubench import fake_fd
         sys.modules["flashdecode"] = fake_fd
+    if a.fake_flashinfer:
+        install_fake_flashinfer()
     args = cli.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000",
-                           "--no-flashinfer", "--flex-variants"]
+                           "--flex-variants"]
+                          + ([] if a.fake_flashinfer else ["--no-flashinfer"])
                           + (["--no-peers"] if a.no_peers else []))
     shapes, notes = ([] if a.variants_only else small_shapes()), []
     variants = [] if a.no_variants else small_variants()

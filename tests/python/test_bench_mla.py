@@ -1,6 +1,8 @@
 """test_bench_mla.py — the MLA rows of bench/bench_gpu.py without a GPU, so they do not rot
 between GPU runs: the CPU harness runs them through the library (MLADecodePlan on the CPU
-backend, checked against the benchmark's float64 reference: bf16, q_len 2, an e4m3 latent);
+backend, checked against the benchmark's float64 reference: bf16, q_len 2, an e4m3 latent)
+and its FlashInfer phase through a stand-in of the MLA wrapper (the peers' records, best
+peer, ratio, summary);
 --dry-run writes their CSV and summary rows (made-up timings); --self-test checks the MLA
 reference, data, byte and FLOP counts and FlashInfer's MLA arguments. Skipped without torch."""
 import csv
@@ -28,13 +30,18 @@ def run(args, tmp_path, timeout=600):
 
 
 def test_mla_rows_through_the_library_on_the_cpu(tmp_path):
-    out = run([os.path.join(BENCH, "cpu_harness.py"), "--mla-only", "--no-peers", "--out-dir",
-               str(tmp_path)], tmp_path)
-    assert "6 passed, 0 failed" in out, out[-3000:]
+    out = run([os.path.join(BENCH, "cpu_harness.py"), "--mla-only", "--fake-flashinfer",
+               "--out-dir", str(tmp_path)], tmp_path)
+    assert "12 passed, 0 failed" in out, out[-3000:]
     with open(os.path.join(str(tmp_path), "cpu-check.csv")) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     mla = [r for r in rows if r["shape"].startswith("mla-")]
-    assert len(mla) == 6 and all(r["status"] == "ok" for r in mla), mla
+    assert len(mla) == 12 and all(r["status"] == "ok" for r in mla), mla
+    assert {r["impl"] for r in mla} == {"flashdecode", "flashdecode-nosplit", "fi-mla-fa2",
+                                        "fi-mla-fa3"}
+    summary = json.load(open(os.path.join(str(tmp_path), "cpu-summary.json")))
+    assert len(summary) == 3 and all(r["best_peer"] in ("fi-mla-fa2", "fi-mla-fa3")
+                                     and r["ratio"] > 0 for r in summary), summary
     for r in mla:  # bf16 rows vs float64; the e4m3 row vs the dequantized latent
         rel = float(r["rel_err_dequant"] or r["rel_err"])
         assert 0 < rel < 0.02, r
