@@ -798,7 +798,8 @@ typedef struct fd_append_tensors {
  *       need outside [0, num_pages) (negative ids always); a TENSOR / HEAD
  *       scale that is zero, negative, NaN or infinite.
  *   FD_STATUS_UNSUPPORTED  CUDA: batch * num_new * num_heads_kv above 2^31 - 1;
- *       CUDA not built in.
+ *       an MLA plan (rope_dim > 0) in a build whose CUDA append kernel does
+ *       not write MLA caches; CUDA not built in.
  *   FD_STATUS_BACKEND_ERROR  the CUDA launch failed.
  */
 FD_API fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors,

@@ -124,6 +124,10 @@ fd_status fd_append_kv(const fd_plan *plan, const fd_append_tensors *tensors, in
     case FD_BACKEND_REFERENCE:
       return fd_host_append(plan, &t, num_new, err);
     case FD_BACKEND_CUDA:
+      if (R > 0 && !FD_CUDA_APPEND_MLA)
+        return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                       "rope_dim: %d; this build's CUDA append kernel does not write MLA caches",
+                       p->rope_dim);
       if ((int64_t)p->batch * num_new * H > INT32_MAX)
         return fd_fail(err, FD_STATUS_UNSUPPORTED,
                        "num_new: batch %d x num_new %d x num_heads_kv %lld rows exceed 2^31 - 1",

@@ -101,8 +101,9 @@ static inline fd_cpu_mla_scratch_layout fd_cpu_mla_layout(const fd_problem *p) {
 }
 
 /* Where the CPU MLA threads' scratch starts in the workspace: after the
- * split arrays (plan.c lays it out; num_threads scratches of
- * fd_cpu_mla_layout(p).bytes). */
+ * split arrays (plan.c lays it out: scratches of
+ * fd_cpu_mla_layout(p).bytes, one for each thread that can have work:
+ * min(num_threads, batch x num_splits x row tiles)). */
 static inline size_t fd_cpu_mla_scratch_offset(const fd_problem *p, const fd_plan *plan) {
   if (plan->num_splits <= 1) return 0;
   return fd_align_up(plan->ws_counters + (size_t)p->batch * p->num_heads_kv * sizeof(uint32_t), 256);
@@ -155,6 +156,11 @@ static inline int32_t fd_split_len_fixed(const fd_problem *p) {
  * CUDA kernel's launch (cuda/append_kernel.cu; stub without CUDA). */
 fd_status fd_host_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
                          fd_error *err);
+/* 1 when fd_cuda_append writes MLA caches (rope_dim > 0: k_new the latent,
+ * k_pe_new the rope part, v_new / v_cache / v_scale NULL, TOKEN scales over
+ * the latent and an fp8 rope part together, as cpu_append.c); fd_append_kv
+ * refuses CUDA MLA plans (UNSUPPORTED) while it is 0. */
+#define FD_CUDA_APPEND_MLA 0
 fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
                          void *stream, fd_error *err);
 

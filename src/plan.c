@@ -593,12 +593,17 @@ static fd_kernel choose_config(const fd_problem *p, fd_kernel kernel, const plan
 static fd_status lay_out_mla_scratch(const fd_problem *p, fd_plan *plan, fd_error *err) {
   if (p->rope_dim == 0 || p->backend != FD_BACKEND_CPU) return FD_STATUS_OK;
   const size_t off = fd_cpu_mla_scratch_offset(p, plan);
-  const double need = (double)off + (double)plan->num_threads * (double)fd_cpu_mla_layout(p).bytes;
+  /* one scratch a thread that can have work: at most the work items */
+  const int64_t tile_rows = fd_cpu_mla_tile_rows(p);
+  const int64_t items = (int64_t)p->batch * plan->num_splits *
+                        (((int64_t)p->num_heads_q * p->q_len + tile_rows - 1) / tile_rows);
+  const int64_t threads = items < plan->num_threads ? items : plan->num_threads;
+  const double need = (double)off + (double)threads * (double)fd_cpu_mla_layout(p).bytes;
   if (need > (double)((size_t)1 << 52))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                   "num_threads: %d threads' MLA scratch needs a %.3g-byte workspace", plan->num_threads,
-                   need);
-  plan->workspace_size = off + (size_t)plan->num_threads * fd_cpu_mla_layout(p).bytes;
+                   "num_threads: %lld threads' MLA scratch needs a %.3g-byte workspace",
+                   (long long)threads, need);
+  plan->workspace_size = off + (size_t)threads * fd_cpu_mla_layout(p).bytes;
   return FD_STATUS_OK;
 }
 

@@ -26,6 +26,7 @@
 #include "dtype.h"
 #include "harness.h"
 #include "internal.h"
+#include "cpu/cpu_kernels.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
@@ -80,6 +81,7 @@ void fd_mla_case_name(const fd_mla_case *c, char *buf, size_t size) {
   if (c->with_lse) PUT("/lse");
   if (c->nan_key) PUT("/nankey");
   if (c->num_threads) PUT("/t%d", c->num_threads);
+  if (c->cpu_isa) PUT("/isa%d", c->cpu_isa - 1);
 #undef PUT
 }
 
@@ -472,7 +474,18 @@ int fd_mla_data_run(fd_mla_data *d, const fd_plan *plan, const char *what,
     t.lse_strides[2] = 1, t.lse_strides[1] = T, t.lse_strides[0] = (int64_t)H * T;
   }
   fd_error err;
-  const fd_status st = fd_run(plan, &t, (char *)wd + GUARD, ws_size, NULL, &err);
+  fd_status st;
+  if (c->cpu_isa > 0) {
+    /* the kernels of one instruction set, on tensors whose strides are
+     * explicit (what fd_run hands the backend) */
+    if ((fd_cpu_isa)(c->cpu_isa - 1) > fd_cpu_isa_detect()) {
+      printf("  (%s: instruction set %d not on this machine, skipped)\n", d->name, c->cpu_isa - 1);
+      goto done;
+    }
+    st = fd_cpu_run_isa(plan, &t, (char *)wd + GUARD, (fd_cpu_isa)(c->cpu_isa - 1), &err);
+  } else {
+    st = fd_run(plan, &t, (char *)wd + GUARD, ws_size, NULL, &err);
+  }
   if (st != FD_STATUS_OK) {
     failed += fails(d, what, "fd_run: %s: %s", fd_status_name(st), err.message);
     goto done;

@@ -57,6 +57,9 @@ typedef struct fd_mla_case {
   int deterministic;
   int with_lse;
   int32_t num_threads; /* CPU */
+  int32_t cpu_isa;     /* CPU: 0 = fd_run; 1 + fd_cpu_isa (1 scalar, 2 AVX2, 3 AVX-512, 4 AVX-512
+                          BF16) = fd_cpu_run_isa with that set forced (skipped where the
+                          machine lacks it) */
   int nan_key;         /* 1: one latent element of sequence 0's key 0 is NaN: every row
                           of sequence 0 that sees a key must be NaN (out and lse) */
   int sweep_splits;    /* also run num_splits = 1 .. this many (each checked) */

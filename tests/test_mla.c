@@ -158,6 +158,20 @@ static void test_plan_cuda(void **state) {
   p.dtype = FD_DTYPE_F32;
   assert_int_equal(fd_plan_init_fit(&plan, &p, &fit, &err), FD_STATUS_UNSUPPORTED);
   assert_non_null(strstr(err.message, "dtype"));
+#if !FD_CUDA_APPEND_MLA
+  /* fd_append_kv refuses CUDA MLA plans until the CUDA kernel writes them
+   * (the arguments are checked first; nothing reaches the device) */
+  p.dtype = FD_DTYPE_BF16;
+  assert_int_equal(fd_plan_init_fit(&plan, &p, &fit, &err), FD_STATUS_OK);
+  static uint16_t k_new[2][512], pe_new[2][64], ckv[2][32768][512 / 64], kpe[64];
+  const int32_t kv_len[2] = {0, 0};
+  fd_append_tensors at;
+  memset(&at, 0, sizeof at);
+  at.k_new = k_new, at.k_pe_new = pe_new, at.k_cache = ckv, at.k_pe_cache = kpe, at.kv_len = kv_len;
+  memset(&err, 0, sizeof err);
+  assert_int_equal(fd_append_kv(&plan, &at, 1, NULL, &err), FD_STATUS_UNSUPPORTED);
+  assert_non_null(strstr(err.message, "rope_dim"));
+#endif
 }
 
 /* The oracle's MLA equals its standard attention over keys [c_kv | k_pe]

@@ -145,9 +145,18 @@ static void fuzz_plan(reader *r) {
     for (int32_t b = 0; b < p.batch; b++) hint[b] = edgy32(r);
     p.kv_len_hint = hint;
   }
+  /* MLA, now and then: rope_dim mostly 0 or 64, rope_dtype mostly 0 */
+  const uint32_t mk = u8(r) % 8;
+  p.rope_dim = mk < 5 ? 0 : mk == 5 ? 64 : edgy32(r);
+  p.rope_dtype = (fd_dtype)(u8(r) % 4 == 3 ? edgy32(r) : 0);
   /* values flashdecode.h calls invalid (whatever else is wrong): refused,
    * not resolved into valid ones */
   const int nc = p.non_causal == 1;
+  const int mla = p.rope_dim != 0;
+  const int bad_mla = p.rope_dim < 0 || p.rope_dim > 64 || (!mla && p.rope_dtype != 0) ||
+                      (mla && (p.num_heads_kv != 1 || p.softmax_scale == 0.0f || nc ||
+                               p.logits_soft_cap != 0.0f ||
+                               (p.has_window == 1 && p.window_left >= 0)));
   const int bad_variant =
       (p.has_window != 0 && p.has_window != 1) || (p.has_window == 1 && p.window_left < -1) ||
       !(p.logits_soft_cap >= 0.0f) || isinf(p.logits_soft_cap) || (p.non_causal != 0 && p.non_causal != 1) ||
@@ -165,6 +174,9 @@ static void fuzz_plan(reader *r) {
   if (verbose()) printf("plan: %s%s%s\n", fd_status_name(st), st ? ": " : "", st ? err.message : "");
   fd_plan plan2;
   if (fd_plan_init(&plan2, &p, NULL) != st) fail("fd_plan_init: another status without err");
+  if (st == FD_STATUS_OK && bad_mla)
+    fail("fd_plan_init accepted rope_dim %d, rope_dtype %d, num_heads_kv %d, softmax_scale %g", p.rope_dim,
+         (int)p.rope_dtype, p.num_heads_kv, (double)p.softmax_scale);
   if (st == FD_STATUS_OK && bad_variant)
     fail("fd_plan_init accepted has_window %d, window_left %d, logits_soft_cap %g, non_causal %d, q_len %d, "
          "out_dtype %d (dtype %d), deterministic %d (num_splits %d), no_pdl %d",
@@ -199,7 +211,9 @@ static void fuzz_plan(reader *r) {
         fail("deterministic plan: %d splits for %lld keys, want %lld", plan.num_splits, (long long)keys,
              (long long)want);
     }
-    if (q->head_dim < 1 || q->head_dim > 256) fail("plan head_dim %d", q->head_dim);
+    if (q->head_dim < 1 || q->head_dim > (q->rope_dim > 0 ? 512 : 256)) fail("plan head_dim %d", q->head_dim);
+    if (q->rope_dim > 0 && q->rope_dtype != q->dtype && q->rope_dtype != q->kv_dtype)
+      fail("plan rope_dtype %d (dtype %d, kv_dtype %d)", (int)q->rope_dtype, (int)q->dtype, (int)q->kv_dtype);
     if (plan.kv_capacity < 0) fail("plan kv_capacity %d", plan.kv_capacity);
     if (!(plan.softmax_scale == plan.softmax_scale) || isinf(plan.softmax_scale))
       fail("plan softmax_scale not finite");
