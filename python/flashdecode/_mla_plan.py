@@ -5,8 +5,14 @@ import numpy as np
 
 from . import _arrays, _core
 from ._mla import check_mla_call, fill_mla_tensors, required_scale
-from ._plan import DecodePlan, _HOST_INDEX_TYPES
+from ._plan import (_CACHE_SIZE, _HOST_INDEX_TYPES, _NOT_CACHED, DecodePlan, _address_getter,
+                    _output_signature, _signature)
+from ._lib import FdTensors
 from ._tensors import FD_DTYPE, KV_SCALES, describe, is_torch_tensor, resolve_kv_dtype
+
+# fd_tensors' address fields, in the order of run()'s arguments
+_FIELDS = ("q", "q_pe", "k_cache", "k_pe_cache", "kv_len", "block_table", "out", "lse",
+           "k_scale")
 
 
 def _rope_dtype_name(rope_dtype, dtype, kv_dtype):
@@ -221,8 +227,10 @@ class MLADecodePlan(DecodePlan):
         As :meth:`DecodePlan.run`: on CUDA, enqueued on the current stream, no
         host synchronisation, no allocation when out is given (capturable in a
         CUDA graph, replayed after kv_len / block_table change); on the CPU,
-        synchronous, kv_len and page ids checked first. Every call checks all
-        its arguments from their metadata.
+        synchronous, kv_len and page ids checked first. Every call checks its
+        arguments' metadata; the plan remembers the outcome for the last few
+        combinations of types, shapes, strides, dtypes and devices (numpy arrays
+        and torch tensors), so that a repeated call only reads the addresses.
 
         Raises
         ------
@@ -234,6 +242,49 @@ class MLADecodePlan(DecodePlan):
             kv_len = self._host_index(kv_len, "kv_len", self._problem.batch)
         if type(block_table) in _HOST_INDEX_TYPES:
             block_table = self._host_index(block_table, "block_table", None)
+        args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table, out, lse, k_scale)
+        try:
+            sig = tuple(None if x is None else
+                        (_output_signature(x) if i in (6, 7) else _signature(x))
+                        for i, x in enumerate(args))
+            checked = self._checked.get(sig)
+        except Exception:  # metadata that cannot be read: the full path names the argument
+            sig = checked = None
+        if checked is not None:  # the same signature passed every check before
+            template, getters, plan = checked
+            if out is None:
+                out = self._new_out(q_nope)
+                args = args[:6] + (out,) + args[7:]
+            tensors = FdTensors.from_buffer_copy(template)
+            for field, get, x in zip(_FIELDS, getters, args):
+                if get is not None:
+                    setattr(tensors, field, get(x))
+            self._fd_run(plan, tensors, q_nope)
+            return out
+        return self._run_and_check_mla(sig, *args)
+
+    def _new_out(self, q_nope):
+        f32 = self._out_dtype != self._dtype
+        if is_torch_tensor(q_nope):
+            torch = sys.modules["torch"]
+            return q_nope.new_empty(q_nope.shape, dtype=torch.float32 if f32 else None)
+        if isinstance(q_nope, np.ndarray):
+            return np.empty(q_nope.shape, dtype=np.float32 if f32 else q_nope.dtype)
+        return None
+
+    def _fd_run(self, plan, tensors, q_nope):
+        stream = None
+        if self._on_cuda:  # (the C library switches to the plan's device itself)
+            stream = sys.modules["torch"].cuda.current_stream(q_nope.device).cuda_stream
+        if self._cpu_lock is None:
+            _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
+        else:
+            with self._cpu_lock:
+                _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
+
+    def _run_and_check_mla(self, sig, q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table,
+                           out, lse, k_scale):
+        """run() with every check made; remembers the outcome under ``sig``."""
         foreign = None
         if not _arrays.is_native(q_nope):
             dev = _arrays.foreign_device(q_nope)
@@ -244,12 +295,7 @@ class MLADecodePlan(DecodePlan):
                                                            kv_len, block_table, out, lse,
                                                            k_scale))
         if out is None:
-            f32 = self._out_dtype != self._dtype
-            if is_torch_tensor(q_nope):
-                torch = sys.modules["torch"]
-                out = q_nope.new_empty(q_nope.shape, dtype=torch.float32 if f32 else None)
-            elif isinstance(q_nope, np.ndarray):
-                out = np.empty(q_nope.shape, dtype=np.float32 if f32 else q_nope.dtype)
+            out = self._new_out(q_nope)
         qi, pi = describe(q_nope, "q_nope"), describe(q_pe, "q_pe")
         ki, kpi = describe(ckv_cache, "ckv_cache"), describe(kpe_cache, "kpe_cache")
         li = describe(kv_len, "kv_len")
@@ -264,16 +310,29 @@ class MLADecodePlan(DecodePlan):
         self._check_mla_geometry(g, infos["ckv"])
         tensors = fill_mla_tensors(infos, li, bi)
         plan = self._run_plan(g)
-        stream = None
-        if self._on_cuda:  # (the C library switches to the plan's device itself)
-            stream = sys.modules["torch"].cuda.current_stream(q_nope.device).cuda_stream
-        if self._cpu_lock is None:
-            _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
-        else:
-            with self._cpu_lock:
-                _core.fd_run(plan, tensors, self._ws_addr, self._ws_size, stream)
+        # remember the outcome (native arguments only; a scale converted here is new each call)
+        if (foreign is None and sig is not None and _NOT_CACHED not in sig
+                and keep[0][0] is k_scale):
+            self._remember_mla(sig, tensors, plan, (q_nope, q_pe, ckv_cache, kpe_cache, kv_len,
+                                                    block_table, out, lse, k_scale),
+                               (qi, pi, ki, kpi, li, bi, oi, ei, keep[0][1]))
+        self._fd_run(plan, tensors, q_nope)
         del keep
         if foreign is not None:
             return given_out if given_out is not None else _arrays.to_framework_of(out, foreign)
         return out
 
+    def _remember_mla(self, sig, tensors, plan, args, infos):
+        """Cache a checked call: fd_tensors with its strides (addresses cleared), how to
+        read each argument's address, the FdPlan it ran with."""
+        template = FdTensors.from_buffer_copy(tensors)
+        for field in _FIELDS:
+            setattr(template, field, None)
+        getters = tuple(_address_getter(x, info) for x, info in zip(args, infos))
+        cache = self._checked
+        while len(cache) >= _CACHE_SIZE:
+            try:
+                del cache[next(iter(cache))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                break
+        cache[sig] = (template, getters, plan)

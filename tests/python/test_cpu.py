@@ -362,22 +362,27 @@ def test_plan_rejects_tensors_that_do_not_match():
 def test_struct_sizes_match_the_header_on_lp64():
     from flashdecode import _lib
 
-    assert ctypes.sizeof(_lib.FdProblem) == 112
+    assert ctypes.sizeof(_lib.FdProblem) == 120
     assert _lib.FdProblem.has_window.offset == 72 and _lib.FdProblem.out_dtype.offset == 88
     assert _lib.FdProblem.deterministic.offset == 92
     assert _lib.FdProblem.kv_dtype.offset == 96 and _lib.FdProblem.kv_scale.offset == 100
     assert _lib.FdProblem.no_pdl.offset == 104
-    assert ctypes.sizeof(_lib.FdPlan) == 184
-    assert ctypes.sizeof(_lib.FdTensors) == 232 and _lib.FdTensors.sinks.offset == 184
+    assert _lib.FdProblem.rope_dim.offset == 108 and _lib.FdProblem.rope_dtype.offset == 112
+    assert ctypes.sizeof(_lib.FdPlan) == 192
+    assert ctypes.sizeof(_lib.FdTensors) == 296 and _lib.FdTensors.sinks.offset == 184
     assert _lib.FdTensors.k_scale.offset == 192 and _lib.FdTensors.scale_strides.offset == 208
-    assert ctypes.sizeof(_lib.FdAppendTensors) == 192
+    assert _lib.FdTensors.q_pe.offset == 232 and _lib.FdTensors.k_pe_cache.offset == 264
+    assert ctypes.sizeof(_lib.FdAppendTensors) == 256
+    assert _lib.FdAppendTensors.k_pe_new.offset == 192
+    assert _lib.FdAppendTensors.k_pe_cache.offset == 224
     assert ctypes.sizeof(_lib.FdError) == 260
     assert ctypes.sizeof(_lib.FdMergeProblem) == 36
-    assert _lib.FdPlan.workspace_size.offset == 144 and _lib.FdPlan.ws_counters.offset == 176
+    assert _lib.FdPlan.workspace_size.offset == 152 and _lib.FdPlan.ws_counters.offset == 184
     size = _lib.lib.fd_struct_size
     for name, cls in (("fd_problem", _lib.FdProblem), ("fd_plan", _lib.FdPlan),
                       ("fd_tensors", _lib.FdTensors), ("fd_error", _lib.FdError),
-                      ("fd_merge_problem", _lib.FdMergeProblem)):
+                      ("fd_merge_problem", _lib.FdMergeProblem),
+                      ("fd_append_tensors", _lib.FdAppendTensors)):
         assert size(name.encode()) == ctypes.sizeof(cls), name
 
 

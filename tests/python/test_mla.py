@@ -11,6 +11,10 @@ and per-token scales, the rope part fp8 or 16-bit); lse, out= and out_dtype; bad
 arguments (the message names the argument, out is left as it was); torch.compile;
 plan reuse; merge_states on MLA states; append_kv for the latent cache.
 """
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -354,7 +358,7 @@ def test_paged_errors():
     assert np.isnan(out).all()
 
 
-# ---- merge_states on MLA states -------------------------------------------------------------------
+# ---- merge_states on MLA states ------------------------------------------------------------------
 @needs_ref
 def test_merge_states_of_two_key_ranges():
     """Keys 0..n1-1 and n1..kv_len-1 of one sequence decoded apart, then merged: the
@@ -419,6 +423,44 @@ def test_plan_refuses_what_it_was_not_made_for():
     with pytest.raises(TypeError, match=r"^rope_dtype"):
         flashdecode.MLADecodePlan(batch=1, num_heads_q=16, dtype="bf16", softmax_scale=SCALE,
                                   device="cpu", kv_capacity=64, rope_dtype="f16")
+
+
+@needs_torch
+@needs_cpu
+@pytest.mark.parametrize("rope", ["fp8", "16-bit"])
+def test_plan_fp8_token_scales_over_layers(rope):
+    """An fp8 plan (per-token scales, the rope part fp8 or bf16) run for two layers of the
+    same signature (the second through the plan's checked-call cache): each layer's caches
+    and scales are the ones read."""
+    rng = np.random.default_rng(90)
+    plan = flashdecode.MLADecodePlan(batch=3, q_len=2, num_heads_q=16, dtype=torch.bfloat16,
+                                     softmax_scale=SCALE, device="cpu", page_size=16,
+                                     max_pages_per_seq=7, kv_dtype="e4m3", kv_scale="token",
+                                     rope_dtype=None if rope == "fp8" else torch.bfloat16)
+    assert plan.rope_dtype == ("float8_e4m3fn" if rope == "fp8" else "bfloat16")
+    for layer in range(2):
+        c = Case(q_len=2, page=16, kv_len=(100, 37, 2), seed=91 + layer)
+        ckv, scale, ckv_d = fp8_cache(c.ckv.astype(np.float64), c.ckv.shape[:2], rng)
+        ckv = torch.from_numpy(ckv).view(torch.float8_e4m3fn)
+        if rope == "fp8":
+            x = np.clip(c.kpe / scale[..., None], -448, 448)
+            kpe = torch.from_numpy(np.ascontiguousarray(x)).to(torch.float8_e4m3fn)
+            kpe_d = kpe.double().numpy() * scale[..., None]
+        else:
+            kpe = torch.from_numpy(c.kpe).bfloat16()
+            kpe_d = kpe.double().numpy()
+        q, p = torch.from_numpy(c.q_nope).bfloat16(), torch.from_numpy(c.q_pe).bfloat16()
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+        plan.run(q, p, ckv, kpe, torch.from_numpy(c.kv_len), torch.from_numpy(c.block_table),
+                 out=out, k_scale=torch.from_numpy(scale))
+        want, _ = mla_attention_f64(q.double().numpy(), p.double().numpy(), ckv_d, kpe_d,
+                                    c.kv_len, c.block_table, SCALE)
+        assert_out_close(out.double().numpy(), want, "bfloat16")
+    assert len(plan._checked) == 1
+    with pytest.raises(TypeError, match=r"^kpe_cache: element type"):
+        plan.run(q, p, ckv, kpe.to(torch.float8_e4m3fn) if rope == "16-bit" else kpe.bfloat16(),
+                 torch.from_numpy(c.kv_len), torch.from_numpy(c.block_table), out=out,
+                 k_scale=torch.from_numpy(scale))
 
 
 # ---- torch -------------------------------------------------------------------------------------
@@ -487,6 +529,47 @@ def test_torch_compile_and_opcheck():
 
 
 @needs_torch
+@needs_cpu
+def test_torch_three_dimensional_q_compiled():
+    """FlashInfer's [B, Hq, D] queries (q_len 1) through the op, eager and compiled."""
+    c = Case(q_len=1, hq=8, seed=52)
+    q, p = torch.from_numpy(c.q_nope[:, 0]), torch.from_numpy(c.q_pe[:, 0])
+    ckv, kpe, kv_len = torch.from_numpy(c.ckv), torch.from_numpy(c.kpe), torch.from_numpy(c.kv_len)
+
+    def step(q, p, ckv, kpe, kv_len):
+        return flashdecode.mla_decode(q, p, ckv, kpe, kv_len, softmax_scale=SCALE,
+                                      return_lse=True)
+
+    out, lse = step(q, p, ckv, kpe, kv_len)
+    assert out.shape == (3, 8, 512) and lse.shape == (3, 8)
+    want, want_lse = c.want()
+    assert_out_close(out.numpy(), want[:, 0], "float32")
+    assert_lse_close(lse.numpy(), want_lse[:, :, 0])
+    got, got_lse = torch.compile(step, fullgraph=True, backend="aot_eager")(q, p, ckv, kpe,
+                                                                            kv_len)
+    assert torch.equal(got, out) and torch.equal(got_lse, lse)
+
+
+@needs_torch
+@needs_cpu
+def test_torch_compile_as_the_first_call():
+    """A fresh process whose first flashdecode call is a compiled mla_decode (flashdecode
+    imported before torch: the ops register on that first, traced, call)."""
+    code = ("import flashdecode, torch\n"
+            "q = torch.randn(2, 1, 4, 32).bfloat16(); p = torch.randn(2, 1, 4, 8).bfloat16()\n"
+            "kv = torch.randn(2, 16, 40).bfloat16(); n = torch.tensor([3, 16], dtype=torch.int32)\n"
+            "f = lambda q, p, kv, n: flashdecode.mla_decode(q, p, kv[..., :32], kv[..., 32:], n,\n"
+            "                                               softmax_scale=0.1)\n"
+            "step = torch.compile(f, fullgraph=True, backend='eager')\n"
+            "for _ in range(2):\n"
+            "    assert torch.equal(step(q, p, kv, n), f(q, p, kv, n))\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in sys.path if x)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+@needs_torch
 def test_torch_fake_checks_name_the_argument():
     """The fake implementation (what torch.compile runs) refuses what the real one does."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -532,6 +615,58 @@ def test_cuda_bf16(page, q_len, hq):
     graph.replay()
     torch.cuda.synchronize()
     assert_out_close(out2.double().cpu().numpy(), want, "bfloat16")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no usable CUDA device")
+@pytest.mark.parametrize("rope", ["fp8", "16-bit"])
+@pytest.mark.parametrize("gran", ["tensor", "token"])
+def test_cuda_fp8_append_then_decode(rope, gran):
+    """mla_append_kv quantizes bf16 rows into an e4m3 latent cache on the GPU, then
+    mla_decode reads it; the oracle reads the dequantized cache."""
+    rng = np.random.default_rng(100)
+    B, T, H, page, per = 3, 2, 16, 64, 5
+    kv_len = torch.tensor([300, 2, 129], dtype=torch.int32, device="cuda")
+    bt = torch.from_numpy(rng.permutation(B * per + 2)[:B * per].reshape(B, per)).int().cuda()
+    pool = (B * per + 2, page)
+    ckv = torch.zeros(*pool, 512, dtype=torch.float8_e4m3fn, device="cuda")
+    kpe = torch.zeros(*pool, 64, device="cuda",
+                      dtype=torch.float8_e4m3fn if rope == "fp8" else torch.bfloat16)
+    scales = (torch.ones(*pool, device="cuda") if gran == "token"
+              else torch.tensor([0.02], device="cuda"))
+    L = int(kv_len.max())
+    new_c = torch.randn(B, L, 512, device="cuda").bfloat16()
+    new_p = torch.randn(B, L, 64, device="cuda").bfloat16()
+    for b in range(B):  # every sequence's keys, one append a sequence
+        n = int(kv_len[b])
+        flashdecode.mla_append_kv(new_c[b:b + 1, :n], new_p[b:b + 1, :n], ckv, kpe,
+                                  torch.zeros(1, dtype=torch.int32, device="cuda"),
+                                  block_table=bt[b:b + 1], k_scale=scales)
+    torch.cuda.synchronize()
+    q = torch.randn(B, T, H, 512, device="cuda").bfloat16()
+    p = torch.randn(B, T, H, 64, device="cuda").bfloat16()
+    out, lse = flashdecode.mla_decode(q, p, ckv, kpe, kv_len, block_table=bt,
+                                      softmax_scale=SCALE, k_scale=scales, return_lse=True)
+    s = scales.double().cpu()
+    s_tok = s[..., None] if gran == "token" else s
+    ckv_d = ckv.double().cpu() * s_tok
+    kpe_d = kpe.double().cpu() * (s_tok if rope == "fp8" else 1.0)
+    want, want_lse = mla_attention_f64(q.double().cpu().numpy(), p.double().cpu().numpy(),
+                                       ckv_d.numpy(), kpe_d.numpy(), kv_len.cpu().numpy(),
+                                       bt.cpu().numpy(), SCALE)
+    assert_out_close(out.double().cpu().numpy(), want, "bfloat16")
+    assert_lse_close(lse.cpu().numpy(), want_lse, atol=2e-3)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no usable CUDA device")
+def test_cuda_compile():
+    c = Case(q_len=2, page=64, combined=True, kv_len=(300, 2, 77), cap=320, seed=101)
+    q, p, ckv, kpe, kv_len, bt = [None if x is None else x.cuda()
+                                  for x in torch_case(c, torch.bfloat16)]
+    want = flashdecode.mla_decode(q, p, ckv, kpe, kv_len, block_table=bt, softmax_scale=SCALE)
+    step = torch.compile(lambda *a: flashdecode.mla_decode(*a, block_table=bt,
+                                                           softmax_scale=SCALE),
+                         fullgraph=True)
+    assert torch.equal(step(q, p, ckv, kpe, kv_len), want)
 
 
 # ---- append --------------------------------------------------------------------------------------
