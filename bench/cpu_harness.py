@@ -141,12 +141,44 @@ def small_fp8():
     ]
 
 
+def small_mla():
+    """The MLA rows' kinds, tiny (64-key pages, scattered): bf16, q_len 2, e4m3 latent."""
+    from gpubench.mla import MLA_PAGE, MLA_SCALE
+    S = sh.Shape
+    kw = dict(kind="mla", family="mla", rope_dim=64, softmax_scale=MLA_SCALE)
+    return [
+        S("mla-b2-h16-n300-bf16", 2, 16, 1, 512, "bf16", [300, 300], MLA_PAGE, **kw),
+        S("mla-b2-h16-n300-bf16-q2", 2, 16, 1, 512, "bf16", [300, 300], MLA_PAGE, q_len=2, **kw),
+        S("mla-b2-h16-n300-e4m3", 2, 16, 1, 512, "bf16", [300, 300], MLA_PAGE,
+          base="mla-b2-h16-n300-bf16", kv_dtype="e4m3", kv_scale="tensor", **kw),
+    ]
+
+
+def install_fake_flashinfer():
+    """A 'flashinfer' module whose only working path is the MLA wrapper stand-in."""
+    import types
+
+    from gpubench.mla import _FakeMlaWrapper
+    fi = types.ModuleType("flashinfer")
+    fi.__version__ = "stand-in"
+    fi.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMlaWrapper)
+    fi.decode = types.ModuleType("flashinfer.decode")
+    sys.modules["flashinfer"] = fi
+    sys.modules["flashinfer.decode"] = fi.decode
+
+
 def main():
     ap = argparse.ArgumentParser(description="bench_gpu.py's GPU path, run on the CPU")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--variants-only", action="store_true")
     ap.add_argument("--fp8-only", action="store_true", help="only the fp8 rows (and their base)")
+    ap.add_argument("--mla-only", action="store_true", help="only the MLA rows")
+    ap.add_argument("--fake-flashinfer", action="store_true",
+                    help="the FlashInfer phase with a stand-in for its MLA wrapper "
+                         "(gpubench/mla.py _FakeMlaWrapper, float64): checks the MLA rows' peer "
+                         "plumbing (plans, records, best peer, ratio, summary); use with "
+                         "--mla-only")
     ap.add_argument("--fake-flashdecode", action="store_true",
                     help="run against gpubench/fake_fd.py (torch stand-in with the variant API) "
                          "instead of the library: checks the variant / cascade code of the bench")
@@ -156,24 +188,30 @@ def main():
     if a.fake_flashdecode:
         from gpubench import fake_fd
         sys.modules["flashdecode"] = fake_fd
+    if a.fake_flashinfer:
+        install_fake_flashinfer()
     args = cli.parse_args(["--out-dir", a.out_dir, "--commit", "cpu", "--budget-s", "100000",
-                           "--no-flashinfer", "--flex-variants"]
+                           "--flex-variants"]
+                          + ([] if a.fake_flashinfer else ["--no-flashinfer"])
                           + (["--no-peers"] if a.no_peers else []))
     shapes, notes = ([] if a.variants_only else small_shapes()), []
     variants = [] if a.no_variants else small_variants()
+    mla = small_mla()
     if a.fp8_only:
-        shapes, variants = [], small_fp8()
-    bench = GpuBench(args, torch, shapes, variants, notes)
+        shapes, variants, mla = [], small_fp8(), []
+    if a.mla_only:
+        shapes, variants = [], []
+    bench = GpuBench(args, torch, shapes, variants, notes, mla=mla)
     if bench.fd is None:
         print(bench.fd_error)
         return 2
     for _ in bench.run():
         pass
-    all_shapes = shapes + variants
+    all_shapes = shapes + variants + mla
     files = report.write_outputs(args.out_dir, "cpu", ["cpu harness: timings are meaningless"],
                                  all_shapes, bench.recs, bench.sweep, 1.0, notes, plot=True)
     report.print_summary(all_shapes, bench.recs, bench.sweep, 1.0, ["cpu harness"], notes, files)
-    var_names = {s.name for s in variants}
+    var_names = {s.name for s in variants + mla}
     bad, unavailable = [], []
     for r in bench.recs:
         if r.status == "FAIL":

@@ -77,11 +77,12 @@ static fd_status time_cpu(const fd_plan *plan, const fd_tensors *sets, int n_set
 static int cpu_set_count(const problem *p) {
   double llc = (double)membw_llc_bytes();
   double want = SETS_LLC_MULT * (llc > LLC_FLOOR_BYTES ? llc : LLC_FLOOR_BYTES);
-  double set_bytes = 2.0 * (double)p->kv_bytes + (double)p->q_bytes + (double)p->out_bytes;
+  const double cache = problem_cache_bytes(p); /* K + V, or the MLA latent + rope caches */
+  double set_bytes = cache + (double)p->q_bytes + (double)p->q_pe_bytes + (double)p->out_bytes;
   if (set_bytes < 1.0) set_bytes = 1.0;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double cap = pages > 0 && page > 0 ? 0.25 * (double)pages * (double)page : 4.0 * want;
-  int n = (int)ceil(want / (2.0 * (double)p->kv_bytes > 1.0 ? 2.0 * (double)p->kv_bytes : 1.0));
+  int n = (int)ceil(want / (cache > 1.0 ? cache : 1.0));
   if (n > MAX_SETS) n = MAX_SETS;
   while (n > 1 && n * set_bytes > cap) n--;
   return n < 1 ? 1 : n;
@@ -204,8 +205,7 @@ static fd_status setup_cuda_bench(cuda_bench *cb, problem *p, size_t ws_bytes, i
                                   fd_error *err) {
   memset(cb, 0, sizeof *cb);
   cb->iters = iters;
-  double set_bytes = (double)p->q_bytes + 2.0 * (double)p->kv_bytes + (double)p->out_bytes +
-                     (double)p->lse_bytes;
+  double set_bytes = problem_set_bytes(p);
   double l2 = (double)gpu_l2_cache_bytes();
   double flush = 2.0 * (l2 > L2_FLOOR_BYTES ? l2 : L2_FLOOR_BYTES);
   int n = set_bytes >= flush ? 1 : (int)(flush / set_bytes) + 1;

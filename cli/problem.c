@@ -23,14 +23,24 @@ static void print_usage(const char *command) {
       "problem:\n"
       "  --batch N            sequences (default 1)\n"
       "  --num-heads-q N      query heads (default 32)\n"
-      "  --num-heads-kv N     key/value heads, divides --num-heads-q (default 8)\n"
-      "  --head-dim N         1..256 (CUDA: 64, 80, 96, 128, 256) (default 128)\n"
+      "  --num-heads-kv N     key/value heads, divides --num-heads-q (default 8; 1 with --rope-dim)\n"
+      "  --head-dim N         1..256 (CUDA: 64, 80, 96, 128, 256) (default 128); with --rope-dim\n"
+      "                       the latent width, up to 512 (CUDA: 512 or 448)\n"
       "  --kv-len N[,N...]    keys per sequence; a list is repeated over the batch (default 4096)\n"
       "  --q-len N            query rows per sequence, 1..16, 1..128 with --non-causal (default 1)\n"
       "  --dtype T            f32, f16 or bf16 (default bf16)\n"
       "  --kv-dtype T         e4m3 or e5m2: an fp8 K/V cache (with --dtype f16 or bf16);\n"
       "                       same (default) = --dtype\n"
       "  --kv-scale S         fp8 scales: none, tensor (default), head or token\n"
+      "  --rope-dim N         multi-head latent attention (MLA, DeepSeek-V3): N rope columns (64)\n"
+      "                       beside the --head-dim latent (512); one kv head whose key is\n"
+      "                       [latent | rope] and whose value is the latent; q as q_nope + q_pe\n"
+      "                       (0 = standard attention, the default)\n"
+      "  --rope-dtype T       MLA: the rope cache's type: same (default: --kv-dtype's) or the\n"
+      "                       --dtype (e.g. --kv-dtype e4m3 --rope-dtype bf16: a 16-bit rope part\n"
+      "                       beside an fp8 latent, FlashMLA's layout); fp8 scales: k_scale only\n"
+      "  --softmax-scale X    the scores' scale (default 1/sqrt(head_dim); with --rope-dim\n"
+      "                       1/sqrt(192), DeepSeek-V3's: the head dim before absorption)\n"
       "  --page-size N        0 = contiguous cache (default), 1..256 = paged cache\n"
       "  --num-splits N       0 = automatic (default), 1 = no split, N = N splits\n"
       "  --backend B          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
@@ -58,7 +68,8 @@ static void print_usage(const char *command) {
             "us_eager: the same with plain launches),\n"
             "gbps (K/V bytes read / time, bytes = 2 * sum keys * num_heads_kv * head_dim *\n"
             "sizeof(dtype), keys = kv_len, with --window-left the keys some row sees:\n"
-            "min(kv_len, window_left + q_len)), num_splits (the split count used), us_split1 (the same with\n"
+            "min(kv_len, window_left + q_len); MLA: the cache once, sum kv_len * (head_dim *\n"
+            "sizeof(kv dtype) + rope_dim * sizeof(rope dtype))), num_splits (the split count used), us_split1 (the same with\n"
             "--num-splits 1: us itself when num_splits is 1) and, when num_splits > 1,\n"
             "speedup = us_split1 / us. CUDA adds sets (buffer sets\n"
             "rotated). CPU adds threads (worker threads), sets (input sets rotated, together\n"
@@ -100,8 +111,26 @@ enum {
   OPT_SOFT_CAP,
   OPT_SINKS,
   OPT_NON_CAUSAL,
-  OPT_NO_PDL
+  OPT_NO_PDL,
+  OPT_ROPE_DIM,
+  OPT_ROPE_DTYPE,
+  OPT_SOFTMAX_SCALE
 };
+
+/* --rope-dtype: same (0: the latent's type), a 16-bit or f32 name, or an fp8 name. */
+static int parse_rope_dtype(const char *text, fd_dtype *value) {
+  static const char *const names[] = {"same", "f32", "f16", "bf16", "e4m3", "e5m2"};
+  static const fd_dtype types[] = {(fd_dtype)0, FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16,
+                                   FD_DTYPE_E4M3, FD_DTYPE_E5M2};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(text, names[i])) {
+      *value = types[i];
+      return 0;
+    }
+  fprintf(stderr, "flashdecode: --rope-dtype: '%s' is not same, f32, f16, bf16, e4m3 or e5m2\n",
+          text);
+  return -1;
+}
 
 /* "--sinks VALUE" as "--sinks=VALUE" (getopt takes an optional argument only in
  * the second form): when the word after --sinks reads as a number, the two are
@@ -186,6 +215,9 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
       {"sinks", optional_argument, NULL, OPT_SINKS},
       {"non-causal", no_argument, NULL, OPT_NON_CAUSAL},
       {"no-pdl", no_argument, NULL, OPT_NO_PDL},
+      {"rope-dim", required_argument, NULL, OPT_ROPE_DIM},
+      {"rope-dtype", required_argument, NULL, OPT_ROPE_DTYPE},
+      {"softmax-scale", required_argument, NULL, OPT_SOFTMAX_SCALE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c, bad = 0;
@@ -194,8 +226,16 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
     switch (c) {
       case OPT_BATCH: bad = args_int("--batch", optarg, 1, 1 << 20, &a->batch); break;
       case OPT_HEADS_Q: bad = args_int("--num-heads-q", optarg, 1, 4096, &a->num_heads_q); break;
-      case OPT_HEADS_KV: bad = args_int("--num-heads-kv", optarg, 1, 4096, &a->num_heads_kv); break;
-      case OPT_HEAD_DIM: bad = args_int("--head-dim", optarg, 1, 256, &a->head_dim); break;
+      case OPT_HEADS_KV:
+        bad = args_int("--num-heads-kv", optarg, 1, 4096, &a->num_heads_kv);
+        a->num_heads_kv_set = 1;
+        break;
+      case OPT_HEAD_DIM: bad = args_int("--head-dim", optarg, 1, 512, &a->head_dim); break;
+      case OPT_ROPE_DIM: bad = args_int("--rope-dim", optarg, 0, 512, &a->rope_dim); break;
+      case OPT_ROPE_DTYPE: bad = parse_rope_dtype(optarg, &a->rope_dtype); break;
+      case OPT_SOFTMAX_SCALE:
+        bad = args_float("--softmax-scale", optarg, FLT_MIN, FLT_MAX, &a->softmax_scale);
+        break;
       case OPT_KV_LEN:
         bad = args_int_list("--kv-len", optarg, a->kv_lens, PROBLEM_MAX_KV_LENS, &a->n_kv_lens);
         break;
@@ -249,6 +289,29 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
   if (!fp8 && a->kv_scale != FD_KV_SCALE_NONE) {
     fprintf(stderr, "flashdecode: --kv-scale needs --kv-dtype e4m3 or e5m2\n");
     return -1;
+  }
+  if (a->rope_dim > 0) { /* MLA: one kv head */
+    if (a->num_heads_kv_set && a->num_heads_kv != 1) {
+      fprintf(stderr,
+              "flashdecode: --num-heads-kv %d with --rope-dim %d: MLA has one kv head (the "
+              "latent); leave --num-heads-kv out or give 1\n",
+              a->num_heads_kv, a->rope_dim);
+      return -1;
+    }
+    a->num_heads_kv = 1;
+    if (a->softmax_scale == 0.0f) a->softmax_scale = 0.07216878f; /* 1/sqrt(192) */
+  } else {
+    if (a->head_dim > 256) {
+      fprintf(stderr,
+              "flashdecode: --head-dim %d: above 256 only with --rope-dim (the MLA latent "
+              "width)\n",
+              a->head_dim);
+      return -1;
+    }
+    if (a->rope_dtype != 0) {
+      fprintf(stderr, "flashdecode: --rope-dtype needs --rope-dim (MLA)\n");
+      return -1;
+    }
   }
   if (a->n_kv_lens > a->batch) {
     fprintf(stderr,
@@ -329,7 +392,10 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   const fd_dtype kv_dtype = a->kv_dtype != 0 ? a->kv_dtype : a->dtype;
   const size_t kv_elem = fd_dtype_size(kv_dtype);
   const size_t B = (size_t)a->batch, Hq = (size_t)a->num_heads_q, Hkv = (size_t)a->num_heads_kv,
-               D = (size_t)a->head_dim, T = (size_t)a->q_len;
+               D = (size_t)a->head_dim, T = (size_t)a->q_len, R = (size_t)a->rope_dim;
+  const int mla = a->rope_dim > 0;
+  const fd_dtype rope_dtype = a->rope_dtype != 0 ? a->rope_dtype : kv_dtype;
+  const size_t rope_elem = fd_dtype_size(rope_dtype);
 
   p->host.kv_len = alloc_bytes(B * sizeof(int32_t));
   if (!p->host.kv_len) goto oom;
@@ -360,31 +426,52 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   p->q_bytes = B * T * Hq * D * elem;
   p->out_bytes = p->q_bytes;
   p->kv_bytes = kv_rows * Hkv * D * kv_elem;
+  p->v_bytes = mla ? 0 : p->kv_bytes;
+  p->q_pe_bytes = mla ? B * T * Hq * R * elem : 0;
+  p->k_pe_bytes = mla ? kv_rows * R * rope_elem : 0;
   p->scale_bytes = a->kv_scale == FD_KV_SCALE_TENSOR ? sizeof(float)
                    : a->kv_scale == FD_KV_SCALE_HEAD  ? Hkv * sizeof(float)
                    : a->kv_scale == FD_KV_SCALE_TOKEN ? kv_rows * Hkv * sizeof(float)
                                                       : 0;
+  p->v_scale_bytes = mla ? 0 : p->scale_bytes; /* MLA: the values are the latent (k_scale) */
   p->lse_bytes = B * Hq * T * sizeof(float);
   p->kv_len_bytes = B * sizeof(int32_t);
   p->table_bytes = a->page_size > 0 ? B * (size_t)p->max_pages_per_seq * sizeof(int32_t) : 0;
   p->host.q = alloc_bytes(p->q_bytes);
   p->host.out = alloc_bytes(p->out_bytes);
   p->host.k_cache = alloc_bytes(p->kv_bytes);
-  p->host.v_cache = alloc_bytes(p->kv_bytes);
+  p->host.v_cache = mla ? NULL : alloc_bytes(p->kv_bytes);
   p->host.lse = alloc_bytes(p->lse_bytes);
-  if (!p->host.q || !p->host.out || !p->host.k_cache || !p->host.v_cache || !p->host.lse) goto oom;
+  if (!p->host.q || !p->host.out || !p->host.k_cache || (!mla && !p->host.v_cache) || !p->host.lse)
+    goto oom;
+  if (mla) {
+    p->host.q_pe = alloc_bytes(p->q_pe_bytes);
+    p->host.k_pe_cache = alloc_bytes(p->k_pe_bytes);
+    if (!p->host.q_pe || !p->host.k_pe_cache) goto oom;
+  }
   if (p->scale_bytes > 0) {
     p->host.k_scale = alloc_bytes(p->scale_bytes);
-    p->host.v_scale = alloc_bytes(p->scale_bytes);
-    if (!p->host.k_scale || !p->host.v_scale) goto oom;
-    for (size_t i = 0; i < p->scale_bytes / sizeof(float); i++) p->host.k_scale[i] = p->host.v_scale[i] = FP8_SCALE;
+    p->host.v_scale = mla ? NULL : alloc_bytes(p->scale_bytes);
+    if (!p->host.k_scale || (!mla && !p->host.v_scale)) goto oom;
+    for (size_t i = 0; i < p->scale_bytes / sizeof(float); i++) {
+      p->host.k_scale[i] = FP8_SCALE;
+      if (!mla) p->host.v_scale[i] = FP8_SCALE;
+    }
   }
 
   uint64_t state = a->seed;
   const float fp8_scale = a->kv_scale != FD_KV_SCALE_NONE ? FP8_SCALE : 1.0f;
   fill_random(p->host.q, p->q_bytes / elem, a->dtype, 1.0f, &state);
   fill_random(p->host.k_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
-  fill_random(p->host.v_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
+  if (mla) {
+    /* an fp8 rope part is scaled by k_scale too; a 16-bit one is not */
+    const int rope_fp8 = rope_dtype == FD_DTYPE_E4M3 || rope_dtype == FD_DTYPE_E5M2;
+    fill_random(p->host.q_pe, p->q_pe_bytes / elem, a->dtype, 1.0f, &state);
+    fill_random(p->host.k_pe_cache, p->k_pe_bytes / rope_elem, rope_dtype,
+                rope_fp8 ? fp8_scale : 1.0f, &state);
+  } else {
+    fill_random(p->host.v_cache, p->kv_bytes / kv_elem, kv_dtype, fp8_scale, &state);
+  }
   memset(p->host.out, 0, p->out_bytes);
   memset(p->host.lse, 0, p->lse_bytes);
 
@@ -445,6 +532,9 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->logits_soft_cap = a->logits_soft_cap;
   f->non_causal = a->non_causal;
   f->no_pdl = a->no_pdl;
+  f->rope_dim = a->rope_dim;
+  f->rope_dtype = a->rope_dtype;
+  f->softmax_scale = a->softmax_scale;
   return FD_STATUS_OK;
 oom:
   problem_free(p);
@@ -457,6 +547,8 @@ void problem_free(problem *p) {
   free(p->host.q);
   free(p->host.k_cache);
   free(p->host.v_cache);
+  free(p->host.q_pe);
+  free(p->host.k_pe_cache);
   free(p->host.out);
   free(p->host.lse);
   free(p->host.kv_len);
@@ -477,7 +569,14 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   t.k_cache = set->k_cache;
   t.k_strides[0] = rows * Hkv * D, t.k_strides[1] = Hkv * D, t.k_strides[2] = D;
   t.v_cache = set->v_cache;
-  memcpy(t.v_strides, t.k_strides, sizeof t.v_strides);
+  if (set->v_cache) memcpy(t.v_strides, t.k_strides, sizeof t.v_strides);
+  if (f->rope_dim > 0) { /* MLA: q_pe and the rope cache, one kv head */
+    const int64_t R = f->rope_dim;
+    t.q_pe = set->q_pe;
+    t.q_pe_strides[0] = T * Hq * R, t.q_pe_strides[1] = Hq * R, t.q_pe_strides[2] = R;
+    t.k_pe_cache = set->k_pe_cache;
+    t.k_pe_strides[0] = rows * Hkv * R, t.k_pe_strides[1] = Hkv * R, t.k_pe_strides[2] = R;
+  }
   t.kv_len = set->kv_len;
   t.block_table = f->page_size > 0 ? set->block_table : NULL;
   t.block_table_stride = f->page_size > 0 ? p->max_pages_per_seq : 0;
@@ -503,7 +602,21 @@ double problem_kv_bytes_read(const problem *p) {
   }
   const fd_dtype kv = p->fd.kv_dtype != 0 ? p->fd.kv_dtype : p->fd.dtype;
   const double scale = p->fd.kv_scale == FD_KV_SCALE_TOKEN ? 4.0 : 0.0; /* a float per key a head */
+  if (p->fd.rope_dim > 0) { /* MLA: [latent | rope] once; the values are the latent's bytes */
+    const fd_dtype rope = p->fd.rope_dtype != 0 ? p->fd.rope_dtype : kv;
+    return keys * (p->fd.head_dim * (double)fd_dtype_size(kv) +
+                   p->fd.rope_dim * (double)fd_dtype_size(rope) + scale);
+  }
   return 2.0 * keys * p->fd.num_heads_kv * (p->fd.head_dim * (double)fd_dtype_size(kv) + scale);
+}
+
+double problem_cache_bytes(const problem *p) {
+  return (double)p->kv_bytes + (double)p->v_bytes + (double)p->k_pe_bytes;
+}
+
+double problem_set_bytes(const problem *p) {
+  return (double)p->q_bytes + (double)p->q_pe_bytes + problem_cache_bytes(p) +
+         (double)p->out_bytes + (double)p->lse_bytes;
 }
 
 void problem_poison_outputs(problem *p) {
@@ -526,12 +639,14 @@ fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const pro
   fd_status st;
   if ((st = gpu_malloc(&dev->q, p->q_bytes, err)) ||
       (st = gpu_malloc(&dev->k_cache, p->kv_bytes, err)) ||
-      (st = gpu_malloc(&dev->v_cache, p->kv_bytes, err)) ||
+      (p->v_bytes > 0 && (st = gpu_malloc(&dev->v_cache, p->v_bytes, err))) ||
+      (p->q_pe_bytes > 0 && (st = gpu_malloc(&dev->q_pe, p->q_pe_bytes, err))) ||
+      (p->k_pe_bytes > 0 && (st = gpu_malloc(&dev->k_pe_cache, p->k_pe_bytes, err))) ||
       (st = gpu_malloc(&dev->out, p->out_bytes, err)) ||
       (st = gpu_malloc((void **)&dev->lse, p->lse_bytes, err)))
     goto fail;
-  if (p->scale_bytes > 0 && ((st = gpu_malloc((void **)&dev->k_scale, p->scale_bytes, err)) ||
-                             (st = gpu_malloc((void **)&dev->v_scale, p->scale_bytes, err))))
+  if ((p->scale_bytes > 0 && (st = gpu_malloc((void **)&dev->k_scale, p->scale_bytes, err))) ||
+      (p->v_scale_bytes > 0 && (st = gpu_malloc((void **)&dev->v_scale, p->v_scale_bytes, err))))
     goto fail;
   if (share) {
     dev->kv_len = share->kv_len;
@@ -553,12 +668,18 @@ fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *st
   fd_status st;
   if ((st = gpu_copy_to_device(dev->q, p->host.q, p->q_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->k_cache, p->host.k_cache, p->kv_bytes, stream, err)) ||
-      (st = gpu_copy_to_device(dev->v_cache, p->host.v_cache, p->kv_bytes, stream, err)) ||
+      (p->v_bytes > 0 &&
+       (st = gpu_copy_to_device(dev->v_cache, p->host.v_cache, p->v_bytes, stream, err))) ||
+      (p->q_pe_bytes > 0 &&
+       (st = gpu_copy_to_device(dev->q_pe, p->host.q_pe, p->q_pe_bytes, stream, err))) ||
+      (p->k_pe_bytes > 0 &&
+       (st = gpu_copy_to_device(dev->k_pe_cache, p->host.k_pe_cache, p->k_pe_bytes, stream, err))) ||
       (st = gpu_copy_to_device(dev->out, p->host.out, p->out_bytes, stream, err)) ||
       (st = gpu_copy_to_device(dev->lse, p->host.lse, p->lse_bytes, stream, err)) ||
       (p->scale_bytes > 0 &&
-       ((st = gpu_copy_to_device(dev->k_scale, p->host.k_scale, p->scale_bytes, stream, err)) ||
-        (st = gpu_copy_to_device(dev->v_scale, p->host.v_scale, p->scale_bytes, stream, err)))) ||
+       (st = gpu_copy_to_device(dev->k_scale, p->host.k_scale, p->scale_bytes, stream, err))) ||
+      (p->v_scale_bytes > 0 &&
+       (st = gpu_copy_to_device(dev->v_scale, p->host.v_scale, p->v_scale_bytes, stream, err))) ||
       (st = gpu_copy_to_device(dev->kv_len, p->host.kv_len, p->kv_len_bytes, stream, err)) ||
       (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
                                                       p->table_bytes, stream, err))) ||
@@ -572,6 +693,8 @@ void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
   gpu_free(dev->q);
   gpu_free(dev->k_cache);
   gpu_free(dev->v_cache);
+  gpu_free(dev->q_pe);
+  gpu_free(dev->k_pe_cache);
   gpu_free(dev->out);
   gpu_free(dev->lse);
   gpu_free(dev->k_scale);
@@ -613,6 +736,12 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
     at += (size_t)snprintf(text + at, text_size - at, " non_causal=1");
   if (a->no_pdl && at < text_size)
     at += (size_t)snprintf(text + at, text_size - at, " no_pdl=1");
+  if (a->softmax_scale > 0.0f && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " softmax_scale=%g", (double)a->softmax_scale);
+  if (p->fd.rope_dim > 0 && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " rope_dim=%d%s%s", p->fd.rope_dim,
+                           p->fd.rope_dtype ? " rope_dtype=" : "",
+                           p->fd.rope_dtype ? args_dtype_name(p->fd.rope_dtype) : "");
   if (p->fd.kv_dtype && at < text_size)
     snprintf(text + at, text_size - at, " kv_dtype=%s kv_scale=%s", args_dtype_name(p->fd.kv_dtype),
              args_kv_scale_name(p->fd.kv_scale));

@@ -26,7 +26,11 @@ typedef struct problem_args {
   int q_len;
   int num_heads_q;
   int num_heads_kv;
-  int head_dim;
+  int num_heads_kv_set; /* --num-heads-kv given */
+  int head_dim;        /* MLA: the latent width (512) */
+  int rope_dim;        /* 0 = standard attention; > 0: MLA with this rope width (64) */
+  fd_dtype rope_dtype; /* MLA: the rope cache's type; 0 = the latent's (kv_dtype) */
+  float softmax_scale; /* 0 = the library's default (1/sqrt(head_dim)); MLA: 1/sqrt(192) */
   int page_size;       /* 0 = contiguous cache */
   int num_splits;      /* 0 = automatic */
   int num_threads;     /* CPU: 0 = all cores */
@@ -53,9 +57,12 @@ int problem_resolve_backend(problem_args *args);
 
 /* One set of tensors; host or device pointers. */
 typedef struct problem_tensors {
-  void *q;              /* [batch][q_len][num_heads_q][head_dim] dtype */
-  void *k_cache;        /* [batch][kv_capacity][num_heads_kv][head_dim] or [num_pages][page_size][...] */
-  void *v_cache;        /* same as k_cache */
+  void *q;              /* [batch][q_len][num_heads_q][head_dim] dtype (MLA: q_nope) */
+  void *k_cache;        /* [batch][kv_capacity][num_heads_kv][head_dim] or [num_pages][page_size][...]
+                           (MLA: the latent c_kv, one kv head) */
+  void *v_cache;        /* same as k_cache; NULL for MLA (the values are the latent) */
+  void *q_pe;           /* MLA: [batch][q_len][num_heads_q][rope_dim] dtype; else NULL */
+  void *k_pe_cache;     /* MLA: as k_cache with rope_dim columns, rope dtype; else NULL */
   void *out;            /* [batch][q_len][num_heads_q][head_dim] dtype */
   float *lse;           /* [batch][num_heads_q][q_len] */
   int32_t *kv_len;      /* [batch] */
@@ -70,7 +77,10 @@ typedef struct problem {
   int32_t kv_capacity;  /* the longest kv_len */
   int32_t max_pages_per_seq, num_pages; /* paged only */
   size_t q_bytes, kv_bytes, out_bytes, lse_bytes, kv_len_bytes, table_bytes; /* kv_bytes: each of K, V */
+  size_t v_bytes;       /* kv_bytes, or 0 for MLA (no V buffer) */
+  size_t q_pe_bytes, k_pe_bytes; /* MLA: q_pe, k_pe_cache; else 0 */
   size_t scale_bytes;   /* each of k_scale, v_scale (0 without scales) */
+  size_t v_scale_bytes; /* scale_bytes, or 0 for MLA (k_scale only) */
   size_t sinks_bytes;   /* 0 without sinks */
   problem_tensors host;
 } problem;
@@ -89,8 +99,14 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set);
 
 /* Bytes of K and V a call reads: 2 * sum keys * num_heads_kv * head_dim * sizeof(kv dtype), keys =
  * kv_len, or with a window the keys some row sees, min(kv_len, window_left + q_len); plus 2 * 4
- * bytes per (key, kv head) for per-token fp8 scales. */
+ * bytes per (key, kv head) for per-token fp8 scales. MLA: the cache once, sum keys * (head_dim *
+ * sizeof(kv dtype) + rope_dim * sizeof(rope dtype)) (+ 4 bytes per key for per-token scales). */
 double problem_kv_bytes_read(const problem *p);
+
+/* Bytes of one set of call buffers: q (+ q_pe), the caches, out and lse. */
+double problem_set_bytes(const problem *p);
+/* Bytes of one set's caches (K, V or the MLA latent and rope caches). */
+double problem_cache_bytes(const problem *p);
 
 /* Fills the host out and lse with NaN. */
 void problem_poison_outputs(problem *p);

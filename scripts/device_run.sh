@@ -10,7 +10,13 @@
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla]
+#   mla: build, the MLA GPU tests (ctest -L gpu -R mla), then the MLA rows of the benchmark
+#   (bench_gpu.py --mla-only: ours, FlashInfer's MLA wrapper fa2 / fa3) with the FlashInfer
+#   wheels of .whl/; FlashInfer's MLA modules come prebuilt from .fi-mla-aot/ when carried
+#   (scripts/prebuild_flashinfer_mla.sh makes it, ~1.2 MiB; copied into FlashInfer's AOT
+#   directory, so nothing compiles), else they JIT-compile in the benchmark's background
+#   prebuild (~2 CPU-minutes). FD_BENCH_ARGS: more bench_gpu.py flags (e.g. "--shapes h16").
 #   ab: the test steps, then our rows (bench_gpu.py --no-peers --no-sweep) of the tree in
 #   .base/ (a commit to compare with: `git archive <rev> | tar -x -C .base`, carried) and of
 #   this one, alternating base, new, base, new; bench/compare_builds.py's table in
@@ -194,6 +200,12 @@ fi_setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl >/tmp/fd-pip.txt 2>&1 ||
     { echo "   pip install of .whl/ failed (FlashInfer peers unavailable):"; tail -5 /tmp/fd-pip.txt; return 0; }
+  # FlashInfer's MLA modules prebuilt elsewhere (scripts/prebuild_flashinfer_mla.sh): its AOT
+  # directory is read before any JIT build
+  if [ -d .fi-mla-aot ] && [ -d /tmp/site/flashinfer/data ]; then
+    mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-mla-aot/. /tmp/site/flashinfer/data/aot/ &&
+      echo "   prebuilt FlashInfer MLA modules: $(ls .fi-mla-aot | wc -l) from .fi-mla-aot/"
+  fi
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
   local nvcc; nvcc=$(command -v nvcc)
   [ -n "$nvcc" ] && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc")")")}
@@ -215,6 +227,30 @@ if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+
+# ---- mla: the MLA GPU tests, then the MLA rows with FlashInfer's MLA paths ----
+if [ "$MODE" = mla ] && step "MLA GPU tests (ctest -L gpu -R mla)" 60; then
+  # FD_TEST_QUICK=1 by default here (the cases up to 3000 keys; FD_TEST_QUICK=0: all), and
+  # stopped in time to leave the benchmark ~240 s
+  tlimit=$(( DEADLINE - ($(date +%s) - START) - 240 )); [ "$tlimit" -lt 60 ] && tlimit=60
+  (cd build && FD_TEST_QUICK=${FD_TEST_QUICK:-1} timeout "$tlimit" ctest --output-on-failure \
+     -L gpu -R mla --timeout 300) >/tmp/fd-ctest.txt 2>&1
+  rc=$?; [ $rc -eq 0 ] || status=1; [ $rc -eq 124 ] && echo "   stopped after ${tlimit}s (deadline)"
+  cp /tmp/fd-ctest.txt "$OUT/ctest.txt"
+  grep -E "Test +#|tests passed|tests failed|No tests were found|FAILED|ERROR" /tmp/fd-ctest.txt | tail -20
+fi
+if [ "$MODE" = mla ] && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
+if [ "$MODE" = mla ] && step "MLA benchmark (bench/bench_gpu.py --mla-only)" 120; then
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  budget=$(( left - 60 )); [ "$budget" -gt 360 ] && budget=360
+  # shellcheck disable=SC2086
+  timeout $(( left - 10 )) python3 bench/bench_gpu.py --mla-only --out-dir "$OUT" \
+    --commit "$COMMIT" --budget-s "$budget" --log-dir /tmp/fd-bench-logs ${FD_BENCH_ARGS:-} \
+    >/tmp/fd-bench.txt 2>&1
+  [ $? -eq 0 ] || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt
+  grep -E "FAILED|Traceback|Error" /tmp/fd-bench.txt | head -8
 fi
 
 if want bench && [ "${FD_PROFILE:-0}" = 1 ] && step "Nsight Compute: paged vs contiguous, one split" 60; then

@@ -33,6 +33,10 @@ In one process it
      decode paths (CUDA-core and tensor-core wrappers, XQA, cuDNN, the cascade wrapper; on
      16-key scattered pages; their JIT modules compile in a background process meanwhile)
      and FlexAttention under torch.compile;
+  4b. with --mla / --mla-only (or --shapes naming mla-), the MLA rows (gpubench/mla.py:
+     512 + 64, one kv head, bf16 and e4m3 latent, 64-key scattered pages): ours and
+     FlashInfer's BatchMLAPagedAttentionWrapper (fa2, fa3) on the same pages, % of the read
+     ceiling and TFLOPS; issue 33's targets in the MLA checks, a -mla.png;
   5. checks every timed configuration once against a float64 reference that implements the
      row's variant;
   6. writes <date>-<commit>-<gpu>.csv (+ -sweep.csv, -check.csv, -summary.json, .png; <gpu> is
@@ -78,6 +82,10 @@ def parse_args(argv):
     ap.add_argument("--variants-only", action="store_true",
                     help="only the variant rows (window, soft-cap, sinks, head_dim 96, cascade)")
     ap.add_argument("--no-variants", action="store_true", help="skip the variant rows")
+    ap.add_argument("--mla", action="store_true",
+                    help="add the MLA rows (multi-head latent attention; names start with 'mla-')")
+    ap.add_argument("--mla-only", action="store_true",
+                    help="only the MLA rows (with --shapes: the MLA rows it selects)")
     ap.add_argument("--out-dir", default=None,
                     help="where the CSVs and the PNG go (default bench/results; with --dry-run, "
                          "a folder under the system's temporary directory)")
@@ -122,13 +130,27 @@ def gpu_tag(dry_run):
     return re.sub(r"[^a-z0-9]+", "", name) or "gpu"
 
 
+def want_mla(args):
+    """MLA rows with --mla, --mla-only, or a --shapes key that names them ('mla...')."""
+    keys = [k for k in (args.shapes or "").split(",") if k]
+    return args.mla or args.mla_only or any(k.startswith("mla") for k in keys)
+
+
 def select_shapes(args, notes):
+    """(grid rows, variant rows, MLA rows, trace folder) of this run."""
+    from .mla import build_mla_shapes
+
     trace_dir = find_trace_dir(args.traces)
-    shapes = [] if args.variants_only else build_shapes(args.quick, trace_dir, notes)
-    variants = [] if args.no_variants else build_variant_shapes(args.quick)
+    only = args.mla_only
+    shapes = [] if (args.variants_only or only) else build_shapes(args.quick, trace_dir, notes)
+    variants = [] if (args.no_variants or only) else build_variant_shapes(args.quick)
+    mla = build_mla_shapes(args.quick) if want_mla(args) else []
     if args.shapes:
         shapes, variants = select(shapes, args.shapes), select(variants, args.shapes)
-    return shapes, variants, trace_dir
+        # --mla with other rows' keys keeps every MLA row; --mla-only or an 'mla...' key selects
+        if only or any(k.startswith("mla") for k in args.shapes.split(",")):
+            mla = select(mla, args.shapes)
+    return shapes, variants, mla, trace_dir
 
 
 def main(argv=None):
@@ -140,12 +162,13 @@ def main(argv=None):
         args.out_dir = (os.path.join(tempfile.gettempdir(), "flashdecode-bench-dryrun")
                         if args.dry_run else os.path.join(REPO, "bench", "results"))
     notes = []
-    shapes, variants, trace_dir = select_shapes(args, notes)
-    all_shapes = shapes + variants
+    shapes, variants, mla, trace_dir = select_shapes(args, notes)
+    all_shapes = shapes + variants + mla
     commit = args.commit or git_commit()
     date = today()
     stem = f"{date}-{commit}" + (f"-{args.tag}" if args.tag else "") + "-" + gpu_tag(args.dry_run)
-    print(f"bench_gpu: {len(shapes)} rows + {len(variants)} variant rows, traces from {trace_dir}, "
+    print(f"bench_gpu: {len(shapes)} rows + {len(variants)} variant rows + {len(mla)} MLA rows, "
+          f"traces from {trace_dir}, "
           f"out {args.out_dir}/{stem}.*", flush=True)
     from .report import print_summary, write_outputs
 
@@ -174,7 +197,7 @@ def main(argv=None):
     l2 = getattr(props, "L2_cache_size", 0)
     bench = GpuBench(args, torch, shapes, variants, notes,
                      log_dir=args.log_dir or os.path.join(tempfile.gettempdir(),
-                                                          f"fd-bench-{os.getpid()}"))
+                                                          f"fd-bench-{os.getpid()}"), mla=mla)
     bench.start_prebuild()  # FlashInfer's kernels compile on the CPU while we measure
     t0 = time.monotonic()
     ceiling, ceiling_desc, copy_tbps = measure_ceiling(torch, sm_count, args.ceiling_reps)
@@ -211,6 +234,11 @@ def main(argv=None):
         "page table for the R sets; paged rows restate their contiguous row's fi-* numbers",
         "ragged rows: sdpa/flex get the padded batch with a kv_len mask (context, not the bar: "
         "best peer there = the best fi-* path when one ran)",
+        "MLA rows (mla-*): bytes = the latent + rope cache read once (keys x (512 x esize + 64 "
+        "x 2); e4m3 latent: 1 byte, rope bf16, + one float32 scale) + q_nope + q_pe + out; "
+        "tflops = 2 x q_len x Hq x keys x (576 + 512) / us_graph; fi-mla-fa2 / fi-mla-fa3 = "
+        "FlashInfer's BatchMLAPagedAttentionWrapper on the same 64-key scattered pages (its fp8 "
+        "path: e4m3 rope too); flashdecode through mla.ours_mla",
         f"ratio_vs_best_peer = best peer us_graph / this us_graph (> 1 = faster); FAIL = output "
         f"outside tolerance (rel err > {TOL}) vs float64 (see -check.csv); n/a = unsupported / "
         f"failed / not a fair peer (reason in the header and -check.csv)",

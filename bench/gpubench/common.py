@@ -16,7 +16,8 @@ TOL = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 5e-3}
 
 OURS = ("flashdecode", "flashdecode-nosplit")
 SDPA_PEERS = ("sdpa-flash", "sdpa-cudnn")
-FI_PEERS = ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn", "fi-cascade")
+FI_PEERS = ("fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn", "fi-cascade",
+            "fi-mla-fa2", "fi-mla-fa3")  # the last two: BatchMLAPagedAttentionWrapper (MLA rows)
 PEERS = SDPA_PEERS + ("flex",) + FI_PEERS
 # Peers that see a ragged batch padded to its longest sequence (no serving engine
 # runs a batch that way): on ragged rows they are context, not the bar, whenever
@@ -24,7 +25,7 @@ PEERS = SDPA_PEERS + ("flex",) + FI_PEERS
 PADDED_PEERS = SDPA_PEERS + ("flex",)
 
 CSV_COLUMNS = ["shape", "impl", "us_graph", "us_eager", "tbps", "pct_ceiling", "num_splits",
-               "ratio_vs_best_peer"]
+               "ratio_vs_best_peer", "tflops"]  # tflops: MLA rows only
 
 
 class Settings:

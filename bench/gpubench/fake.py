@@ -25,7 +25,8 @@ def dry_run(shapes, ceiling):
             eff = min(1.0, blocks / sms)
             recs.append(Rec(s.name, "flashdecode-nosplit", floor / (0.9 * eff) + 1.5,
                             floor / (0.9 * eff) + 8.0, 1, err=1e-3, rel=2e-3))
-        for impl, f, c in (("sdpa-flash", 0.7, 9.0), ("sdpa-cudnn", 0.85, 6.5), ("flex", 0.75, 12)):
+        for impl, f, c in (() if s.rope_dim else  # MLA rows: FlashInfer's MLA paths only
+                           (("sdpa-flash", 0.7, 9.0), ("sdpa-cudnn", 0.85, 6.5), ("flex", 0.75, 12))):
             why = sdpa_reason(s) if impl in SDPA_PEERS else flex_reason(s)
             if why:
                 recs.append(Rec(s.name, impl, status="n/a", reason=why))
@@ -242,6 +243,8 @@ def self_test(device):
 
     fp8_self_test(torch, device, ok)
     fp8_verdict_test(ok)
+    from .mla import self_test as mla_self_test
+    mla_self_test(torch, device, ok)
 
     # FlashInfer (where it imports): every call the adapters make binds to its signatures, and
     # the prebuild's module specs have the names the wrappers load
@@ -407,6 +410,8 @@ def fi_check(torch, ok):
     print(f"self-test FlashInfer {fi.__version__} (pinned {FI_VERSION_PINNED})")
     problems = api_check(fi, torch)
     ok(not problems, "FlashInfer call signatures" + (": " + "; ".join(problems) if problems else ""))
+    from .mla import fi_self_test
+    fi_self_test(fi, torch, ok)
     from .fi_prebuild import make_spec
     from flashinfer.jit.attention.modules import get_batch_decode_uri, get_batch_prefill_uri
     from flashinfer.jit.xqa import gen_xqa_module

@@ -73,3 +73,30 @@ def merge_states(states_out, states_lse, out=None):
         out = torch.empty(states_out.shape[1:], dtype=states_out.dtype)
     out.copy_(merged.to(out.dtype))
     return out, (m + torch.log(den)).float()
+
+
+def mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, *, block_table=None, softmax_scale,
+               num_splits=0, return_lse=False, out=None, kv_dtype=None, k_scale=None,
+               deterministic=False):
+    """MLA decode in float64 (the benchmark's MLA plumbing only): q_nope [B, q_len, Hq, D],
+    q_pe [.., R], caches [B, cap, D] or paged [pages, page_size, D] (+ block_table); an fp8
+    ckv_cache is read times k_scale."""
+    b_, ql, hq, d = q_nope.shape
+    ckv = ckv_cache.double() * (k_scale.double() if k_scale is not None else 1.0)
+    kpe = kpe_cache.double()
+    if out is None:
+        out = torch.empty_like(q_nope)
+    for b in range(b_):
+        n = int(kv_len[b])
+        if block_table is None:
+            ck, kp = ckv[b, :n], kpe[b, :n]
+        else:
+            ps = ckv.shape[1]
+            np_ = (n + ps - 1) // ps
+            pages = block_table[b, :np_].long()
+            ck, kp = ckv[pages].reshape(-1, d)[:n], kpe[pages].reshape(-1, kpe.shape[-1])[:n]
+        for t in range(ql):
+            upto = n - ql + t + 1
+            s = (q_nope[b, t].double() @ ck[:upto].t() + q_pe[b, t].double() @ kp[:upto].t())
+            out[b, t] = (torch.softmax(s * softmax_scale, -1) @ ck[:upto]).to(out.dtype)
+    return out

@@ -9,10 +9,12 @@ rebuilds nothing). Each spec is one JSON list (flashinfer_peers.fi_spec_list):
   ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
   ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
   ["cascade"]
+  ["mla", backend, dtype, head_dim_ckv, head_dim_kpe]  (BatchMLAPagedAttentionWrapper, fa2/fa3)
 An fp8 cache appends its kv dtype ("e4m3" / "e5m2") to a decode, prefill or xqa spec; q and
 out keep the spec's dtype.
 Needs FLASHINFER_CUDA_ARCH_LIST (the GPU is not visible) and the same FlashInfer
-environment as the benchmark. Prints one line per module and a DONE line.
+environment as the benchmark (scripts/prebuild_flashinfer_mla.sh runs it without a GPU machine
+for the MLA modules). Prints one line per module and a DONE line.
 """
 import importlib
 import json
@@ -27,8 +29,9 @@ def make_spec(sp):
     if sp[0] == "cascade":  # merge_state(s) kernels (the cascade wrapper's merge)
         from flashinfer.jit.cascade import gen_cascade_module
         return gen_cascade_module()
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[sp[2] if sp[0] == "prefill" else sp[1]]
-    nargs = {"decode": 5, "prefill": 6, "xqa": 6}.get(sp[0])
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[sp[2] if sp[0] in ("prefill", "mla")
+                                                         else sp[1]]
+    nargs = {"decode": 5, "prefill": 6, "xqa": 6, "mla": 5}.get(sp[0])
     if nargs is None or len(sp) not in (nargs, nargs + 1):
         raise ValueError(f"unknown spec {sp}")
     kv = dt  # the cache's dtype: the spec's, or the fp8 type appended
@@ -44,6 +47,10 @@ def make_spec(sp):
         _, backend, _, hd, swa, cap = sp
         return gen_batch_prefill_module(backend, dt, kv, dt, torch.int32, hd, hd, 0, bool(swa),
                                         bool(cap), False)
+    if sp[0] == "mla":  # the wrapper's get_batch_mla_module(backend, q, kv, o, idx, ckv, kpe, prof)
+        from flashinfer.jit.attention.modules import gen_batch_mla_module
+        _, backend, _, ckv, kpe = sp
+        return gen_batch_mla_module(backend, dt, kv, dt, torch.int32, ckv, kpe, False)
     if sp[0] == "xqa":
         from flashinfer.jit.xqa import gen_xqa_module
         _, _, page, hd, group, swa = sp

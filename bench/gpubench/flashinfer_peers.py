@@ -81,6 +81,11 @@ def measured_by_fi(shape):
 
 def fi_reason(shape, impl):
     """'' when impl runs shape, else why not (an n/a record)."""
+    if shape.rope_dim:
+        from .mla import fi_mla_reason
+        return fi_mla_reason(shape, impl)
+    if impl in ("fi-mla-fa2", "fi-mla-fa3"):
+        return "n/a: MLA rows only"
     if shape.peerless:
         from .peers import ours_only_reason
         return ours_only_reason(shape)
@@ -143,6 +148,9 @@ def fi_fp8_reason(shape, impl):
 
 def fi_impls_for(shape):
     """The FlashInfer records a row gets (measured or n/a)."""
+    if shape.rope_dim:
+        from .mla import MLA_PEERS
+        return list(MLA_PEERS)
     if shape.cascade:
         return ["fi-cascade"]
     return ["fi-cudacore", "fi-tensorcore", "fi-xqa", "fi-cudnn"]
@@ -155,12 +163,15 @@ def fi_spec_list(shapes):
       ["prefill", backend, dtype, head_dim, use_sliding_window, use_logits_soft_cap]
       ["xqa", dtype, page_size, head_dim, head_group_ratio, use_sliding_window]
       ["cascade"]  (merge_state_in_place, the cascade wrapper's merge)
+      ["mla", backend, dtype, head_dim_ckv, head_dim_kpe]  (MLA rows: mla.fi_mla_specs)
     An fp8 cache appends its kv dtype ("e4m3" / "e5m2") to the decode, prefill and xqa specs
     (q and out stay `dtype`: the wrappers' get_batch_*_module(q, kv, o, ...) and
     get_xqa_module(q, kv, ..., o) arguments)."""
-    specs = []
+    from .mla import fi_mla_specs
+
+    specs = fi_mla_specs(shapes)  # ["mla", backend, dtype, 512, 64] (+ "e4m3"): MLA rows
     for s in shapes:
-        if not measured_by_fi(s) or s.dtype == "fp32":
+        if not measured_by_fi(s) or s.dtype == "fp32" or s.rope_dim:
             continue
         swa, cap = s.window_left >= 0, bool(s.softcap)
         kv = [s.kv_dtype] if s.kv_dtype else []

@@ -249,8 +249,14 @@ FP8_NA = ("takes no fp8 KV cache (it would read a bf16 copy: not the fp8 call; t
           "is the base row)")
 
 
+MLA_NA = ("has no MLA form here (one latent kv head read as K [576] and V [512]; the peers "
+          "are FlashInfer's MLA paths)")
+
+
 def sdpa_reason(shape):
     """Why SDPA is no peer for this row ('' when it is)."""
+    if shape.rope_dim:
+        return "n/a: SDPA " + MLA_NA
     if shape.kv_dtype:
         return "n/a: SDPA " + FP8_NA
     if shape.peerless:
@@ -269,6 +275,8 @@ def sdpa_reason(shape):
 
 
 def flex_reason(shape):
+    if shape.rope_dim:
+        return "n/a: FlexAttention " + MLA_NA
     if shape.kv_dtype:
         return "n/a: FlexAttention " + FP8_NA
     if shape.peerless:

@@ -35,6 +35,14 @@ def ours_of(by, name, impl="flashdecode"):
     return r if r is not None and r.status == "ok" and r.us_graph else None
 
 
+def tflops_text(s, r):
+    """TFLOPS of an MLA row's timed record ('' on other rows)."""
+    from .mla import tflops_of
+    if r.status not in ("ok", "FAIL"):
+        return ""
+    return fmt(tflops_of(s, r.us_graph), 1) if s.rope_dim else ""
+
+
 def write_main_csv(path, meta_lines, shapes, recs, ceiling):
     by = recs_by_shape(recs)
     with open(path, "w", newline="") as fh:
@@ -58,7 +66,8 @@ def write_main_csv(path, meta_lines, shapes, recs, ceiling):
                             fmt(r.us_graph, 2) if r.status in ("ok", "FAIL") else r.status,
                             fmt(r.us_eager, 2) if r.status in ("ok", "FAIL") else r.status,
                             fmt(tb, 3), fmt(pct, 1),
-                            "" if r.num_splits is None else r.num_splits, ratio])
+                            "" if r.num_splits is None else r.num_splits, ratio,
+                            tflops_text(s, r)])
 
 
 def write_sweep_csv(path, meta_lines, shapes, sweep, recs, ceiling):
@@ -127,7 +136,8 @@ PLOT_STYLES = {"flashdecode": ("o-", "tab:red"), "flashdecode-nosplit": ("s--", 
                "sdpa-flash": ("^-", "tab:blue"), "sdpa-cudnn": ("v-", "tab:green"),
                "flex": ("D-", "tab:purple"), "fi-cudacore": ("<:", "tab:brown"),
                "fi-tensorcore": (">-", "tab:pink"), "fi-xqa": ("P-", "tab:olive"),
-               "fi-cudnn": ("X:", "tab:cyan"), "fi-cascade": ("*-", "tab:gray")}
+               "fi-cudnn": ("X:", "tab:cyan"), "fi-cascade": ("*-", "tab:gray"),
+               "fi-mla-fa2": ("<:", "tab:brown"), "fi-mla-fa3": (">-", "tab:pink")}
 
 
 def write_plot(path, shapes, recs, ceiling):
@@ -185,7 +195,7 @@ def verdicts(shapes, recs, sweep, ceiling):
     their own checks: variant_checks)."""
     by = recs_by_shape(recs)
     shape_of = {s.name: s for s in shapes}
-    shapes = [s for s in shapes if not s.is_variant]
+    shapes = [s for s in shapes if not s.is_variant and not s.rope_dim]  # MLA: mla_checks
 
     def ours(name, impl="flashdecode"):
         return ours_of(by, name, impl)
@@ -398,7 +408,7 @@ FP8_ACC_SLACK = 2.0 ** -9  # "no worse" = within one bf16 output rounding of Fla
 
 
 def fp8_rows(shapes):
-    return [s for s in shapes if s.kv_dtype]
+    return [s for s in shapes if s.kv_dtype and not s.rope_dim]  # MLA's fp8 rows: mla_checks
 
 
 def fi_fp8_recs(by, s):
@@ -569,7 +579,8 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
     print("=" * 132)
     for line in meta_lines[:3]:
         print(short(line, 300))
-    main = [s for s in shapes if not s.is_variant]
+    main = [s for s in shapes if not s.is_variant and not s.rope_dim]
+    mla = [s for s in shapes if s.rope_dim]
     var = [s for s in shapes if s.is_variant and s.family != "fp8"]
     fp8 = [s for s in shapes if s.family == "fp8"]
     if main:
@@ -642,6 +653,8 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
                              ("fi-cudacore", "fi-tensorcore", "fi-xqa"))
                   + f" {fmt(ratio_of(o, bfi), 2):>5s} "
                   f"{fmt(o.rel if o else None, 4):>8s} {fmt(min(rfi) if rfi else None, 4):>8s}")
+    if mla:
+        print_mla_table(mla, by, ceiling)
     print("-" * 132)
     if main:
         print("TARGETS:")
@@ -657,6 +670,11 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
         print("FP8:")
         for label, v, detail in checks:
             print(f"  [{v:4s}] {label}: {short(detail, 500)}")
+    checks = mla_checks(shapes, recs, ceiling)
+    if checks:
+        print("MLA:")
+        for label, v, detail in checks:
+            print(f"  [{v:4s}] {label}: {short(detail, 500)}")
     if notes:
         print("NOTES:")
         for n in notes[-14:]:
@@ -666,7 +684,9 @@ def print_summary(shapes, recs, sweep, ceiling, meta_lines, notes, files):
 
 def summary_family(s):
     """The row family a summary row is named by (BENCHMARKING.md): contiguous, paged, ragged,
-    window, softcap, sinks, fp8, cascade, deterministic, head_dim96."""
+    window, softcap, sinks, fp8, cascade, deterministic, head_dim96, mla."""
+    if s.rope_dim:
+        return "mla"
     if s.kind != "variant":
         if s.ragged:
             return "ragged"
@@ -688,7 +708,9 @@ def summary_family(s):
 
 def write_summary_json(path, shapes, recs, ceiling):
     """One object per row: {"row", "ours_us", "best_peer", "best_peer_us", "ratio" (best
-    peer's time / ours; > 1: we lead; null without a peer), "pct_ceiling"}."""
+    peer's time / ours; > 1: we lead; null without a peer), "pct_ceiling"}; MLA rows also
+    "tflops" (ours)."""
+    from .mla import tflops_of
     by = recs_by_shape(recs)
     rows = []
     for s in shapes:
@@ -705,6 +727,8 @@ def write_summary_json(path, shapes, recs, ceiling):
             "ratio": round(ratio_of(ours, best), 4) if best else None,
             "pct_ceiling": round(100.0 * tb / ceiling, 2) if tb and ceiling else None,
         })
+        if s.rope_dim:
+            rows[-1]["tflops"] = round(tflops_of(s, ours.us_graph), 2)
     with open(path, "w") as fh:
         json.dump(rows, fh, indent=1)
         fh.write("\n")
@@ -729,6 +753,8 @@ def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes
         lines.append(f"variant check [{v}] {label}: {detail}")
     for label, v, detail in fp8_checks(shapes, recs, ceiling):
         lines.append(f"fp8 check [{v}] {label}: {detail}")
+    for label, v, detail in mla_checks(shapes, recs, ceiling):
+        lines.append(f"mla check [{v}] {label}: {detail}")
     files = []
     p = os.path.join(out_dir, stem + ".csv")
     write_main_csv(p, lines, shapes, recs, ceiling)
@@ -750,4 +776,160 @@ def write_outputs(out_dir, stem, meta_lines, shapes, recs, sweep, ceiling, notes
             notes.append(msg)
         else:
             files.append(p)
+        if any(s.rope_dim for s in shapes):
+            p = os.path.join(out_dir, stem + "-mla.png")
+            msg = write_mla_plot(p, shapes, recs, ceiling)
+            if msg:
+                notes.append(msg)
+            else:
+                files.append(p)
     return files
+
+
+# ---------------------------------------------------------------------------
+# MLA rows (gpubench/mla.py)
+# ---------------------------------------------------------------------------
+MLA_RATIO_ALL = 1.0  # every row at or above the best peer
+MLA_GEOMEAN = 1.5  # over the bf16 q_len 1 grid
+MLA_PCT = 85.0  # 16-head rows from 32 MB of cache: % of the read ceiling
+MLA_PCT_BYTES = 32e6
+MLA_TFLOPS = 600.0  # 128-head rows, batch >= 16
+MLA_FP8_RATIO = 0.6  # fp8 latent time / our bf16 time, 16-head rows
+
+
+def print_mla_table(rows, by, ceiling):
+    from .mla import MLA_PEERS, tflops_of
+    print("-" * 132)
+    print("MLA ROWS (us, CUDA-graph replay; MB = latent + rope cache read once + q + out; "
+          "FlashInfer's MLA wrapper on the same 64-key pages)")
+    print(f"{'shape':34s} {'MB':>7s} {'ours':>8s} {'%ceil':>5s} {'TFLOPS':>6s} {'spl':>3s} "
+          f"{'nosplit':>8s} {'fa2':>8s} {'fa3':>8s} {'best peer':>20s} {'ratio':>5s}")
+    for s in rows:
+        rs = {r.impl: r for r in by.get(s.name, [])}
+        if not rs:
+            continue
+        o = rs.get("flashdecode")
+        bp = best_peer(list(rs.values()), s)
+        ok = o is not None and o.status == "ok"
+        print(f"{s.name:34s} {s.kv_bytes / 1e6:7.1f} {_us(o):>8s} {fmt(_pct(s, o, ceiling), 1):>5s} "
+              f"{fmt(tflops_of(s, o.us_graph) if ok else None, 0):>6s} {_spl(o):>3} "
+              f"{_us(rs.get('flashdecode-nosplit')):>8s} "
+              + " ".join(f"{_us(rs.get(i)):>8s}" for i in MLA_PEERS)
+              + f" {_peer_label(bp):>20s} {fmt(ratio_of(o, bp), 2):>5s}")
+
+
+def mla_checks(shapes, recs, ceiling):
+    """[(target, PASS | MISS | n/a, detail)] of the MLA rows (issue 33's targets): every row
+    at or above the best peer; geomean >= 1.5 over the bf16 grid; 16-head rows from 32 MB of
+    cache >= 85 % of the read ceiling; 128-head rows at batch >= 16 >= 600 TFLOPS; the e4m3
+    latent <= 0.6x our bf16 time on the 16-head rows; every MLA configuration correct."""
+    from .mla import tflops_of
+    by = recs_by_shape(recs)
+    rows = [s for s in shapes if s.rope_dim]
+    shape_of = {s.name: s for s in shapes}
+    out = []
+    if not rows:
+        return out
+
+    def ours(s):
+        return ours_of(by, s.name)
+
+    def verdict(label, vals, ok, fmt_one, empty):
+        if not vals:
+            out.append((label, "n/a", empty))
+            return
+        miss = [v for v in vals if not ok(v)]
+        out.append((label, "PASS" if not miss else "MISS",
+                    "; ".join(fmt_one(v) for v in vals)
+                    + (f" (MISS: {len(miss)} of {len(vals)})" if miss else "")))
+
+    def nm(name):
+        return name.replace("mla-", "")
+
+    ratios = []
+    for s in rows:
+        r = ours(s)
+        bp = best_peer(by.get(s.name, []), s)
+        if r is not None and bp is not None:
+            ratios.append((s, ratio_of(r, bp), bp.impl))
+    verdict(f"every MLA row >= {MLA_RATIO_ALL:g}x the best FlashInfer MLA path", ratios,
+            lambda v: v[1] >= MLA_RATIO_ALL,
+            lambda v: f"{nm(v[0].name)} {v[1]:.2f} ({v[2].replace('fi-mla-', '')})",
+            "no MLA row with a peer")
+    grid = [q for s, q, _ in ratios if not s.kv_dtype and s.q_len == 1]
+    g = geomean(grid)
+    out.append((f"geomean ratio over the bf16 MLA grid >= {MLA_GEOMEAN:g}", "n/a" if g is None
+                else ("PASS" if g >= MLA_GEOMEAN else "MISS"),
+                "no bf16 row with a peer" if g is None else f"{g:.3f} over {len(grid)} rows"))
+    vals = [(s, 100.0 * tbps_of(s, ours(s).us_graph) / ceiling) for s in rows
+            if s.hq <= 16 and not s.kv_dtype and s.kv_bytes >= MLA_PCT_BYTES and ours(s)
+            and ceiling]
+    verdict(f"16-head bf16 rows from 32 MB of cache >= {MLA_PCT:g}% of the read ceiling", vals,
+            lambda v: v[1] >= MLA_PCT, lambda v: f"{nm(v[0].name)} {v[1]:.1f}%",
+            "no 16-head row of that size measured")
+    vals = [(s, tflops_of(s, ours(s).us_graph)) for s in rows
+            if s.hq >= 128 and s.batch >= 16 and not s.kv_dtype and ours(s)]
+    verdict(f"128-head rows, batch >= 16: >= {MLA_TFLOPS:g} TFLOPS", vals,
+            lambda v: v[1] >= MLA_TFLOPS, lambda v: f"{nm(v[0].name)} {v[1]:.0f}",
+            "no 128-head batch row measured")
+    vals = []
+    for s in rows:
+        b = shape_of.get(s.base)
+        if not s.kv_dtype or b is None or ours(s) is None or ours(b) is None:
+            continue
+        vals.append((s, ours(s).us_graph / ours(b).us_graph, ours(s).us_graph, ours(b).us_graph))
+    verdict(f"e4m3 latent <= {MLA_FP8_RATIO:g}x our bf16 time (16-head rows)", vals,
+            lambda v: v[1] <= MLA_FP8_RATIO,
+            lambda v: f"{nm(v[0].name)} {v[1]:.3f}x ({v[2]:.2f} vs {v[3]:.2f} us)",
+            "no fp8 row with its bf16 base measured")
+    bad = [r for r in recs if r.impl in OURS and r.shape in {s.name for s in rows}
+           and r.status != "ok"]
+    out.append(("every MLA flashdecode configuration ran and is correct",
+                "PASS" if not bad else "MISS",
+                "; ".join(f"{r.shape}:{r.impl} {r.status} {short(r.reason, 80)}" for r in bad[:6])
+                or f"{len(rows)} rows"))
+    return out
+
+
+def write_mla_plot(path, shapes, recs, ceiling):
+    """Bars of us per MLA row (log scale): ours, no split, FlashInfer fa2 / fa3, the floor."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        return f"MLA plot skipped: matplotlib unavailable ({short(exc, 60)})"
+    from .mla import MLA_PEERS
+    rows = [s for s in shapes if s.rope_dim]
+    by = recs_by_shape(recs)
+    rows = [s for s in rows if any(r.status == "ok" for r in by.get(s.name, []))]
+    if not rows:
+        return "MLA plot skipped: no MLA row measured"
+    impls = ("flashdecode", "flashdecode-nosplit") + tuple(MLA_PEERS)
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(rows) + 2), 5.5))
+    xs = range(len(rows))
+    for k, impl in enumerate(impls):
+        ys = []
+        for s in rows:
+            r = next((r for r in by.get(s.name, []) if r.impl == impl), None)
+            ys.append(r.us_graph if r is not None and r.status == "ok" and r.us_graph else 0)
+        col = PLOT_STYLES.get(impl, (".-", "black"))[1]
+        ax.bar([x + (k - (len(impls) - 1) / 2) * width for x in xs], ys, width, label=impl,
+               color=col)
+    if ceiling:
+        ax.scatter(list(xs), [s.kv_bytes / (ceiling * 1e12) * 1e6 for s in rows], marker="_",
+                   s=300, color="black", zorder=3, label=f"floor (bytes / {ceiling:.2f} TB/s)")
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([s.name.replace("mla-", "") for s in rows], rotation=40, ha="right",
+                       fontsize=8)
+    ax.set_ylabel("µs per call (CUDA-graph replay, cold L2)")
+    ax.set_title("MLA decode (512 + 64, one kv head, page 64 scattered) vs FlashInfer's MLA")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return ""

@@ -3,8 +3,8 @@ it is measured (the caller rewrites the CSVs after every row):
 
   1 the grid rows: flashdecode (automatic splits, no split), the split sweep, SDPA
   2 the variant rows: flashdecode (the cascade as three calls in one graph), SDPA where it
-    applies
-  3 FlashInfer's paths on every row (their JIT modules compiled meanwhile in the background)
+    applies; then the MLA rows (gpubench/mla.py): flashdecode, flashdecode-nosplit
+  3 FlashInfer's paths on every row (MLA rows: its MLA wrapper, fa2 and fa3) (their JIT modules compiled meanwhile in the background)
   4 FlexAttention (compiled per shape: last, so its compile time crowds out nothing else)
   5 paged rows restate the peers of their contiguous row
 
@@ -26,12 +26,13 @@ from .timing import GraphFailed, measure, replays_for, replicas_for
 
 
 class GpuBench:
-    def __init__(self, args, torch, shapes, variants, notes, log_dir="/tmp"):
+    def __init__(self, args, torch, shapes, variants, notes, log_dir="/tmp", mla=()):
         self.args = args
         self.torch = torch
         self.shapes = shapes
         self.variants = variants
-        self.all_shapes = list(shapes) + list(variants)
+        self.mla = list(mla)
+        self.all_shapes = list(shapes) + list(variants) + self.mla
         self.notes = notes
         self.log_dir = log_dir
         self.recs = []
@@ -42,6 +43,7 @@ class GpuBench:
         self.fd, self.fd_error = import_flashdecode()
         self.fi = None
         self.fi_error = ""
+        self.fi_mla = None
         self.prebuild = None
         self.done = {}  # shape name -> its records after phase 1/2
         self.fi_done = set()
@@ -335,6 +337,32 @@ class GpuBench:
         self.notes.append(f"{shape.name}: {casc.describe()}")
         return rec
 
+    # -- phase 2, MLA rows ---------------------------------------------------------
+    def run_mla(self, shape):
+        from .mla import run_ours
+        line = [f"{shape.name} [{shape.features()}]"]
+        self._finish(shape, run_ours(self, shape), line)
+
+    def run_fi_mla(self, shape):
+        from .mla import FiMla, run_fi
+        fi = self.get_fi()
+        if fi is not None and self.fi_mla is None:
+            try:
+                self.fi_mla = FiMla(self.torch, fi.fi)
+            except Exception as exc:
+                self.fi_error = f"unavailable: FlashInfer MLA setup failed: {exc_text(exc)}"
+        if fi is None or self.fi_mla is None:
+            self.recs += [na(shape.name, impl, self.fi_error) for impl in fi_impls_for(shape)]
+            return
+        recs, firsts = run_fi(self, shape, self.fi_mla)
+        self.recs += recs
+        self.fi_done.add(shape.name)
+        self.log(f"{shape.name} " + " ".join(
+            f"{r.impl}={fmt(r.us_graph, 2) if r.status == 'ok' else r.status}" for r in recs)
+            + (f" ({'; '.join(firsts)})" if firsts else ""))
+        if firsts:
+            self.notes.append(f"{shape.name}: " + "; ".join(firsts))
+
     # -- phase 3: FlashInfer ---------------------------------------------------
     def get_fi(self):
         if self.fi is None and not self.fi_error:
@@ -468,6 +496,15 @@ class GpuBench:
             except Exception as exc:
                 self._phase_error(shape, "flashdecode", exc)
             yield shape
+        for shape in self.mla:  # phase 2, MLA rows
+            if self.fatal or self.over_budget():
+                self._skip(shape, "flashdecode", "MLA rows")
+                continue
+            try:
+                self.run_mla(shape)
+            except Exception as exc:
+                self._phase_error(shape, "flashdecode", exc)
+            yield shape
         if self.want_fi():  # phase 3
             todo = [s for s in self.all_shapes if s.name in self.done
                     and (measured_by_fi(s) or s.base not in self.done)]
@@ -479,15 +516,18 @@ class GpuBench:
                         self._skip(shape, impl, "FlashInfer")
                     continue
                 try:
-                    self.run_fi_shape(shape)
+                    if shape.rope_dim:
+                        self.run_fi_mla(shape)
+                    else:
+                        self.run_fi_shape(shape)
                 except Exception as exc:
-                    self._phase_error(shape, "fi-cudacore", exc)
+                    self._phase_error(shape, fi_impls_for(shape)[0], exc)
                 yield shape
         self.stop_prebuild()
         if self.want_peers() and not args.no_flex:  # phase 4
             for shape in self.all_shapes:
-                if shape.name not in self.done or (shape.page_size and shape.base in self.done
-                                                   and not shape.is_variant):
+                if shape.name not in self.done or shape.rope_dim or (
+                        shape.page_size and shape.base in self.done and not shape.is_variant):
                     continue
                 if shape.is_variant and not args.flex_variants and not flex_reason(shape):
                     self.recs.append(na(shape.name, "flex", "not run (variant rows need "

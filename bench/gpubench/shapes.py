@@ -45,6 +45,10 @@ class Shape:
     # ---- fp8 KV cache (fp8 rows): q / out stay `dtype`; K and V are stored as fp8 ----
     kv_dtype: str = ""  # "" = the cache has `dtype`; "e4m3" | "e5m2"
     kv_scale: str = ""  # fp8 scales' granularity: "tensor" | "head" | "token"
+    # ---- MLA rows (kind "mla", gpubench/mla.py): one kv head, d = the latent width ----
+    rope_dim: int = 0  # > 0: an MLA row; keys are [latent d | rope rope_dim], values the latent
+    q_len: int = 1  # query rows per sequence (MLA rows; causal as decode)
+    softmax_scale: float = 0.0  # 0 = 1 / sqrt(d)
 
     @property
     def esize(self):
@@ -74,7 +78,12 @@ class Shape:
     def kv_bytes(self):
         """K + V bytes one call must read at least: 2 * keys * num_heads_kv * head_dim *
         sizeof, keys = sum of each sequence's visible keys (a shared prefix once); an fp8
-        cache: 1 byte an element, plus its scales' bytes (scale_bytes)."""
+        cache: 1 byte an element, plus its scales' bytes (scale_bytes). MLA rows: the
+        latent + rope cache once (the values are the latent's bytes), the rope part 16-bit
+        beside an fp8 latent, one float32 scale, plus q and out (mla.mla_bytes)."""
+        if self.rope_dim:
+            from .mla import mla_bytes
+            return mla_bytes(self)
         if self.prefix_len:
             keys = self.prefix_len + sum(n - self.prefix_len for n in self.lens)
         else:
@@ -107,7 +116,7 @@ class Shape:
         """No window, no soft-cap, no sinks, no shared prefix: every peer computes it."""
         return (self.window_left < 0 and not self.softcap and not self.sinks
                 and not self.prefix_len and not self.peerless
-                and not self.kv_dtype)
+                and not self.kv_dtype and not self.rope_dim)
 
     def features(self):
         f = []
@@ -125,6 +134,9 @@ class Shape:
             f.append("deterministic")
         if self.kv_dtype:
             f.append(f"fp8 {self.kv_dtype} cache, per-{self.kv_scale or 'tensor'} scales")
+        if self.rope_dim:
+            f.append(f"MLA latent {self.d} + rope {self.rope_dim}"
+                     + (f", q_len {self.q_len}" if self.q_len > 1 else ""))
         return ", ".join(f) or "plain"
 
 
