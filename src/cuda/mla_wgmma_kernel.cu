@@ -228,6 +228,8 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
     /* S for the group's 32 keys */
     const uint32_t st_u = sm_u + wg::OFF_K + stage * wg::TILE;
     float s[16];
+#pragma unroll
+    for (int e = 0; e < 16; e++) s[e] = 0.0f;
     fd_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 36; ks++) {
