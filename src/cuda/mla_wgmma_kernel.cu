@@ -57,6 +57,11 @@
 #include "split.h"
 #include "wgmma.cuh"
 
+/* 1: a tile's P V runs on while the next tile's barrier and S are issued,
+ * the next tile's copies wait for both groups' P V (after B2); 0: each tile
+ * waits for its P V, the copies go out right after S is issued. */
+#define FD_MLA_WG_OVERLAP 0
+
 namespace {
 
 /* The block's shape and its shared memory (byte offsets). */
@@ -161,7 +166,7 @@ __device__ __forceinline__ void wg_store2(const fd_kernel_params &p, int b, int 
 
 #endif /* FD_WGMMA_ON */
 
-template <typename T>
+template <typename T, int OVL>
 __global__ void __launch_bounds__(wg::THREADS, 1)
     fd_mla_wgmma_kernel(const __grid_constant__ fd_kernel_params p) {
 #if FD_WGMMA_ON
@@ -239,14 +244,18 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
     }
     fd_wgmma_commit();
 
-    /* the next tile's copies into the other stage */
-    if (i + 1 < num_tiles)
-      wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
-               sF + (stage ^ 1) * wg::KT);
-    fd_cp_async_commit();
+    /* the next tile's copies into the other stage (OVL: after B2, when the
+     * previous tile's P V, which reads that stage, is done in both groups) */
+    if (!OVL) {
+      if (i + 1 < num_tiles)
+        wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
+                 sF + (stage ^ 1) * wg::KT);
+      fd_cp_async_commit();
+    }
 
-    fd_wgmma_wait<0>();
+    fd_wgmma_wait<0>(); /* S (OVL: and the previous tile's P V) */
     fd_wgmma_hold(s);
+    if (OVL) fd_wgmma_hold(o);
 
     /* scale, mask; the group's row maxima */
     const unsigned char *tF = sF + stage * wg::KT;
@@ -274,6 +283,12 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
       sX[grp * 64 + r1].x = mx1;
     }
     __syncthreads(); /* B2 */
+    if (OVL) {
+      if (i + 1 < num_tiles)
+        wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
+                 sF + (stage ^ 1) * wg::KT);
+      fd_cp_async_commit();
+    }
     mx0 = fmaxf(sX[r0].x, sX[64 + r0].x);
     mx1 = fmaxf(sX[r1].x, sX[64 + r1].x);
 
@@ -313,9 +328,13 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
                                 fd_wgmma_desc(st_u + grp * 4 * wg::ATOM + ks * 16 * 128, wg::ATOM, 1024),
                                 1);
     fd_wgmma_commit();
-    fd_wgmma_wait<0>();
-    fd_wgmma_hold(o);
+    if (!OVL) { /* OVL: it runs on while the next tile's B1 and S are issued */
+      fd_wgmma_wait<0>();
+      fd_wgmma_hold(o);
+    }
   }
+  fd_wgmma_wait<0>();
+  fd_wgmma_hold(o);
   fd_cp_async_wait<0>(); /* only empty groups can remain */
 
   /* Epilogue: l over the quad, then over both groups (group 0's part first) */
@@ -376,15 +395,15 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
 #endif
 }
 
-template <typename T>
+template <typename T, int OVL>
 cudaError_t wg_launch(const fd_kernel_params *p, cudaStream_t stream) {
-  cudaError_t e = cudaFuncSetAttribute(fd_mla_wgmma_kernel<T>,
+  cudaError_t e = cudaFuncSetAttribute(fd_mla_wgmma_kernel<T, OVL>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)FD_MLA_WG_SMEM);
   if (e != cudaSuccess) return e;
   const int64_t tiles = ((int64_t)p->num_heads_q * p->q_len + wg::ROWS - 1) / wg::ROWS;
   if (tiles > 0x7fffffff || p->num_splits > 65535 || p->batch > 65535) return cudaErrorInvalidValue;
-  return fd_launch(fd_mla_wgmma_kernel<T>, *p,
+  return fd_launch(fd_mla_wgmma_kernel<T, OVL>, *p,
                    dim3((unsigned)tiles, (unsigned)p->num_splits, (unsigned)p->batch),
                    dim3(wg::THREADS), FD_MLA_WG_SMEM, stream, p->pdl == FD_PDL_ALL);
 }
@@ -396,9 +415,11 @@ cudaError_t fd_mla_wgmma_launch(const fd_kernel_params *p, cudaStream_t stream) 
   const int kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
   const int rope = p->rope_dtype == 0 ? kv : p->rope_dtype;
   if (kv != p->dtype || rope != p->dtype) return cudaErrorInvalidValue;
+  const int ovl = FD_MLA_WG_OVERLAP;
   switch (p->dtype) {
-    case FD_DTYPE_F16: return wg_launch<__half>(p, stream);
-    case FD_DTYPE_BF16: return wg_launch<__nv_bfloat16>(p, stream);
+    case FD_DTYPE_F16: return ovl ? wg_launch<__half, 1>(p, stream) : wg_launch<__half, 0>(p, stream);
+    case FD_DTYPE_BF16:
+      return ovl ? wg_launch<__nv_bfloat16, 1>(p, stream) : wg_launch<__nv_bfloat16, 0>(p, stream);
   }
   return cudaErrorInvalidValue;
 }
