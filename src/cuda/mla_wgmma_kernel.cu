@@ -16,16 +16,18 @@
  * SHARED MEMORY  (1024-byte aligned; 128-byte swizzle, wgmma.cuh) Q [64
  *   rows][576] as 9 atom columns of 64 elements (latent 0..7, rope 8), 2
  *   stages of a 64-key tile [64 keys][576] in the same layout, P [64][64]
- *   16-bit, the row maxima (then row sums) of each warpgroup, key flags:
+ *   16-bit, the row maxima (then row sums) of each warpgroup, key flags;
+ *   16-byte chunk c (0 .. 71) of row r at (c / 8) 8192 + 128 r +
+ *   16 ((c % 8) ^ (r % 8)):
  *   FD_MLA_WG_SMEM (gpu_select.h), one block an SM.
  *
  * TILE STEPS  (64 keys; three block barriers)
  *   B1: the tile's copies landed (cp.async, proxy fence). Warpgroup grp
  *   computes S[64 rows][32 keys 32 grp ..] = Q K^T over the 576 columns (36
  *   wgmma m64n32k16, Q and K from shared memory); meanwhile every thread
- *   issues its copies of the next tile into the other stage (one key's 72
- *   chunks by consecutive threads; paged caches through the block_table,
- *   any page_size; keys past the split's end or on a page outside [0,
+ *   issues its copies of the next tile into the other stage (8 threads a
+ *   key, its row offsets computed once: wg_issue; paged caches through
+ *   the block_table, any page_size; keys past the split's end or on a page outside [0,
  *   num_pages) are zero-filled and flagged, their scores -inf). Scale,
  *   mask, the rows' maxima over the group's 32 keys -> shared memory.
  *   B2: the row maximum over both groups; online softmax in base 2 (both
@@ -57,11 +59,6 @@
 #include "split.h"
 #include "wgmma.cuh"
 
-/* 1: a tile's P V runs on while the next tile's barrier and S are issued,
- * the next tile's copies wait for both groups' P V (after B2); 0: each tile
- * waits for its P V, the copies go out right after S is issued. */
-#define FD_MLA_WG_OVERLAP 0
-
 namespace {
 
 /* The block's shape and its shared memory (byte offsets). */
@@ -81,29 +78,26 @@ struct wg {
   static constexpr int USED = OFF_F + 2 * 64;
 };
 static_assert(wg::USED + 1024 == FD_MLA_WG_SMEM, "gpu_select.h sizes the kernel the same way");
-static_assert((wg::KT * wg::CPK) % wg::THREADS == 0, "whole copy rounds");
+static_assert(wg::THREADS == 8 * 32 && wg::KT == 64 && wg::CPK == 72,
+              "wg_issue: 8 threads a key, 2 keys a thread, 9 chunks a key each");
 static_assert(wg::OFF_Q % 1024 == 0 && wg::OFF_K % 1024 == 0 && wg::OFF_P % 1024 == 0,
               "operand tiles start on swizzle atoms");
 
 #if FD_WGMMA_ON
-/* Byte offset of 16-byte chunk c (0 .. 71) of row r (0 .. 63) in a
- * swizzled [64][576] tile. */
-__device__ __forceinline__ uint32_t wg_swz(int r, int c) {
-  return (uint32_t)((c >> 3) * wg::ATOM + r * 128 + ((((c & 7) ^ (r & 7))) << 4));
-}
-
 /* One tile's copies: keys key0 .. key0 + 63 of sequence b (n of them
- * before the split's end) into `stage`, their flags into `flags`. */
+ * before the split's end) into `stage`, their flags into `flags`. Thread t
+ * takes keys t / 8 and t / 8 + 32 and, of each, the 16-byte chunks s, s + 8,
+ * .., s + 56 of the latent row and chunk s of the rope row (s = t % 8: a
+ * warp's copy reads 128 contiguous bytes of each of 4 keys); a key's row
+ * offsets (page lookup, division) are computed once. */
 __device__ __forceinline__ void wg_issue(const fd_kernel_params &p, int b, int key0, int n,
                                          unsigned char *stage, unsigned char *flags) {
   const unsigned char *ckv = static_cast<const unsigned char *>(p.k_cache);
   const unsigned char *kpe = static_cast<const unsigned char *>(p.k_pe_cache);
-  const int tid = threadIdx.x;
-#pragma unroll 6
-  for (int j = 0; j < wg::KT * wg::CPK / wg::THREADS; j++) {
-    const int idx = tid + wg::THREADS * j;
-    const int key = idx / wg::CPK;
-    const int c = idx - key * wg::CPK;
+  const int s = threadIdx.x & 7;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int key = (threadIdx.x >> 3) + 32 * h;
     const int kj = key0 + key;
     bool ok = key < n;
     int64_t base = b, pos = kj;
@@ -113,34 +107,43 @@ __device__ __forceinline__ void wg_issue(const fd_kernel_params &p, int b, int k
       base = page;
       pos = kj % p.page_size;
     }
-    const unsigned char *src = ckv;
-    if (ok)
-      src = c < 64 ? ckv + (base * p.k_strides[0] + pos * p.k_strides[1]) * 2 + 16 * c
-                   : kpe + (base * p.k_pe_strides[0] + pos * p.k_pe_strides[1]) * 2 + 16 * (c - 64);
-    fd_cp_async16(stage + wg_swz(key, c), src, ok);
-    if (c == 0) flags[key] = ok ? 1 : 0;
+    const unsigned char *lat = ckv, *rope = kpe;
+    if (ok) {
+      lat = ckv + (base * p.k_strides[0] + pos * p.k_strides[1]) * 2 + 16 * s;
+      rope = kpe + (base * p.k_pe_strides[0] + pos * p.k_pe_strides[1]) * 2 + 16 * s;
+    }
+    /* chunk s + 8 j of the key's row: atom column j, swizzled position s ^ (key % 8) */
+    unsigned char *dst = stage + key * 128 + ((s ^ (key & 7)) << 4);
+#pragma unroll
+    for (int j = 0; j < 8; j++) fd_cp_async16(dst + j * wg::ATOM, ok ? lat + 128 * j : ckv, ok);
+    fd_cp_async16(dst + 8 * wg::ATOM, rope, ok);
+    if (s == 0) flags[key] = ok ? 1 : 0;
   }
 }
 
-/* Q rows row_base .. + 63 (zeros past rows_total) by cp.async. */
+/* Q rows row_base .. + 63 (zeros past rows_total) by cp.async, in
+ * wg_issue's pattern: thread t takes rows t / 8 and t / 8 + 32, chunks s,
+ * s + 8, .., s + 56 of q and chunk s of q_pe (s = t % 8). */
 template <typename T>
 __device__ __forceinline__ void wg_load_q(const fd_kernel_params &p, int b, int row_base,
                                           int rows_total, unsigned char *sQ) {
-  const int tid = threadIdx.x;
-  for (int j = 0; j < wg::ROWS * wg::CPK / wg::THREADS; j++) {
-    const int idx = tid + wg::THREADS * j;
-    const int r = idx / wg::CPK;
-    const int c = idx - r * wg::CPK;
+  const int s = threadIdx.x & 7;
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    const int r = (threadIdx.x >> 3) + 32 * hh;
     const int row = row_base + r;
     const bool live = row < rows_total;
     const int h = live ? row / p.q_len : 0;
     const int t = live ? row - h * p.q_len : 0;
-    const T *src = c < 64 ? static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
-                                (int64_t)t * p.q_strides[1] + (int64_t)h * p.q_strides[2] + 8 * c
-                          : static_cast<const T *>(p.q_pe) + (int64_t)b * p.q_pe_strides[0] +
-                                (int64_t)t * p.q_pe_strides[1] + (int64_t)h * p.q_pe_strides[2] +
-                                8 * (c - 64);
-    fd_cp_async16(sQ + wg_swz(r, c), live ? (const void *)src : p.q, live);
+    const T *ql = static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
+                  (int64_t)t * p.q_strides[1] + (int64_t)h * p.q_strides[2] + 8 * s;
+    const T *qr = static_cast<const T *>(p.q_pe) + (int64_t)b * p.q_pe_strides[0] +
+                  (int64_t)t * p.q_pe_strides[1] + (int64_t)h * p.q_pe_strides[2] + 8 * s;
+    unsigned char *dst = sQ + r * 128 + ((s ^ (r & 7)) << 4);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      fd_cp_async16(dst + j * wg::ATOM, live ? (const void *)(ql + 64 * j) : p.q, live);
+    fd_cp_async16(dst + 8 * wg::ATOM, live ? (const void *)qr : p.q, live);
   }
 }
 
@@ -166,7 +169,7 @@ __device__ __forceinline__ void wg_store2(const fd_kernel_params &p, int b, int 
 
 #endif /* FD_WGMMA_ON */
 
-template <typename T, int OVL>
+template <typename T>
 __global__ void __launch_bounds__(wg::THREADS, 1)
     fd_mla_wgmma_kernel(const __grid_constant__ fd_kernel_params p) {
 #if FD_WGMMA_ON
@@ -244,18 +247,14 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
     }
     fd_wgmma_commit();
 
-    /* the next tile's copies into the other stage (OVL: after B2, when the
-     * previous tile's P V, which reads that stage, is done in both groups) */
-    if (!OVL) {
-      if (i + 1 < num_tiles)
-        wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
-                 sF + (stage ^ 1) * wg::KT);
-      fd_cp_async_commit();
-    }
+    /* the next tile's copies into the other stage */
+    if (i + 1 < num_tiles)
+      wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
+               sF + (stage ^ 1) * wg::KT);
+    fd_cp_async_commit();
 
-    fd_wgmma_wait<0>(); /* S (OVL: and the previous tile's P V) */
+    fd_wgmma_wait<0>();
     fd_wgmma_hold(s);
-    if (OVL) fd_wgmma_hold(o);
 
     /* scale, mask; the group's row maxima */
     const unsigned char *tF = sF + stage * wg::KT;
@@ -283,12 +282,6 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
       sX[grp * 64 + r1].x = mx1;
     }
     __syncthreads(); /* B2 */
-    if (OVL) {
-      if (i + 1 < num_tiles)
-        wg_issue(p, b, key0 + wg::KT, end - key0 - wg::KT, sK + (stage ^ 1) * wg::TILE,
-                 sF + (stage ^ 1) * wg::KT);
-      fd_cp_async_commit();
-    }
     mx0 = fmaxf(sX[r0].x, sX[64 + r0].x);
     mx1 = fmaxf(sX[r1].x, sX[64 + r1].x);
 
@@ -328,13 +321,9 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
                                 fd_wgmma_desc(st_u + grp * 4 * wg::ATOM + ks * 16 * 128, wg::ATOM, 1024),
                                 1);
     fd_wgmma_commit();
-    if (!OVL) { /* OVL: it runs on while the next tile's B1 and S are issued */
-      fd_wgmma_wait<0>();
-      fd_wgmma_hold(o);
-    }
+    fd_wgmma_wait<0>();
+    fd_wgmma_hold(o);
   }
-  fd_wgmma_wait<0>();
-  fd_wgmma_hold(o);
   fd_cp_async_wait<0>(); /* only empty groups can remain */
 
   /* Epilogue: l over the quad, then over both groups (group 0's part first) */
@@ -395,15 +384,15 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
 #endif
 }
 
-template <typename T, int OVL>
+template <typename T>
 cudaError_t wg_launch(const fd_kernel_params *p, cudaStream_t stream) {
-  cudaError_t e = cudaFuncSetAttribute(fd_mla_wgmma_kernel<T, OVL>,
+  cudaError_t e = cudaFuncSetAttribute(fd_mla_wgmma_kernel<T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)FD_MLA_WG_SMEM);
   if (e != cudaSuccess) return e;
   const int64_t tiles = ((int64_t)p->num_heads_q * p->q_len + wg::ROWS - 1) / wg::ROWS;
   if (tiles > 0x7fffffff || p->num_splits > 65535 || p->batch > 65535) return cudaErrorInvalidValue;
-  return fd_launch(fd_mla_wgmma_kernel<T, OVL>, *p,
+  return fd_launch(fd_mla_wgmma_kernel<T>, *p,
                    dim3((unsigned)tiles, (unsigned)p->num_splits, (unsigned)p->batch),
                    dim3(wg::THREADS), FD_MLA_WG_SMEM, stream, p->pdl == FD_PDL_ALL);
 }
@@ -415,11 +404,9 @@ cudaError_t fd_mla_wgmma_launch(const fd_kernel_params *p, cudaStream_t stream) 
   const int kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
   const int rope = p->rope_dtype == 0 ? kv : p->rope_dtype;
   if (kv != p->dtype || rope != p->dtype) return cudaErrorInvalidValue;
-  const int ovl = FD_MLA_WG_OVERLAP;
   switch (p->dtype) {
-    case FD_DTYPE_F16: return ovl ? wg_launch<__half, 1>(p, stream) : wg_launch<__half, 0>(p, stream);
-    case FD_DTYPE_BF16:
-      return ovl ? wg_launch<__nv_bfloat16, 1>(p, stream) : wg_launch<__nv_bfloat16, 0>(p, stream);
+    case FD_DTYPE_F16: return wg_launch<__half>(p, stream);
+    case FD_DTYPE_BF16: return wg_launch<__nv_bfloat16>(p, stream);
   }
   return cudaErrorInvalidValue;
 }
