@@ -303,12 +303,14 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
     }
     l0 = l0 * a0 + ps0;
     l1 = l1 * a1 + ps1;
+    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) { /* the max moved: O rescaled */
 #pragma unroll
-    for (int n = 0; n < 32; n++) {
-      o[4 * n + 0] *= a0;
-      o[4 * n + 1] *= a0;
-      o[4 * n + 2] *= a1;
-      o[4 * n + 3] *= a1;
+      for (int n = 0; n < 32; n++) {
+        o[4 * n + 0] *= a0;
+        o[4 * n + 1] *= a0;
+        o[4 * n + 2] *= a1;
+        o[4 * n + 3] *= a1;
+      }
     }
     fd_fence_proxy_async();
     __syncthreads(); /* B3: P complete */
