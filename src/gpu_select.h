@@ -55,6 +55,9 @@ typedef struct fd_gpu_budget {
                                  sm_80 SASS or compute_80 PTX, 90 for sm_90a);
                                  below 90: no programmatic dependent launch and
                                  no 8-warp config */
+  int32_t mla_wgmma;          /* 1: compute capability 9.0 and this build's
+                                 sm_90a code (the Hopper MLA kernel,
+                                 mla_wgmma_kernel.cu); 0 otherwise */
 } fd_gpu_budget;
 
 /* The tensor-core split kernel's configurations (values passed to
@@ -151,6 +154,27 @@ static inline int fd_mla_row_groups(const fd_gpu_budget *g, int32_t head_dim, in
 /* Row tiles (blocks along y) of the MLA kernel: ceil(rows / (16 rg)). */
 static inline int64_t fd_mla_row_tiles(int rg, int64_t rows) {
   return rg > 0 ? (rows + 16 * rg - 1) / (16 * rg) : 0;
+}
+
+/* The Hopper MLA kernel (mla_wgmma_kernel.cu, sm_90a wgmma): 2 warpgroups
+ * and 64 query rows a block, 64-key tiles. Its shared memory: Q and 2
+ * stages of K [64][576] 16-bit, P [64][64], row maxima / sums [2][64]
+ * float2, key flags [2][64], 1024 bytes of alignment slack: 231,552 B. */
+#define FD_MLA_WG_SMEM ((size_t)3 * 64 * 576 * 2 + 64 * 64 * 2 + 2 * 64 * 8 + 2 * 64 + 1024)
+
+/* 1 when the MLA plan on budget g runs the Hopper kernel instead of
+ * mla_kernel.cu: sm_90a code on compute capability 9.0 (g->mla_wgmma),
+ * head_dim 512, latent and rope caches of q's 16-bit dtype (kv_dtype and
+ * rope_dtype as fd_problem: 0 = the one before), at least 64 query rows a
+ * sequence (rows = num_heads_q x q_len: the compute-bound shapes; a block
+ * takes 64 rows, as mla_kernel.cu's RG 4, so the row tiles are the same)
+ * and a block fits. Plan and backend both decide by it. */
+static inline int fd_mla_wgmma_ok(const fd_gpu_budget *g, int32_t head_dim, int32_t dtype,
+                                  int32_t kv_dtype, int32_t rope_dtype, int64_t rows) {
+  const int32_t kv = kv_dtype == 0 ? dtype : kv_dtype;
+  const int32_t rope = rope_dtype == 0 ? kv : rope_dtype;
+  return g->mla_wgmma && head_dim == 512 && kv == dtype && rope == dtype && rows >= 64 &&
+         fd_gpu_blocks_fit(g, FD_MLA_WG_SMEM) >= 1;
 }
 
 /* The 4-warp config a device runs at head_dim: FD_MMA_4W where one block of

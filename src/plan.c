@@ -357,6 +357,10 @@ static fd_status mla_device_fit(const fd_problem *p, fd_cuda_fit *fit, fd_error 
   return FD_STATUS_OK;
 }
 
+/* FD_KERNEL_CUDA_MLA runs one of two kernels, both decided by gpu_select.h
+ * (the backend asks the same functions): the Hopper wgmma kernel
+ * (fd_mla_wgmma_ok: sm_90a code on 9.0, 16-bit caches, head_dim 512, >= 64
+ * rows a sequence), else mla_kernel.cu (fd_mla_row_groups). */
 static fd_kernel choose_mla_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
   (void)p;
   (void)fit;
@@ -443,6 +447,9 @@ static plan_machine machine_for(const fd_problem *p, const fd_plan *plan, fd_ker
     const int64_t rows = (int64_t)p->num_heads_q * p->q_len;
     const int rg = fd_mla_row_groups(&fit->g, p->head_dim, rows); /* 0: facts given by a test */
     m.row_tiles = fd_mla_row_tiles(rg > 0 ? rg : 4, rows);
+    /* the Hopper kernel (gpu_select.h fd_mla_wgmma_ok): 64 rows a block */
+    if (fd_mla_wgmma_ok(&fit->g, p->head_dim, p->dtype, p->kv_dtype, p->rope_dtype, rows))
+      m.row_tiles = (rows + 63) / 64;
     return m;
   }
   m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS ? fit->rows_blocks : fit->split_blocks;

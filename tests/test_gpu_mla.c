@@ -719,6 +719,78 @@ static void test_splits(void **state) {
   finish_group("splits", before);
 }
 
+/* The Hopper kernel's shapes (gpu_select.h fd_mla_wgmma_ok: 16-bit caches,
+ * head_dim 512, >= 64 rows a sequence; it runs them on compute capability
+ * 9.0 with sm_90a code, elsewhere mla_kernel.cu does): 64 and 128 heads,
+ * q_len 1, 2, 16 (causal rows inside and across 64-key tiles), paged 1, 3,
+ * 64 and contiguous, combined rows, forced splits, kv_len 0 / 1 / odd,
+ * deterministic mode, out fp32, a NaN key. */
+static void test_hopper(void **state) {
+  (void)state;
+  const int before = g_failed;
+  fd_gpu_budget g;
+  fd_error err;
+  memset(&g, 0, sizeof g);
+  if (fd_cuda_device_budget(0, &g, &err) == FD_STATUS_OK)
+    printf("hopper: device 0 %s the wgmma MLA kernel (compute capability %d.%d, code %d)\n",
+           g.mla_wgmma ? "runs" : "does not run", g.cc_major, g.cc_minor, g.code_arch);
+  const fd_dtype q[2] = {FD_DTYPE_BF16, FD_DTYPE_F16};
+  const int heads[2] = {64, 128}, qlens[3] = {1, 2, 16};
+  for (int qi = 0; qi < 2; qi++)
+    for (int hi = 0; hi < 2; hi++)
+      for (int li = 0; li < 3; li++) {
+        mla_case c = base_case();
+        c.dtype = q[qi];
+        c.heads = li == 2 ? 16 : heads[hi]; /* 16 x 16 = 256 rows (quick runs it) */
+        if (li == 2 && hi) c.heads = 64;
+        c.q_len = qlens[li];
+        c.kv_len[0] = 301 + 2 * li; /* odd; the causal rows end inside a tile */
+        c.kv_len[1] = li == 2 ? 16 : 0;
+        c.kv_len[2] = 64;
+        run_case(&c);
+      }
+  const int pages[4] = {1, 3, 0, 64};
+  for (int pi = 0; pi < 4; pi++)
+    for (int comb = 0; comb < 2; comb++) {
+      mla_case c = base_case();
+      c.heads = 128;
+      c.page_size = pages[pi];
+      c.combined = comb;
+      run_case(&c);
+    }
+  const int splits[4] = {1, 2, 3, 7};
+  for (int si = 0; si < 4; si++) {
+    mla_case c = base_case();
+    c.heads = si % 2 ? 64 : 128;
+    c.q_len = si % 2 ? 2 : 1;
+    c.num_splits = splits[si];
+    c.batch = 4;
+    c.kv_len[0] = 1, c.kv_len[1] = 0, c.kv_len[2] = 1999, c.kv_len[3] = 65;
+    run_case(&c);
+  }
+  for (int qi = 0; qi < 2; qi++) {
+    mla_case c = base_case();
+    c.dtype = q[qi];
+    c.deterministic = 1;
+    c.heads = 128;
+    c.kv_len[0] = 2500, c.kv_len[1] = 0, c.kv_len[2] = 300; /* 2 splits of 2048 */
+    run_case(&c);
+  }
+  mla_case c = base_case();
+  c.heads = 128;
+  c.out_dtype = FD_DTYPE_F32;
+  c.q_len = 2;
+  run_case(&c);
+  for (int s = 0; s < 2; s++) {
+    c = base_case();
+    c.heads = 128;
+    c.nan_key = 1;
+    c.num_splits = s ? 4 : 1;
+    run_case(&c);
+  }
+  finish_group("hopper", before);
+}
+
 /* ---- append ---- */
 
 /* CUDA append of an MLA cache writes the bytes the host append writes:
@@ -888,7 +960,7 @@ int main(void) {
   g_rng = fd_mix64(seed ^ 0x6d6c61ull);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shapes), cmocka_unit_test(test_layouts), cmocka_unit_test(test_fp8),
-      cmocka_unit_test(test_splits), cmocka_unit_test(test_append),
+      cmocka_unit_test(test_splits), cmocka_unit_test(test_hopper), cmocka_unit_test(test_append),
       cmocka_unit_test(test_fixture_grid),
   };
   const int rc = cmocka_run_group_tests_name("gpu_mla", tests, NULL, NULL);

@@ -50,14 +50,14 @@ typedef struct gpu {
   fd_gpu_budget g;
 } gpu;
 
-static const gpu A100 = {"A100 (sm_80)", {8, 0, 108, 163 * KB, 164 * KB, KB, 80}};
-static const gpu ORIN = {"Jetson AGX Orin (sm_87)", {8, 7, 16, 163 * KB, 164 * KB, KB, 80}};
-static const gpu A10 = {"A10 (sm_86)", {8, 6, 72, 99 * KB, 100 * KB, KB, 80}};
-static const gpu L40S = {"L40S (sm_89)", {8, 9, 142, 99 * KB, 100 * KB, KB, 80}};
-static const gpu H200 = {"H200 (sm_90a SASS)", {9, 0, 132, 227 * KB, 228 * KB, KB, 90}};
-static const gpu H200_PTX80 = {"H200 running compute_80 PTX", {9, 0, 132, 227 * KB, 228 * KB, KB, 80}};
-static const gpu B200_PTX80 = {"B200 (sm_100) running compute_80 PTX", {10, 0, 148, 227 * KB, 228 * KB, KB, 80}};
-static const gpu RTX5090_PTX80 = {"RTX 5090 (sm_120) running compute_80 PTX", {12, 0, 170, 99 * KB, 100 * KB, KB, 80}};
+static const gpu A100 = {"A100 (sm_80)", {8, 0, 108, 163 * KB, 164 * KB, KB, 80, 0}};
+static const gpu ORIN = {"Jetson AGX Orin (sm_87)", {8, 7, 16, 163 * KB, 164 * KB, KB, 80, 0}};
+static const gpu A10 = {"A10 (sm_86)", {8, 6, 72, 99 * KB, 100 * KB, KB, 80, 0}};
+static const gpu L40S = {"L40S (sm_89)", {8, 9, 142, 99 * KB, 100 * KB, KB, 80, 0}};
+static const gpu H200 = {"H200 (sm_90a SASS)", {9, 0, 132, 227 * KB, 228 * KB, KB, 90, 1}};
+static const gpu H200_PTX80 = {"H200 running compute_80 PTX", {9, 0, 132, 227 * KB, 228 * KB, KB, 80, 0}};
+static const gpu B200_PTX80 = {"B200 (sm_100) running compute_80 PTX", {10, 0, 148, 227 * KB, 228 * KB, KB, 80, 0}};
+static const gpu RTX5090_PTX80 = {"RTX 5090 (sm_120) running compute_80 PTX", {12, 0, 170, 99 * KB, 100 * KB, KB, 80, 0}};
 
 static const int32_t HEAD_DIMS[] = {64, 80, 96, 128, 256};
 #define NDIMS (sizeof HEAD_DIMS / sizeof *HEAD_DIMS)

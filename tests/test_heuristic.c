@@ -334,12 +334,12 @@ static void test_plan_cuda_simulated(void **state) {
 
 /* Budgets the CUDA runtime reports (test_gpu_select.c has the same). */
 #define KB 1024
-static const fd_gpu_budget H100 = {9, 0, 132, 227 * KB, 228 * KB, KB, 90}; /* H100 / H200 */
-static const fd_gpu_budget A100 = {8, 0, 108, 163 * KB, 164 * KB, KB, 80};
-static const fd_gpu_budget SM86 = {8, 6, 84, 99 * KB, 100 * KB, KB, 80};
+static const fd_gpu_budget H100 = {9, 0, 132, 227 * KB, 228 * KB, KB, 90, 1}; /* H100 / H200 */
+static const fd_gpu_budget A100 = {8, 0, 108, 163 * KB, 164 * KB, KB, 80, 0};
+static const fd_gpu_budget SM86 = {8, 6, 84, 99 * KB, 100 * KB, KB, 80, 0};
 /* compute_80 PTX JIT-compiled on an H100: the budget holds the 8-warp block,
  * the code has none */
-static const fd_gpu_budget H100_PTX80 = {9, 0, 132, 227 * KB, 228 * KB, KB, 80};
+static const fd_gpu_budget H100_PTX80 = {9, 0, 132, 227 * KB, 228 * KB, KB, 80, 0};
 
 /* The facts fd_cuda_device_fit would report, with registers allowing every
  * block shared memory does (fp32: 3 blocks an SM, an arbitrary count). */

@@ -157,6 +157,10 @@ static void query_device(int device, fd_device_facts *f) {
                device, name, g->cc_major, g->cc_minor, cudaGetErrorString(e));
     return;
   }
+  /* The Hopper MLA kernel: its body exists only in this build's sm_90a code,
+   * which a 9.0 device loads (code_arch 90) when FD_CUDA_ARCHS names 90a. */
+  g->mla_wgmma = g->cc_major == 9 && g->cc_minor == 0 && g->code_arch >= 90 &&
+                 strstr(FD_CUDA_ARCHS_STR, "90a") != nullptr;
   fd_gpu_budget_limit(g, FD_CUDA_SMEM_LIMIT_KB);
   f->status = FD_STATUS_OK;
 }
@@ -459,7 +463,12 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     case FD_KERNEL_CUDA_MMA_4W: e = fd_split_mma_launch(&kp, FD_MMA_4W, s); break;
     case FD_KERNEL_CUDA_MMA_WIDE: e = fd_split_mma_launch(&kp, FD_MMA_WIDE, s); break;
     case FD_KERNEL_CUDA_MMA_LEAN: e = fd_split_mma_launch(&kp, FD_MMA_LEAN, s); break;
-    case FD_KERNEL_CUDA_MLA: e = fd_mla_launch(&kp, mla_row_groups(&f->g, pr), s); break;
+    case FD_KERNEL_CUDA_MLA:
+      e = fd_mla_wgmma_ok(&f->g, pr->head_dim, pr->dtype, pr->kv_dtype, pr->rope_dtype,
+                          (int64_t)pr->num_heads_q * pr->q_len)
+              ? fd_mla_wgmma_launch(&kp, s)
+              : fd_mla_launch(&kp, mla_row_groups(&f->g, pr), s);
+      break;
     default: e = cudaErrorInvalidConfiguration; break; /* refused above */
   }
   if (e == cudaSuccess && plan->num_splits > 1) {

@@ -129,6 +129,9 @@ cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
  * combine follows when p->num_splits > 1). cudaErrorInvalidValue for a
  * combination without an instance. */
 cudaError_t fd_mla_launch(const fd_kernel_params *p, int row_groups, cudaStream_t stream);
+/* The Hopper MLA kernel (mla_wgmma_kernel.cu; where gpu_select.h
+ * fd_mla_wgmma_ok says so). */
+cudaError_t fd_mla_wgmma_launch(const fd_kernel_params *p, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */
