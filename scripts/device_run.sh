@@ -9,6 +9,7 @@
 #                                    6 Python tests + the SDPA-swap example
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
+# FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla]
 #   mla: build, the MLA GPU tests (ctest -L gpu -R mla), then the MLA rows of the benchmark
 #   (bench_gpu.py --mla-only: ours, FlashInfer's MLA wrapper fa2 / fa3) with the FlashInfer
@@ -91,7 +92,7 @@ fi
 if [ "$MODE" != ampere ] && [ "$MODE" != final ]; then
 step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
-  "${DEPFLAGS[@]}" >/tmp/fd-build.txt 2>&1 &&
+  ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" >/tmp/fd-build.txt 2>&1 &&
   cmake --build build -j "$(nproc)" >>/tmp/fd-build.txt 2>&1 || { echo "BUILD FAILED"; tail -60 /tmp/fd-build.txt; exit 1; }
 grep -E "Used [0-9]+ registers|spill" /tmp/fd-build.txt | sort | uniq -c | sort -rn | head -12
 fi
