@@ -11,25 +11,29 @@
  *   as every split kernel), for rows r = 16 RG rt .. + 16 RG - 1 of the
  *   sequence's num_heads_q * q_len rows (row r: head r / q_len, token
  *   r % q_len; rows past the last are zeros and write nothing). RG, the row
- *   groups of 16 rows a block, is 1 (64-key tiles) or 4 (32-key tiles):
- *   gpu_select.h fd_mla_row_groups, which the plan counts the row tiles
- *   with. Causal rows see keys [begin, min(end, kv_len - q_len + t + 1))
+ *   groups of 16 rows a block, is 1 or 2 (64-key tiles) or 4 (32-key
+ *   tiles): gpu_select.h fd_mla_row_groups, which the plan counts the row
+ *   tiles with. Causal rows see keys [begin, min(end, kv_len - q_len + t + 1))
  *   (fd_row_keys, row_keys.h).
  *
  * WARPS  Warp w is (rg, cw) = (w / CPW, w % CPW), CPW = 8 / RG warps a row
  *   group. A tile's scores S = Q K^T for row group rg are cut by keys: warp
  *   cw computes S for keys cw KPW .. + KPW - 1 (KPW = KT / CPW: 8 or 16) over
- *   all 576 (512) columns; the row maxima are exchanged through shared
+ *   all 576 (512) columns (two mma chains: even and odd k-steps); RG 1
+ *   keeps Q's A fragments in registers for the whole split, RG 2 and 4
+ *   read them from shared memory every tile. The row maxima are exchanged
+ *   through shared
  *   memory (every warp of the group then holds the same running max m), and
  *   the 16-bit P of the group's rows goes to shared memory, from which each
  *   warp computes O += P V for ITS columns (16-column chunks cw NCW .. + NCW
  *   - 1 of D, NCW = ceil(D / 16 / CPW)) over all the tile's keys. V is the
  *   K tile's first D columns: no second copy. fp32 O a lane: 32 registers
- *   (RG 1) or 128 (RG 4, D 512).
+ *   (RG 1), 64 (RG 2) or 128 (RG 4, D 512).
  *
  * TILE STEPS  (per tile; one block barrier and two row-group barriers)
  *   wait for the tile's copies, block barrier, issue the copies of tile
- *   i + 1 into the other stage; S (latent and rope k-steps); scale, mask
+ *   i + ST - 1 into the stage tile i - 1 used (ST = 3 at RG 1: two tiles in
+ *   flight while one is computed; 2 otherwise); S (latent and rope k-steps); scale, mask
  *   (causal bound of the lane's rows, key flags); row maxima -> shared
  *   memory, group barrier; online softmax in base 2 (a row whose max is
  *   still -inf subtracts 0), P -> shared memory, group barrier; O rescaled,
@@ -48,8 +52,9 @@
  *   the tile (cp.async, 4 bytes a key).
  *
  * TILE MATH  16-bit cache (fp16 or bf16, the q dtype): S: Q's A fragments
- *   and K's B fragments by ldmatrix.x4; P as a hi and a lo 16-bit part (two
- *   mma, P keeps ~16 bits, as the split kernel); V's B fragments by
+ *   and K's B fragments by ldmatrix.x4; P one 16-bit part (the q dtype), or
+ *   for an fp32 output a hi and a lo part (two mma, P keeps ~16 bits, as
+ *   the split kernel); V's B fragments by
  *   ldmatrix.x4.trans. fp8 cache (e4m3 / e5m2: a template constant): every
  *   mma in fp16, K and V widened in registers (fd_fp8x4_widen, exact):
  *   S takes a k-step's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 as
@@ -74,9 +79,10 @@
  *   (lse NaN). Each warp writes its own columns; l is summed over the
  *   group's warps in warp order (deterministic).
  *
- * SHARED MEMORY  gpu_select.h FD_MLA_SMEM (D 512: 174,784 B at RG 1,
- *   158,784 B at RG 4): one block an SM. GPUs with 99 KB a block have no
- *   MLA kernel (the plan refuses them).
+ * SHARED MEMORY  gpu_select.h FD_MLA_SMEM (D 512: 231,936 B at RG 1, Q in
+ *   the last stage; 197,376 B at RG 2; 158,784 B at RG 4): one block an
+ *   SM; RG 1 and 2 need ~227 KB a block (sm_90, sm_100), RG 4 fits sm_80.
+ *   GPUs with 99 KB a block have no MLA kernel (the plan refuses them).
  *
  * PDL  As the split kernels: wait for the previous kernel, then let the
  *   combine be scheduled.
@@ -103,7 +109,7 @@ struct fd_mla_cfg {
   static constexpr int ROWS = 16 * RG;            /* rows a block */
   static constexpr int CPW = NW / RG;             /* warps a row group */
   static constexpr int KT = FD_MLA_KT(RG);        /* keys a tile */
-  static constexpr int ST = FD_MLA_STAGES;        /* cp.async stages */
+  static constexpr int ST = FD_MLA_ST(RG);        /* cp.async stages */
   static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
   static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
   static constexpr bool FP8 = KV8 != 0;
@@ -119,9 +125,11 @@ struct fd_mla_cfg {
   static constexpr int PRB = KT * 2;              /* bytes a P row */
   /* shared memory, bytes */
   static constexpr size_t STAGE = (size_t)KT * (LB + RB);
-  static constexpr size_t OFF_Q = ST * STAGE;
+  /* RG 1: Q in the last stage (read into registers before its first copy) */
+  static constexpr bool QIN = RG == 1;
+  static constexpr size_t OFF_Q = QIN ? (ST - 1) * STAGE : ST * STAGE;
   static constexpr size_t OFF_QR = OFF_Q + (size_t)ROWS * QLB;
-  static constexpr size_t OFF_P = OFF_QR + (size_t)ROWS * RB;
+  static constexpr size_t OFF_P = QIN ? ST * STAGE : OFF_QR + (size_t)ROWS * RB;
   static constexpr size_t P_BYTES = (size_t)ROWS * PRB;
   static constexpr size_t OFF_X = OFF_P + 2 * P_BYTES;
   static constexpr size_t OFF_OFFS = OFF_X + (size_t)NW * 16 * 8;
@@ -138,6 +146,8 @@ struct fd_mla_cfg {
   static_assert(SMEM <= FD_MLA_SMEM(D, RG), "fp8 instances take no more than the 16-bit one");
   static_assert(LB % 128 == 0 && QLB % 128 == 0, "swizzled rows of whole 128-byte lines");
   static_assert(64 % KT == 0, "tiles start at multiples of 64 keys");
+  static_assert(!QIN || (size_t)ROWS * (QLB + RB) <= STAGE, "Q fits a stage");
+  static_assert(!QIN || ST >= 3, "Q's stage is first copied to after the first block barrier");
 };
 
 /* Byte offset of 16-byte chunk c of row r in rows of RB bytes (a multiple
@@ -605,8 +615,10 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
   fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
 
   /* RG 1: Q's A fragments (latent k-steps, then the rope's 4) stay in
-   * registers for the whole split (qf[0] unused otherwise). */
-  constexpr bool QREG = RG == 1;
+   * registers for the whole split (qf[0] unused otherwise); Q's shared
+   * memory is the last stage, first copied to after the loop's first block
+   * barrier, which every warp reaches after its reads here. */
+  constexpr bool QREG = C::QIN;
   uint32_t qf[QREG ? C::KSL + 4 : 1][4];
   if constexpr (QREG) {
     __syncthreads(); /* every warp's Q rows stored */
