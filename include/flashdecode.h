@@ -680,7 +680,8 @@ typedef struct fd_tensors {
  * Inf in that key's V (the kernels multiply it by a zero weight).
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
- * backend sums each 32-key block in float32 and the blocks in double; the
+ * backend sums each 32-key block (MLA: 128 keys) in float32 and the blocks
+ * in double; the
  * CUDA float32 kernel keeps compensated sums (each tile's p v folded into
  * the running sum by Fast2Sum, the dropped part carried); the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one

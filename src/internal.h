@@ -160,7 +160,7 @@ fd_status fd_host_append(const fd_plan *plan, const fd_append_tensors *t, int32_
  * k_pe_new the rope part, v_new / v_cache / v_scale NULL, TOKEN scales over
  * the latent and an fp8 rope part together, as cpu_append.c); fd_append_kv
  * refuses CUDA MLA plans (UNSUPPORTED) while it is 0. */
-#define FD_CUDA_APPEND_MLA 0
+#define FD_CUDA_APPEND_MLA 1
 fd_status fd_cuda_append(const fd_plan *plan, const fd_append_tensors *t, int32_t num_new,
                          void *stream, fd_error *err);
 

@@ -16,6 +16,8 @@
 #   fd_split_mma_kernel, PG 1 (73: fp8 head_dim 256)            <= 84
 #   fd_rows_mma_kernel, PG 1 (80: head_dim 128)                 <= 92
 #   every PG 2 instance of either (130: fp8 head_dim 256)       <= 150
+#   fd_mla_kernel, any instance (82: bf16 head_dim 512, 4 row
+#   groups, fp8; 2026-12-06; one loader for every layout)        <= 96
 # Usage: check_code_size.sh LIBRARY. Exit 77 (ctest: skipped) without
 # cuobjdump (find_cuobjdump.sh) or without sm_90a code in the library.
 set -u
@@ -52,12 +54,13 @@ status=0
 checked=0
 while read -r n name; do
   case "$name" in
-    *fd_split_mma_kernel*|*fd_rows_mma_kernel*) ;;
+    *fd_split_mma_kernel*|*fd_rows_mma_kernel*|*fd_mla_kernel*) ;;
     *) continue ;;
   esac
   kb=$(( n * 16 / 1024 ))
   pg=$(sed -n 's/.*Li\([0-9]*\)EEv16fd_kernel_params$/\1/p' <<<"$name")
   case "$pg:$name" in
+    *fd_mla_kernel*) limit=96 ;;
     0:*fd_split_mma_kernel*) limit=72 ;;
     0:*) limit=96 ;;
     1:*fd_split_mma_kernel*) limit=84 ;;

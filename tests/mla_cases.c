@@ -53,6 +53,9 @@ static const fd_mla_case cpu_only[] = {
     {.dtype = F32, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 2, .kv_len = {40, 90}, .q_len = 1, .page_size = 16, .nan_key = 1, .with_lse = 1},
     {.dtype = F32, .head_dim = 5, .rope_dim = 3, .num_heads_q = 3, .batch = 2, .kv_len = {70, 4}, .q_len = 2, .with_lse = 1, .num_splits = 2},
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 4, .kv_len = {700, 1, 0, 333}, .q_len = 1, .page_size = 16, .num_threads = 2, .with_lse = 1, .check_determinism = 1},
+    /* every split count of a long sequence (65 chunks); float32 sums over long splits */
+    {.dtype = F32, .head_dim = 40, .rope_dim = 8, .num_heads_q = 4, .batch = 2, .kv_len = {4099, 130}, .q_len = 2, .page_size = 64, .combined = 1, .with_lse = 1, .sweep_splits = 66},
+    {.dtype = F32, .head_dim = 512, .rope_dim = 64, .num_heads_q = 4, .batch = 1, .kv_len = {4099}, .q_len = 1, .num_splits = 1, .with_lse = 1},
     /* every instruction set's kernels (skipped where the machine lacks one) */
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 2, .kv_len = {97, 33}, .q_len = 2, .page_size = 16, .combined = 1, .with_lse = 1, .num_splits = 2, .cpu_isa = 1},
     {.dtype = F16, .kv_dtype = E4M3, .kv_scale = TOKEN, .head_dim = 448, .rope_dim = 64, .num_heads_q = 8, .batch = 1, .kv_len = {70}, .q_len = 1, .with_lse = 1, .cpu_isa = 1},

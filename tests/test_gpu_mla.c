@@ -863,6 +863,26 @@ int main(void) {
     printf("SKIP: the CUDA backend is not available (not built with CUDA, or no GPU of compute capability 8.0+)\n");
     return 77;
   }
+  { /* a GPU whose shared memory holds no MLA block (99 KB a block, or a build
+     * capped by FD_CUDA_SMEM_LIMIT_KB): the plan refuses MLA there */
+    fd_problem probe;
+    memset(&probe, 0, sizeof probe);
+    probe.backend = FD_BACKEND_CUDA;
+    probe.dtype = FD_DTYPE_BF16;
+    probe.batch = 1;
+    probe.num_heads_q = 128;
+    probe.num_heads_kv = 1;
+    probe.head_dim = 512;
+    probe.rope_dim = R;
+    probe.kv_capacity = 64;
+    probe.softmax_scale = 0.1f;
+    fd_plan plan;
+    fd_error err;
+    if (fd_plan_init(&plan, &probe, &err) == FD_STATUS_UNSUPPORTED) {
+      printf("SKIP: this GPU runs no MLA kernel: %s\n", err.message);
+      return 77;
+    }
+  }
   const uint64_t seed = fd_test_seed();
   printf("gpu_mla: FD_TEST_SEED=%llu\n", (unsigned long long)seed);
   g_rng = fd_mix64(seed ^ 0x6d6c61ull);

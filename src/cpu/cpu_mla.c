@@ -23,7 +23,8 @@
  *   - for an fp8 latent, both parts widened to float32 into the buffer:
  *     c_kv * k_scale, k_pe * k_scale when the rope part is fp8, k_pe exactly
  *     when it is 16-bit (cpu_fp8.c, one rounding per element).
- * Sums as in decode: a block in float32, the blocks in double (fd_cpu_fold);
+ * Sums as in decode, in float32 over FD_CPU_MLA_FOLD_BLOCKS key blocks, then
+ * folded into double (fd_cpu_fold);
  * one split writes out and lse, several write partials that fd_cpu_combine
  * merges. An item's arithmetic does not depend on the thread or the batch,
  * so results are reproducible and, with fixed split lengths, batch-invariant.
@@ -39,6 +40,12 @@
 #include "row_keys.h"
 #include "split.h"
 
+/* Key blocks summed in float32 before their sums are folded into the
+ * double ones (fd_cpu_fold): 4 x 32 keys. A fold costs about what a block's
+ * P.V costs at 16 heads (rows x head_dim double updates), so folding every
+ * block (decode's choice) spent ~11 % of an MLA call; float32 sums over 128
+ * keys still keep the error from growing with kv_len. */
+#define FD_CPU_MLA_FOLD_BLOCKS 4
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
 #define FD_CPU_MLA_ITEM_OVERHEAD 32.0
 
@@ -144,7 +151,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   double *outer = (double *)(mem + c->lay.outer); /* [rows][D] */
   float *scratch = (float *)(mem + c->lay.scratch);
   char *buf = mem + c->lay.keys;
-  float m[FD_CPU_MLA_TILE_ROWS], l[FD_CPU_MLA_TILE_ROWS], alpha[FD_CPU_MLA_TILE_ROWS];
+  float m[FD_CPU_MLA_TILE_ROWS] = {0}, l[FD_CPU_MLA_TILE_ROWS], alpha[FD_CPU_MLA_TILE_ROWS];
   float m_out[FD_CPU_MLA_TILE_ROWS];
   double l_out[FD_CPU_MLA_TILE_ROWS];
   int32_t limit[FD_CPU_MLA_TILE_ROWS];
@@ -173,7 +180,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   memset(acc, 0, (size_t)rows * D * sizeof *acc);
   memset(outer, 0, (size_t)rows * D * sizeof *outer);
 
-  int nb;
+  int nb, pending = 0; /* blocks summed since the last fold */
   for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
     nb = tile_end - j0 < FD_CPU_MLA_BLOCK ? tile_end - j0 : FD_CPU_MLA_BLOCK;
     int every = 1;
@@ -206,8 +213,12 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     values.head_dim = D;
     c->kernels.scores(&scores);
     c->kernels.values(&values);
-    fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
+    if (++pending == FD_CPU_MLA_FOLD_BLOCKS) {
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
+      pending = 0;
+    }
   }
+  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, D);
   float natural[FD_MAX_MLA_HEAD_DIM];

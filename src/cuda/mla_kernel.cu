@@ -520,25 +520,34 @@ static __device__ __forceinline__ void fd_mla_pv8(uint32_t v_u, uint32_t p_u, in
   }
 }
 
-/* One output pair (columns d, d + 1) of row `row` of the block: partials
- * (num_splits > 1) or out = x inv (out dtype). */
+/* Where row `row` of sequence b writes (element 0 of its head_dim
+ * columns): its partial of `split` (float, num_splits > 1), or its out row
+ * (float32 or T); nullptr for a row past the last. */
 template <typename T>
-static __device__ __forceinline__ void fd_mla_store2(const fd_kernel_params &p, int b, int split,
-                                                     int row, int d, float x, float y, float inv) {
+static __device__ __forceinline__ unsigned char *fd_mla_row_dst(const fd_kernel_params &p, int b,
+                                                                int split, int row, bool live) {
+  if (!live) return nullptr;
   const int h = row / p.q_len;
   const int t = row - h * p.q_len;
   if (p.num_splits > 1) {
     const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
-    *reinterpret_cast<float2 *>(p.partial_o + (prow * p.num_splits + split) * p.head_dim + d) =
-        make_float2(x, y);
-    return;
+    return reinterpret_cast<unsigned char *>(p.partial_o + (prow * p.num_splits + split) * p.head_dim);
   }
   const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
-                      (int64_t)h * p.out_strides[2] + d;
-  if (p.out_f32)
-    *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + off) = make_float2(x * inv, y * inv);
+                      (int64_t)h * p.out_strides[2];
+  return p.out_f32 ? reinterpret_cast<unsigned char *>(static_cast<float *>(p.out) + off)
+                   : reinterpret_cast<unsigned char *>(static_cast<T *>(p.out) + off);
+}
+
+/* Columns d, d + 1 of a row at dst: x, y times mul, as T (packed) or float. */
+template <typename T>
+static __device__ __forceinline__ void fd_mla_put2(unsigned char *dst, bool as_t, int d, float x,
+                                                   float y, float mul) {
+  if (!dst) return;
+  if (as_t)
+    *reinterpret_cast<uint32_t *>(dst + 2 * d) = fd_pack2<T>(x * mul, y * mul);
   else
-    *reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + off) = fd_pack2<T>(x * inv, y * inv);
+    *reinterpret_cast<float2 *>(dst + 4 * d) = make_float2(x * mul, y * mul);
 }
 
 template <typename T, int D, int RG, int KV8>
@@ -892,27 +901,28 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
 
   const int row0 = row_base + qr0 + g, row1 = row0 + 8;
   const bool live0 = row0 < rows_total, live1 = row1 < rows_total;
-  const float inv0 = lt0 > 0.0f ? 1.0f / lt0 : 0.0f, inv1 = lt1 > 0.0f ? 1.0f / lt1 : 0.0f;
+  /* partials: O as is; out: O / l (0 for a row without keys) */
+  const bool partial = p.num_splits > 1, as_t = !partial && !p.out_f32;
+  const float mul0 = partial ? 1.0f : (lt0 > 0.0f ? 1.0f / lt0 : 0.0f);
+  const float mul1 = partial ? 1.0f : (lt1 > 0.0f ? 1.0f / lt1 : 0.0f);
+  unsigned char *const dst0 = fd_mla_row_dst<T>(p, b, split, row0, live0);
+  unsigned char *const dst1 = fd_mla_row_dst<T>(p, b, split, row1, live1);
 #pragma unroll
   for (int j = 0; j < C::NCW; j++) {
     const int c = c0w + j;
     if (c >= C::DCH) continue; /* warp-uniform */
     if constexpr (FP8) { /* o[2 j] even columns, o[2 j + 1] odd ones: columns 16 c + 4 qd .. + 3 */
       const int d = 16 * c + 4 * qd;
-      if (live0) {
-        fd_mla_store2<T>(p, b, split, row0, d, o[2 * j][0], o[2 * j + 1][0], inv0);
-        fd_mla_store2<T>(p, b, split, row0, d + 2, o[2 * j][1], o[2 * j + 1][1], inv0);
-      }
-      if (live1) {
-        fd_mla_store2<T>(p, b, split, row1, d, o[2 * j][2], o[2 * j + 1][2], inv1);
-        fd_mla_store2<T>(p, b, split, row1, d + 2, o[2 * j][3], o[2 * j + 1][3], inv1);
-      }
+      fd_mla_put2<T>(dst0, as_t, d, o[2 * j][0], o[2 * j + 1][0], mul0);
+      fd_mla_put2<T>(dst0, as_t, d + 2, o[2 * j][1], o[2 * j + 1][1], mul0);
+      fd_mla_put2<T>(dst1, as_t, d, o[2 * j][2], o[2 * j + 1][2], mul1);
+      fd_mla_put2<T>(dst1, as_t, d + 2, o[2 * j][3], o[2 * j + 1][3], mul1);
     } else { /* o[2 j + hh]: columns 16 c + 8 hh + 2 qd, + 1 */
 #pragma unroll
       for (int hh = 0; hh < 2; hh++) {
         const int d = 16 * c + 8 * hh + 2 * qd;
-        if (live0) fd_mla_store2<T>(p, b, split, row0, d, o[2 * j + hh][0], o[2 * j + hh][1], inv0);
-        if (live1) fd_mla_store2<T>(p, b, split, row1, d, o[2 * j + hh][2], o[2 * j + hh][3], inv1);
+        fd_mla_put2<T>(dst0, as_t, d, o[2 * j + hh][0], o[2 * j + hh][1], mul0);
+        fd_mla_put2<T>(dst1, as_t, d, o[2 * j + hh][2], o[2 * j + hh][3], mul1);
       }
     }
   }
