@@ -124,8 +124,9 @@ static inline int32_t fd_gpu_blocks_fit(const fd_gpu_budget *g, size_t smem) {
  * k_pe (64)], V = c_kv): FD_MLA_WARPS warps a block and RG row groups of 16
  * query rows (RG 1: up to 16 rows a block, RG 2: up to 32, both 64-key
  * tiles; RG 4: up to 64 rows, 32-key tiles), FD_MLA_ST(RG) cp.async stages
- * (RG 1: 3, two tiles in flight while one is computed; else 2). Its shared
- * memory for head_dim D (16-bit cache; fp8 instances take less): K stages
+ * (RG 1: 3, two tiles in flight while one is computed; else 2; RG 1 over an
+ * fp8 cache: 5 of its half-size tiles, 4 at D 448). Its shared memory for head_dim D
+ * (16-bit cache; fp8 instances take no more): K stages
  * [ST][KT][2D + 128] | Q [16 RG][2D + 128] (RG 1: none, Q passes through
  * the last stage into registers) | P hi, lo [16 RG][KT] 16-bit | row maxima
  * [8][16] float2 | key offsets [ST][KT][3] int64 | token scales [ST][KT] |

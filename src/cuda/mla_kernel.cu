@@ -32,8 +32,10 @@
  *
  * TILE STEPS  (per tile; one block barrier and two row-group barriers)
  *   wait for the tile's copies, block barrier, issue the copies of tile
- *   i + ST - 1 into the stage tile i - 1 used (ST = 3 at RG 1: two tiles in
- *   flight while one is computed; 2 otherwise); S (latent and rope k-steps); scale, mask
+ *   i + ST - 1 into the stage tile i - 1 used (ST stages: 3 at RG 1, 5 at
+ *   RG 1 over fp8 (4 at D 448), else 2; ST - 1 tiles in flight while one
+ *   is computed);
+ *   S (latent and rope k-steps); scale, mask
  *   (causal bound of the lane's rows, key flags); row maxima -> shared
  *   memory, group barrier; online softmax in base 2 (a row whose max is
  *   still -inf subtracts 0), P -> shared memory, group barrier; O rescaled,
@@ -109,7 +111,9 @@ struct fd_mla_cfg {
   static constexpr int ROWS = 16 * RG;            /* rows a block */
   static constexpr int CPW = NW / RG;             /* warps a row group */
   static constexpr int KT = FD_MLA_KT(RG);        /* keys a tile */
-  static constexpr int ST = FD_MLA_ST(RG);        /* cp.async stages */
+  /* cp.async stages: an fp8 tile is half as large, RG 1 takes 5 of them
+   * (4 at D 448, within the 16-bit instance's shared memory) */
+  static constexpr int ST = (KV8 != 0 && RG == 1) ? (D == 512 ? 5 : 4) : FD_MLA_ST(RG);
   static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
   static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
   static constexpr bool FP8 = KV8 != 0;
