@@ -125,28 +125,35 @@ static inline int32_t fd_gpu_blocks_fit(const fd_gpu_budget *g, size_t smem) {
 
 /* The MLA kernel (mla_kernel.cu: rope_dim > 0, one kv head, K = [c_kv (D) |
  * k_pe (64)], V = c_kv): FD_MLA_WARPS warps a block and RG row groups of 16
- * query rows (RG 1: up to 16 rows a block, 64-key tiles; RG 4: up to 64
- * rows, 32-key tiles), 2 cp.async stages. Its shared memory for head_dim D
- * (16-bit cache; fp8 instances take less): K stages [2][KT][2D + 128] | Q
- * [16 RG][2D + 128] | P hi, lo [16 RG][KT] 16-bit | row maxima [8][16]
- * float2 | key offsets [2][KT][3] int64 | token scales [2][KT] | row scales
- * [16 RG] | key flags [2][KT]. D 512: 174,784 B (RG 1), 158,784 B (RG 4). */
+ * query rows (RG 1: up to 16 rows a block, RG 2: up to 32, both 64-key
+ * tiles; RG 4: up to 64 rows, 32-key tiles), FD_MLA_ST(RG) cp.async stages
+ * (RG 1: 3, two tiles in flight while one is computed; else 2; RG 1 over an
+ * fp8 cache: 5 of its half-size tiles, 4 at D 448). Its shared memory for head_dim D
+ * (16-bit cache; fp8 instances take no more): K stages
+ * [ST][KT][2D + 128] | Q [16 RG][2D + 128] (RG 1: none, Q passes through
+ * the last stage into registers) | P hi, lo [16 RG][KT] 16-bit | row maxima
+ * [8][16] float2 | key offsets [ST][KT][3] int64 | token scales [ST][KT] |
+ * row scales [16 RG] | key flags [ST][KT]. D 512: 231,936 B (RG 1),
+ * 197,376 B (RG 2), 158,784 B (RG 4). */
 #define FD_MLA_WARPS 8
-#define FD_MLA_STAGES 2
-#define FD_MLA_KT(RG) ((RG) == 1 ? 64 : 32)
-#define FD_MLA_SMEM(D, RG)                                                                   \
-  ((size_t)FD_MLA_STAGES * FD_MLA_KT(RG) * (2 * (D) + 128) + (size_t)16 * (RG) * (2 * (D) + 128) + \
+#define FD_MLA_ST(RG) ((RG) == 1 ? 3 : 2)
+#define FD_MLA_KT(RG) ((RG) <= 2 ? 64 : 32)
+#define FD_MLA_QBYTES(D, RG) ((RG) == 1 ? (size_t)0 : (size_t)16 * (RG) * (2 * (D) + 128))
+#define FD_MLA_SMEM(D, RG)                                                                      \
+  ((size_t)FD_MLA_ST(RG) * FD_MLA_KT(RG) * (2 * (D) + 128) + FD_MLA_QBYTES(D, RG) +              \
    (size_t)2 * 16 * (RG) * FD_MLA_KT(RG) * 2 + (size_t)FD_MLA_WARPS * 16 * 8 +                  \
-   (size_t)FD_MLA_STAGES * FD_MLA_KT(RG) * 24 + (size_t)FD_MLA_STAGES * FD_MLA_KT(RG) * 4 +      \
-   (size_t)16 * (RG) * 4 + (size_t)FD_MLA_STAGES * FD_MLA_KT(RG))
+   (size_t)FD_MLA_ST(RG) * FD_MLA_KT(RG) * 24 + (size_t)FD_MLA_ST(RG) * FD_MLA_KT(RG) * 4 +      \
+   (size_t)16 * (RG) * 4 + (size_t)FD_MLA_ST(RG) * FD_MLA_KT(RG))
 
 /* The MLA kernel's row groups for `rows` query rows a sequence (num_heads_q
- * x q_len) on a device of budget g: 1 for up to 16 rows where its block fits
- * (GPUs with ~227 KB a block), else 4 (~155 KB: compute capability 8.0 and
- * 9.0+); 0 when neither fits (GPUs with 99 KB a block: no MLA kernel). */
+ * x q_len) on a device of budget g: 1 for up to 16 rows and 2 for up to 32
+ * where its block fits (GPUs with ~227 KB a block), else 4 (~155 KB:
+ * compute capability 8.0 and 9.0+); 0 when none fits (GPUs with 99 KB a
+ * block: no MLA kernel). */
 static inline int fd_mla_row_groups(const fd_gpu_budget *g, int32_t head_dim, int64_t rows) {
   if (head_dim != 512 && head_dim != 448) return 0;
   if (rows <= 16 && fd_gpu_blocks_fit(g, FD_MLA_SMEM(head_dim, 1)) >= 1) return 1;
+  if (rows <= 32 && fd_gpu_blocks_fit(g, FD_MLA_SMEM(head_dim, 2)) >= 1) return 2;
   if (fd_gpu_blocks_fit(g, FD_MLA_SMEM(head_dim, 4)) >= 1) return 4;
   return 0;
 }

@@ -122,7 +122,7 @@ cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStr
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
 cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
 
-/* Launch the MLA kernel (mla_kernel.cu) with `row_groups` (1 or 4:
+/* Launch the MLA kernel (mla_kernel.cu) with `row_groups` (1, 2 or 4:
  * gpu_select.h, fd_mla_row_groups) for p->dtype (fp16, bf16), p->head_dim
  * (512, 448), p->kv_dtype (dtype, e4m3, e5m2) and p->rope_dtype (dtype, or
  * kv_dtype when fp8) on `stream`; it writes what the split kernel writes (the

@@ -11,25 +11,31 @@
  *   as every split kernel), for rows r = 16 RG rt .. + 16 RG - 1 of the
  *   sequence's num_heads_q * q_len rows (row r: head r / q_len, token
  *   r % q_len; rows past the last are zeros and write nothing). RG, the row
- *   groups of 16 rows a block, is 1 (64-key tiles) or 4 (32-key tiles):
- *   gpu_select.h fd_mla_row_groups, which the plan counts the row tiles
- *   with. Causal rows see keys [begin, min(end, kv_len - q_len + t + 1))
+ *   groups of 16 rows a block, is 1 or 2 (64-key tiles) or 4 (32-key
+ *   tiles): gpu_select.h fd_mla_row_groups, which the plan counts the row
+ *   tiles with. Causal rows see keys [begin, min(end, kv_len - q_len + t + 1))
  *   (fd_row_keys, row_keys.h).
  *
  * WARPS  Warp w is (rg, cw) = (w / CPW, w % CPW), CPW = 8 / RG warps a row
  *   group. A tile's scores S = Q K^T for row group rg are cut by keys: warp
  *   cw computes S for keys cw KPW .. + KPW - 1 (KPW = KT / CPW: 8 or 16) over
- *   all 576 (512) columns; the row maxima are exchanged through shared
+ *   all 576 (512) columns (two mma chains: even and odd k-steps); RG 1
+ *   keeps Q's A fragments in registers for the whole split, RG 2 and 4
+ *   read them from shared memory every tile. The row maxima are exchanged
+ *   through shared
  *   memory (every warp of the group then holds the same running max m), and
  *   the 16-bit P of the group's rows goes to shared memory, from which each
  *   warp computes O += P V for ITS columns (16-column chunks cw NCW .. + NCW
  *   - 1 of D, NCW = ceil(D / 16 / CPW)) over all the tile's keys. V is the
  *   K tile's first D columns: no second copy. fp32 O a lane: 32 registers
- *   (RG 1) or 128 (RG 4, D 512).
+ *   (RG 1), 64 (RG 2) or 128 (RG 4, D 512).
  *
  * TILE STEPS  (per tile; one block barrier and two row-group barriers)
  *   wait for the tile's copies, block barrier, issue the copies of tile
- *   i + 1 into the other stage; S (latent and rope k-steps); scale, mask
+ *   i + ST - 1 into the stage tile i - 1 used (ST stages: 3 at RG 1, 5 at
+ *   RG 1 over fp8 (4 at D 448), else 2; ST - 1 tiles in flight while one
+ *   is computed);
+ *   S (latent and rope k-steps); scale, mask
  *   (causal bound of the lane's rows, key flags); row maxima -> shared
  *   memory, group barrier; online softmax in base 2 (a row whose max is
  *   still -inf subtracts 0), P -> shared memory, group barrier; O rescaled,
@@ -48,8 +54,9 @@
  *   the tile (cp.async, 4 bytes a key).
  *
  * TILE MATH  16-bit cache (fp16 or bf16, the q dtype): S: Q's A fragments
- *   and K's B fragments by ldmatrix.x4; P as a hi and a lo 16-bit part (two
- *   mma, P keeps ~16 bits, as the split kernel); V's B fragments by
+ *   and K's B fragments by ldmatrix.x4; P one 16-bit part (the q dtype), or
+ *   for an fp32 output a hi and a lo part (two mma, P keeps ~16 bits, as
+ *   the split kernel); V's B fragments by
  *   ldmatrix.x4.trans. fp8 cache (e4m3 / e5m2: a template constant): every
  *   mma in fp16, K and V widened in registers (fd_fp8x4_widen, exact):
  *   S takes a k-step's logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 as
@@ -74,9 +81,10 @@
  *   (lse NaN). Each warp writes its own columns; l is summed over the
  *   group's warps in warp order (deterministic).
  *
- * SHARED MEMORY  gpu_select.h FD_MLA_SMEM (D 512: 174,784 B at RG 1,
- *   158,784 B at RG 4): one block an SM. GPUs with 99 KB a block have no
- *   MLA kernel (the plan refuses them).
+ * SHARED MEMORY  gpu_select.h FD_MLA_SMEM (D 512: 231,936 B at RG 1, Q in
+ *   the last stage; 197,376 B at RG 2; 158,784 B at RG 4): one block an
+ *   SM; RG 1 and 2 need ~227 KB a block (sm_90, sm_100), RG 4 fits sm_80.
+ *   GPUs with 99 KB a block have no MLA kernel (the plan refuses them).
  *
  * PDL  As the split kernels: wait for the previous kernel, then let the
  *   combine be scheduled.
@@ -103,7 +111,9 @@ struct fd_mla_cfg {
   static constexpr int ROWS = 16 * RG;            /* rows a block */
   static constexpr int CPW = NW / RG;             /* warps a row group */
   static constexpr int KT = FD_MLA_KT(RG);        /* keys a tile */
-  static constexpr int ST = FD_MLA_STAGES;        /* cp.async stages */
+  /* cp.async stages: an fp8 tile is half as large, RG 1 takes 5 of them
+   * (4 at D 448, within the 16-bit instance's shared memory) */
+  static constexpr int ST = (KV8 != 0 && RG == 1) ? (D == 512 ? 5 : 4) : FD_MLA_ST(RG);
   static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
   static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
   static constexpr bool FP8 = KV8 != 0;
@@ -114,14 +124,16 @@ struct fd_mla_cfg {
   static constexpr int CPK = CL + 8;              /* chunks a key at most (rope 16-bit) */
   static constexpr int KSL = D / 16;              /* latent k-steps */
   static constexpr int DCH = D / 16;              /* 16-column chunks of V */
-  static constexpr int NCW = (DCH + CPW - 1) / CPW; /* V chunks a warp */
+  static constexpr int NCW = ((DCH + CPW - 1) / CPW + 1) & ~1; /* V chunks a warp (even) */
   static constexpr int NT = 2 * NCW;              /* O n-tiles a warp */
   static constexpr int PRB = KT * 2;              /* bytes a P row */
   /* shared memory, bytes */
   static constexpr size_t STAGE = (size_t)KT * (LB + RB);
-  static constexpr size_t OFF_Q = ST * STAGE;
+  /* RG 1: Q in the last stage (read into registers before its first copy) */
+  static constexpr bool QIN = RG == 1;
+  static constexpr size_t OFF_Q = QIN ? (ST - 1) * STAGE : ST * STAGE;
   static constexpr size_t OFF_QR = OFF_Q + (size_t)ROWS * QLB;
-  static constexpr size_t OFF_P = OFF_QR + (size_t)ROWS * RB;
+  static constexpr size_t OFF_P = QIN ? ST * STAGE : OFF_QR + (size_t)ROWS * RB;
   static constexpr size_t P_BYTES = (size_t)ROWS * PRB;
   static constexpr size_t OFF_X = OFF_P + 2 * P_BYTES;
   static constexpr size_t OFF_OFFS = OFF_X + (size_t)NW * 16 * 8;
@@ -130,13 +142,16 @@ struct fd_mla_cfg {
   static constexpr size_t OFF_FLAGS = OFF_QS + (size_t)ROWS * 4;
   static constexpr size_t SMEM = OFF_FLAGS + (size_t)ST * KT;
   static_assert(D == 512 || D == 448, "latent width");
-  static_assert(RG == 1 || RG == 4, "row groups");
+  static_assert(RG == 1 || RG == 2 || RG == 4, "row groups");
   static_assert(NG == 1 || NG == 2, "a warp's keys: 8 or 16");
   static_assert(NCW % 2 == 0, "fp8 P V takes chunks in pairs");
+  static_assert(CPW * NCW >= DCH, "every V chunk has a warp");
   static_assert(FP8 || SMEM == FD_MLA_SMEM(D, RG), "gpu_select.h sizes the kernel the same way");
   static_assert(SMEM <= FD_MLA_SMEM(D, RG), "fp8 instances take no more than the 16-bit one");
   static_assert(LB % 128 == 0 && QLB % 128 == 0, "swizzled rows of whole 128-byte lines");
   static_assert(64 % KT == 0, "tiles start at multiples of 64 keys");
+  static_assert(!QIN || (size_t)ROWS * (QLB + RB) <= STAGE, "Q fits a stage");
+  static_assert(!QIN || ST >= 3, "Q's stage is first copied to after the first block barrier");
 };
 
 /* Byte offset of 16-byte chunk c of row r in rows of RB bytes (a multiple
@@ -314,9 +329,11 @@ static __device__ __forceinline__ void fd_mla_load_q(const fd_kernel_params &p, 
 
 /* S += Q K^T over NKS k-steps of 16-bit rows (MT: the mma type): K rows
  * kw0 .. (KRB bytes a row) at k_u, Q rows qr0 .. qr0 + 15 (QRB bytes) at
- * q_u; acc[n] is keys kw0 + 8 n .. + 7. */
-template <typename MT, int NG, int NKS, int KRB, int QRB>
-static __device__ __forceinline__ void fd_mla_qk16(uint32_t k_u, uint32_t q_u, int kw0, int qr0,
+ * q_u, or (QREG) Q's A fragments already in registers, qf[ks]; acc[n] is
+ * keys kw0 + 8 n .. + 7. Odd k-steps accumulate apart (two mma chains). */
+template <typename MT, int NG, int NKS, int KRB, int QRB, bool QREG>
+static __device__ __forceinline__ void fd_mla_qk16(uint32_t k_u, uint32_t q_u,
+                                                   const uint32_t (*qf)[4], int kw0, int qr0,
                                                    int lane, float (&acc)[NG][4]) {
   constexpr int PER = 4 / NG; /* 8-column chunks an ldmatrix.x4 takes of a key group */
   const int mi = lane >> 3;
@@ -324,6 +341,9 @@ static __device__ __forceinline__ void fd_mla_qk16(uint32_t k_u, uint32_t q_u, i
   const int kci = mi % PER;
   const int qrow = qr0 + (mi & 1) * 8 + (lane & 7);
   const int qci = mi >> 1;
+  float a2[NG][4];
+#pragma unroll
+  for (int n = 0; n < NG; n++) a2[n][0] = a2[n][1] = a2[n][2] = a2[n][3] = 0.0f;
 #pragma unroll
   for (int c = 0; c < 2 * NKS; c += PER) {
     uint32_t kb[4];
@@ -332,24 +352,74 @@ static __device__ __forceinline__ void fd_mla_qk16(uint32_t k_u, uint32_t q_u, i
     for (int h = 0; h < PER / 2; h++) {
       const int ks = c / 2 + h;
       uint32_t qa[4];
-      fd_ldmatrix_x4(qa, q_u + fd_mla_swz<QRB>(qrow, 2 * ks + qci));
+      if constexpr (QREG) {
+        qa[0] = qf[ks][0];
+        qa[1] = qf[ks][1];
+        qa[2] = qf[ks][2];
+        qa[3] = qf[ks][3];
+      } else {
+        fd_ldmatrix_x4(qa, q_u + fd_mla_swz<QRB>(qrow, 2 * ks + qci));
+      }
 #pragma unroll
-      for (int n = 0; n < NG; n++)
-        fd_mma16816<MT>(acc[n], qa, kb[n * PER + 2 * h], kb[n * PER + 2 * h + 1]);
+      for (int n = 0; n < NG; n++) {
+        if (ks & 1)
+          fd_mma16816<MT>(a2[n], qa, kb[n * PER + 2 * h], kb[n * PER + 2 * h + 1]);
+        else
+          fd_mma16816<MT>(acc[n], qa, kb[n * PER + 2 * h], kb[n * PER + 2 * h + 1]);
+      }
     }
+  }
+#pragma unroll
+  for (int n = 0; n < NG; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[n][e] += a2[n][e];
+}
+
+/* Q's A fragments of rows qr0 .. qr0 + 15, k-steps 0 .. NKS - 1 (QRB bytes a
+ * row at q_u), as fd_mla_qk16 reads them. */
+template <int NKS, int QRB>
+static __device__ __forceinline__ void fd_mla_qfrag16(uint32_t q_u, int qr0, int lane,
+                                                      uint32_t (*qf)[4]) {
+  const int mi = lane >> 3;
+  const int qrow = qr0 + (mi & 1) * 8 + (lane & 7);
+  const int qci = mi >> 1;
+#pragma unroll
+  for (int ks = 0; ks < NKS; ks++) fd_ldmatrix_x4(qf[ks], q_u + fd_mla_swz<QRB>(qrow, 2 * ks + qci));
+}
+
+/* The same as fd_mla_qk8 reads them (8 bytes a row, permuted columns). */
+template <int NKS, int QRB>
+static __device__ __forceinline__ void fd_mla_qfrag8(const unsigned char *sQ, int qr0, int lane,
+                                                     uint32_t (*qf)[4]) {
+  const int g = lane >> 2, qd = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < NKS; ks++) {
+    const uint2 x0 = *reinterpret_cast<const uint2 *>(
+        sQ + fd_mla_swz<QRB>(qr0 + g, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+    const uint2 x1 = *reinterpret_cast<const uint2 *>(
+        sQ + fd_mla_swz<QRB>(qr0 + g + 8, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+    qf[ks][0] = x0.x;
+    qf[ks][1] = x1.x;
+    qf[ks][2] = x0.y;
+    qf[ks][3] = x1.y;
   }
 }
 
 /* The same for fp8 K rows (16 columns a 16-byte chunk), fp16 Q: a k-step's
  * logical columns 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9 are columns 4 qd .. + 3;
- * Q's A fragments read in that order, 8 bytes a row. */
-template <int NG, int NKS, int KRB, int QRB, bool E5M2>
-static __device__ __forceinline__ void fd_mla_qk8(uint32_t k_u, const unsigned char *sQ, int kw0,
-                                                  int qr0, int lane, float (&acc)[NG][4]) {
+ * Q's A fragments read in that order, 8 bytes a row (QREG: fd_mla_qfrag8's,
+ * in registers). Odd k-steps accumulate apart. */
+template <int NG, int NKS, int KRB, int QRB, bool E5M2, bool QREG>
+static __device__ __forceinline__ void fd_mla_qk8(uint32_t k_u, const unsigned char *sQ,
+                                                  const uint32_t (*qf)[4], int kw0, int qr0,
+                                                  int lane, float (&acc)[NG][4]) {
   constexpr int PER = 4 / NG; /* chunks (k-steps) an ldmatrix.x4 takes of a key group */
   const int mi = lane >> 3, g = lane >> 2, qd = lane & 3;
   const int krow = kw0 + (mi / PER) * 8 + (lane & 7);
   const int kci = mi % PER;
+  float a2[NG][4];
+#pragma unroll
+  for (int n = 0; n < NG; n++) a2[n][0] = a2[n][1] = a2[n][2] = a2[n][3] = 0.0f;
 #pragma unroll
   for (int c = 0; c < NKS; c += PER) {
     uint32_t kr[4];
@@ -357,25 +427,43 @@ static __device__ __forceinline__ void fd_mla_qk8(uint32_t k_u, const unsigned c
 #pragma unroll
     for (int h = 0; h < PER; h++) {
       const int ks = c + h;
-      const uint2 x0 = *reinterpret_cast<const uint2 *>(
-          sQ + fd_mla_swz<QRB>(qr0 + g, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
-      const uint2 x1 = *reinterpret_cast<const uint2 *>(
-          sQ + fd_mla_swz<QRB>(qr0 + g + 8, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
-      const uint32_t qa[4] = {x0.x, x1.x, x0.y, x1.y};
+      uint32_t qa[4];
+      if constexpr (QREG) {
+        qa[0] = qf[ks][0];
+        qa[1] = qf[ks][1];
+        qa[2] = qf[ks][2];
+        qa[3] = qf[ks][3];
+      } else {
+        const uint2 x0 = *reinterpret_cast<const uint2 *>(
+            sQ + fd_mla_swz<QRB>(qr0 + g, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+        const uint2 x1 = *reinterpret_cast<const uint2 *>(
+            sQ + fd_mla_swz<QRB>(qr0 + g + 8, 2 * ks + (qd >> 1)) + 8 * (qd & 1));
+        qa[0] = x0.x;
+        qa[1] = x1.x;
+        qa[2] = x0.y;
+        qa[3] = x1.y;
+      }
 #pragma unroll
       for (int n = 0; n < NG; n++) {
         uint32_t b0, b1;
         fd_fp8x4_widen<__half>(kr[n * PER + h], E5M2, b0, b1);
-        fd_mma16816<__half>(acc[n], qa, b0, b1);
+        if (ks & 1)
+          fd_mma16816<__half>(a2[n], qa, b0, b1);
+        else
+          fd_mma16816<__half>(acc[n], qa, b0, b1);
       }
     }
   }
+#pragma unroll
+  for (int n = 0; n < NG; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[n][e] += a2[n][e];
 }
 
-/* O += P V, 16-bit V (the q dtype T): P's hi and lo parts (rows qr0 ..
- * qr0 + 15 of the P buffers) by ldmatrix.x4, V's B fragments by
+/* O += P V, 16-bit V (the q dtype T): P (rows qr0 .. qr0 + 15 of the P
+ * buffers; LO: a hi and a lo part) by ldmatrix.x4, V's B fragments by
  * ldmatrix.x4.trans; o[2 j + hh] is columns 16 (c0w + j) + 8 hh .. + 7. */
-template <typename T, typename C>
+template <typename T, typename C, bool LO>
 static __device__ __forceinline__ void fd_mla_pv16(uint32_t v_u, uint32_t ph_u, uint32_t pl_u,
                                                    int qr0, int c0w, int lane,
                                                    float (&o)[C::NT][4]) {
@@ -386,7 +474,7 @@ static __device__ __forceinline__ void fd_mla_pv16(uint32_t v_u, uint32_t ph_u, 
   for (int kk = 0; kk < C::KT / 16; kk++) {
     uint32_t ph[4], pl[4];
     fd_ldmatrix_x4(ph, ph_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
-    fd_ldmatrix_x4(pl, pl_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
+    if constexpr (LO) fd_ldmatrix_x4(pl, pl_u + fd_mla_pswz<C::PRB>(prow, 2 * kk + (mi >> 1)));
 #pragma unroll
     for (int j = 0; j < C::NCW; j++) {
       if (c0w + j < C::DCH) { /* warp-uniform */
@@ -394,8 +482,10 @@ static __device__ __forceinline__ void fd_mla_pv16(uint32_t v_u, uint32_t ph_u, 
         fd_ldmatrix_x4_trans(vb, v_u + fd_mla_swz<C::LB>(kk * 16 + vrow, 2 * (c0w + j) + (mi >> 1)));
         fd_mma16816<T>(o[2 * j], ph, vb[0], vb[1]);
         fd_mma16816<T>(o[2 * j + 1], ph, vb[2], vb[3]);
-        fd_mma16816<T>(o[2 * j], pl, vb[0], vb[1]);
-        fd_mma16816<T>(o[2 * j + 1], pl, vb[2], vb[3]);
+        if constexpr (LO) {
+          fd_mma16816<T>(o[2 * j], pl, vb[0], vb[1]);
+          fd_mma16816<T>(o[2 * j + 1], pl, vb[2], vb[3]);
+        }
       }
     }
   }
@@ -537,6 +627,28 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
   }
   fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
 
+  /* RG 1: Q's A fragments (latent k-steps, then the rope's 4) stay in
+   * registers for the whole split (qf[0] unused otherwise); Q's shared
+   * memory is the last stage, first copied to after the loop's first block
+   * barrier, which every warp reaches after its reads here. */
+  constexpr bool QREG = C::QIN;
+  uint32_t qf[QREG ? C::KSL + 4 : 1][4];
+  if constexpr (QREG) {
+    __syncthreads(); /* every warp's Q rows stored */
+    const uint32_t q_u = (uint32_t)__cvta_generic_to_shared(sQ);
+    const uint32_t qr_u = (uint32_t)__cvta_generic_to_shared(sQR);
+    if constexpr (FP8) {
+      fd_mla_qfrag8<C::KSL, C::QLB>(sQ, qr0, lane, qf);
+      if (rope8) fd_mla_qfrag8<4, C::RB>(sQR, qr0, lane, qf + C::KSL);
+      else fd_mla_qfrag16<4, C::RB>(qr_u, qr0, lane, qf + C::KSL);
+    } else {
+      fd_mla_qfrag16<C::KSL, C::QLB>(q_u, qr0, lane, qf);
+      fd_mla_qfrag16<4, C::RB>(qr_u, qr0, lane, qf + C::KSL);
+    }
+  }
+  /* P as one 16-bit part, or (16-bit cache, fp32 out) a hi and a lo part */
+  const bool p_lo = !FP8 && p.out_f32;
+
   /* the lane's rows qr0 + g, qr0 + g + 8: their keys' upper bounds */
   int hi0 = begin, hi1 = begin;
   {
@@ -594,14 +706,17 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[n][e] = accr[n][e] = 0.0f;
     if constexpr (!FP8) {
-      fd_mla_qk16<T, C::NG, C::KSL, C::LB, C::QLB>(st_u, sQ_u, kw0, qr0, lane, acc);
-      fd_mla_qk16<T, C::NG, 4, C::RB, C::RB>(rope_u, sQR_u, kw0, qr0, lane, acc);
+      fd_mla_qk16<T, C::NG, C::KSL, C::LB, C::QLB, QREG>(st_u, sQ_u, qf, kw0, qr0, lane, acc);
+      fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sQR_u, qf + (QREG ? C::KSL : 0), kw0,
+                                                   qr0, lane, acc);
     } else {
-      fd_mla_qk8<C::NG, C::KSL, C::LB, C::QLB, E5M2>(st_u, sQ, kw0, qr0, lane, acc);
+      fd_mla_qk8<C::NG, C::KSL, C::LB, C::QLB, E5M2, QREG>(st_u, sQ, qf, kw0, qr0, lane, acc);
       if (rope8)
-        fd_mla_qk8<C::NG, 4, C::RB, C::RB, E5M2>(rope_u, sQR, kw0, qr0, lane, acc);
+        fd_mla_qk8<C::NG, 4, C::RB, C::RB, E5M2, QREG>(rope_u, sQR, qf + (QREG ? C::KSL : 0), kw0,
+                                                       qr0, lane, acc);
       else
-        fd_mla_qk16<T, C::NG, 4, C::RB, C::RB>(rope_u, sQR_u, kw0, qr0, lane, accr);
+        fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sQR_u, qf + (QREG ? C::KSL : 0), kw0,
+                                                     qr0, lane, accr);
     }
 
     /* scale, mask; the warp's row maxima (and TOKEN: of s + e) */
@@ -700,7 +815,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
       if constexpr (FP8) {
         *reinterpret_cast<uint32_t *>(sPh + o0) = fd_pack2<__half>(pv[0], pv[1]);
         *reinterpret_cast<uint32_t *>(sPh + o1) = fd_pack2<__half>(pv[2], pv[3]);
-      } else {
+      } else if (p_lo) {
         uint32_t h, l;
         fd_pack2_split<T>(pv[0], pv[1], h, l);
         *reinterpret_cast<uint32_t *>(sPh + o0) = h;
@@ -708,6 +823,9 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
         fd_pack2_split<T>(pv[2], pv[3], h, l);
         *reinterpret_cast<uint32_t *>(sPh + o1) = h;
         *reinterpret_cast<uint32_t *>(sPl + o1) = l;
+      } else {
+        *reinterpret_cast<uint32_t *>(sPh + o0) = fd_pack2<T>(pv[0], pv[1]);
+        *reinterpret_cast<uint32_t *>(sPh + o1) = fd_pack2<T>(pv[2], pv[3]);
       }
     }
     l0 = l0 * a0 + ps0;
@@ -726,8 +844,10 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     }
     if constexpr (FP8)
       fd_mla_pv8<C, E5M2>(st_u, sPh_u, qr0, c0w, lane, o);
+    else if (p_lo)
+      fd_mla_pv16<PT, C, true>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
     else
-      fd_mla_pv16<PT, C>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
+      fd_mla_pv16<PT, C, false>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
 
     /* the offsets of tile i + ST into the slot tile i's offsets used */
     if (tid < KT && pnext)
@@ -854,6 +974,7 @@ static cudaError_t fd_mla_launch_instance(const fd_kernel_params *p, cudaStream_
 template <typename T, int D, int KV8>
 static cudaError_t fd_mla_launch_rg(const fd_kernel_params *p, int rg, cudaStream_t stream) {
   if (rg == 1) return fd_mla_launch_instance<T, D, 1, KV8>(p, stream);
+  if (rg == 2) return fd_mla_launch_instance<T, D, 2, KV8>(p, stream);
   if (rg == 4) return fd_mla_launch_instance<T, D, 4, KV8>(p, stream);
   return cudaErrorInvalidValue;
 }
