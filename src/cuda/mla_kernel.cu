@@ -625,6 +625,19 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
                       sTok + s * KT);
     fd_cp_async_commit();
   }
+  /* Page ids (block_table entries, key tid of a tile) are loaded PL tiles
+   * before the offsets are stored: the load waits behind the copies this
+   * multiprocessor has in flight, so it gets ST - 1 tiles of time. ring[k]
+   * holds tile i + ST + k's at the top of iteration i. */
+  constexpr int PL = ST - 1;
+  int ring[PL];
+#pragma unroll
+  for (int k = 0; k < PL; k++) {
+    const int t = ST + k;
+    const bool has = t < num_tiles;
+    const int key0 = has ? begin + t * KT : begin; /* no overflow past the last tile */
+    ring[k] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
+  }
   fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
 
   /* RG 1: Q's A fragments (latent k-steps, then the rope's 4) stay in
@@ -691,11 +704,19 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
                         sFlags + (nt % ST) * KT, sTok + (nt % ST) * KT);
       fd_cp_async_commit();
     }
-    /* the block_table entry of key tid of tile i + ST (stored at the end) */
+    /* the block_table entry of key tid of tile i + ST (loaded PL tiles ago,
+     * stored at the end); tile i + ST + PL's loaded now */
     const bool pnext = i + ST < num_tiles;
     const int pkey0 = pnext ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
     const bool pin = tid < KT && pnext && tid < end - pkey0;
-    const int ppage = fd_mla_key_page(p, b, pkey0 + tid, pin);
+    const int ppage = ring[0];
+#pragma unroll
+    for (int k = 0; k + 1 < PL; k++) ring[k] = ring[k + 1];
+    {
+      const bool has = i + ST + PL < num_tiles;
+      const int key0 = has ? begin + (i + ST + PL) * KT : begin;
+      ring[PL - 1] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
+    }
 
     /* S for the warp's KPW keys */
     const uint32_t st_u = sK_u + (uint32_t)(stage * C::STAGE);
