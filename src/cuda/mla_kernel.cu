@@ -47,7 +47,8 @@
  *   for paged caches (any page_size, one id a key), or -1 for a key past the
  *   split's end or on a page id outside [0, num_pages): such keys are
  *   zero-filled without a read and flagged, and their scores are -inf. All
- *   threads then copy the tile's 16-byte chunks by cp.async.cg: the latent
+ *   threads then copy the tile's 16-byte chunks by cp.async.cg, 256 / KT
+ *   threads a key (its offsets read once, one cp.async a chunk): the latent
  *   row (2D bytes, or D fp8 bytes in a 512-byte row) and the rope row (128
  *   bytes, or 64 fp8) of each key, chunk c of row k at (c & ~7) | ((c ^ k) &
  *   7) so every ldmatrix phase hits 8 bank groups. TOKEN scales travel with
@@ -219,27 +220,41 @@ static __device__ __forceinline__ void fd_mla_issue(const fd_kernel_params &p,
                                                     const int64_t *offs, int rope_chunks,
                                                     bool tok, unsigned char *stage,
                                                     unsigned char *flags, float *tok_dst) {
-  const unsigned char *ckv = static_cast<const unsigned char *>(p.k_cache);
-  const unsigned char *kpe = static_cast<const unsigned char *>(p.k_pe_cache);
+  /* TPK threads a key: thread t takes key t / TPK, its chunks t % TPK +
+   * TPK j; the key's offsets are read once, each chunk is one cp.async with
+   * a compile-time source step. */
+  constexpr int TPK = C::THREADS / C::KT;
+  constexpr int NL = (C::CL + TPK - 1) / TPK; /* latent chunks a thread at most */
+  constexpr int NR = (8 + TPK - 1) / TPK;     /* rope chunks a thread at most */
+  static_assert(C::THREADS % C::KT == 0 && TPK <= 8, "whole keys a warp, chunk groups of 8");
   const int tid = threadIdx.x;
-#pragma unroll 2
-  for (int idx = tid; idx < C::KT * C::CPK; idx += C::THREADS) {
-    const int key = idx / C::CPK;
-    const int c = idx - key * C::CPK;
-    const int64_t oc = offs[3 * key];
-    const bool ok = oc >= 0;
-    if (c < C::CL) {
-      fd_cp_async16(stage + fd_mla_swz<C::LB>(key, c), ok ? ckv + oc + 16 * c : ckv, ok);
-    } else if (c - C::CL < rope_chunks) {
-      const int cc = c - C::CL;
-      fd_cp_async16(stage + C::KT * C::LB + fd_mla_swz<C::RB>(key, cc),
-                    ok ? kpe + offs[3 * key + 1] + 16 * cc : kpe, ok);
-    }
+  const int key = tid / TPK, q = tid % TPK;
+  const int64_t oc = offs[3 * key];
+  const bool ok = oc >= 0;
+  const unsigned char *src = static_cast<const unsigned char *>(p.k_cache) + (ok ? oc : 0);
+  const unsigned char *rsrc =
+      static_cast<const unsigned char *>(p.k_pe_cache) + (ok ? offs[3 * key + 1] : 0);
+  const uint32_t k7 = (uint32_t)(key & 7);
+  unsigned char *const lrow = stage + (size_t)key * C::LB;
+  unsigned char *const rrow = stage + (size_t)C::KT * C::LB + (size_t)key * C::RB;
+#pragma unroll
+  for (int j = 0; j < NL; j++) {
+    const int c = q + TPK * j;
+    if (C::CL % TPK == 0 || c < C::CL)
+      fd_cp_async16(lrow + ((((uint32_t)c & ~7u) | (((uint32_t)c ^ k7) & 7u)) << 4),
+                    ok ? src + 16 * c : src, ok);
+  }
+#pragma unroll
+  for (int j = 0; j < NR; j++) {
+    const int c = q + TPK * j;
+    if (c < rope_chunks)
+      fd_cp_async16(rrow + ((((uint32_t)c & ~7u) | (((uint32_t)c ^ k7) & 7u)) << 4),
+                    ok ? rsrc + 16 * c : rsrc, ok);
   }
   if (tid < C::KT) {
-    const bool ok = offs[3 * tid] >= 0;
-    flags[tid] = ok ? 1 : 0;
-    if (tok) fd_cp_async4(tok_dst + tid, ok ? p.k_scale + offs[3 * tid + 2] : p.k_scale, ok);
+    const bool in = offs[3 * tid] >= 0;
+    flags[tid] = in ? 1 : 0;
+    if (tok) fd_cp_async4(tok_dst + tid, in ? p.k_scale + offs[3 * tid + 2] : p.k_scale, in);
   }
 }
 
@@ -625,6 +640,19 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
                       sTok + s * KT);
     fd_cp_async_commit();
   }
+  /* Page ids (block_table entries, key tid of a tile) are loaded PL tiles
+   * before the offsets are stored: the load waits behind the copies this
+   * multiprocessor has in flight, so it gets ST - 1 tiles of time. ring[k]
+   * holds tile i + ST + k's at the top of iteration i. */
+  constexpr int PL = ST - 1;
+  int ring[PL];
+#pragma unroll
+  for (int k = 0; k < PL; k++) {
+    const int t = ST + k;
+    const bool has = t < num_tiles;
+    const int key0 = has ? begin + t * KT : begin; /* no overflow past the last tile */
+    ring[k] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
+  }
   fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
 
   /* RG 1: Q's A fragments (latent k-steps, then the rope's 4) stay in
@@ -691,11 +719,19 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
                         sFlags + (nt % ST) * KT, sTok + (nt % ST) * KT);
       fd_cp_async_commit();
     }
-    /* the block_table entry of key tid of tile i + ST (stored at the end) */
+    /* the block_table entry of key tid of tile i + ST (loaded PL tiles ago,
+     * stored at the end); tile i + ST + PL's loaded now */
     const bool pnext = i + ST < num_tiles;
     const int pkey0 = pnext ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
     const bool pin = tid < KT && pnext && tid < end - pkey0;
-    const int ppage = fd_mla_key_page(p, b, pkey0 + tid, pin);
+    const int ppage = ring[0];
+#pragma unroll
+    for (int k = 0; k + 1 < PL; k++) ring[k] = ring[k + 1];
+    {
+      const bool has = i + ST + PL < num_tiles;
+      const int key0 = has ? begin + (i + ST + PL) * KT : begin;
+      ring[PL - 1] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
+    }
 
     /* S for the warp's KPW keys */
     const uint32_t st_u = sK_u + (uint32_t)(stage * C::STAGE);
