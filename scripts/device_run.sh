@@ -17,6 +17,9 @@
 #   (scripts/prebuild_flashinfer_mla.sh makes it, ~1.2 MiB; copied into FlashInfer's AOT
 #   directory, so nothing compiles), else they JIT-compile in the benchmark's background
 #   prebuild (~2 CPU-minutes). FD_BENCH_ARGS: more bench_gpu.py flags (e.g. "--shapes h16").
+#   release: build, test_gpu_mla (every case), the MLA benchmark rows with peers, the Python
+#   MLA CUDA tests and the DeepSeek-V3 layer example, every other GPU test (ctest -L gpu), then
+#   compute-sanitizer memcheck/racecheck on two MLA cases: every GPU check in one short call.
 #   ab: the test steps, then our rows (bench_gpu.py --no-peers --no-sweep) of the tree in
 #   .base/ (a commit to compare with: `git archive <rev> | tar -x -C .base`, carried) and of
 #   this one, alternating base, new, base, new; bench/compare_builds.py's table in
@@ -227,6 +230,43 @@ if want bench && step "peer benchmark (bench/bench_gpu.py)" 150; then
     >/tmp/fd-bench.txt 2>&1
   [ $? -eq 0 ] || status=1
   sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+
+# ---- release: every GPU check in one short call (little device time left) ----
+if [ "$MODE" = release ] && step "test_gpu_mla, every case" 60; then
+  (cd build && FD_TEST_QUICK=0 timeout "${FD_MLA_TEST_S:-120}" ./tests/test_gpu_mla) >"$OUT/gpu_mla.txt" 2>&1
+  rc=$?; [ $rc -eq 0 ] || status=1
+  echo "   rc $rc: $(grep -c '^PASS' "$OUT/gpu_mla.txt") PASS, $(grep -c '^FAIL' "$OUT/gpu_mla.txt") FAIL"
+  grep '^FAIL' "$OUT/gpu_mla.txt" | head -20; tail -2 "$OUT/gpu_mla.txt"
+fi
+if [ "$MODE" = release ] && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
+if [ "$MODE" = release ] && step "MLA benchmark (bench/bench_gpu.py --mla-only)" 60; then
+  timeout 120 python3 bench/bench_gpu.py --mla-only --out-dir "$OUT" --commit "$COMMIT" \
+    --budget-s 100 --log-dir /tmp/fd-bench-logs >/tmp/fd-bench.txt 2>&1 || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt
+fi
+if [ "$MODE" = release ] && step "Python MLA on CUDA, the DeepSeek-V3 layer example" 40; then
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/python/test_mla.py -k "cuda or gpu" \
+    >"$OUT/py_mla.txt" 2>&1 || status=1
+  tail -3 "$OUT/py_mla.txt"
+  for a in "" "--kv-dtype e4m3"; do
+    # shellcheck disable=SC2086
+    timeout 60 python3 examples/deepseek_mla_decode.py --device cuda $a 2>&1 | tail -2 || status=1
+  done
+fi
+if [ "$MODE" = release ] && step "every other GPU test (ctest -L gpu -E mla)" 60; then
+  (cd build && timeout "${FD_GPU_TESTS_S:-150}" ctest --output-on-failure -L gpu -E mla -j 3 \
+     --timeout 140) >/tmp/fd-ctest.txt 2>&1 || status=1
+  cp /tmp/fd-ctest.txt "$OUT/ctest.txt"
+  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" /tmp/fd-ctest.txt | tail -12
+fi
+if [ "$MODE" = release ] && step "compute-sanitizer memcheck + racecheck, two MLA cases" 40; then
+  for f in _D512_H16_T1_B3_kv1000 _D512_H64_T1_B3_kv1000; do
+    for t in memcheck racecheck; do
+      echo "   $t $f: $(cd build && FD_TEST_QUICK=1 FD_TEST_FILTER=$f timeout 60 compute-sanitizer \
+        --tool $t ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -1)"
+    done
+  done
 fi
 
 # ---- mla: the MLA GPU tests, then the MLA rows with FlashInfer's MLA paths ----
