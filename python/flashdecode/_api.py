@@ -158,6 +158,16 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         inside a model, between PyTorch's and cuBLAS's kernels (the
         transformers integration uses False). Same results either way; no
         effect on the CPU or older GPUs.
+    tree_mask : tensor/array, optional
+        Speculative-decoding tree verify (EAGLE, Medusa): q_len up to 64
+        draft rows; row t sees every prefix key ``0 .. kv_len[b]-q_len-1``
+        and draft key j (key ``kv_len[b]-q_len+j``) when ``tree_mask[b, t,
+        j]`` (bool [batch, q_len, q_len], packed here) or bit j of
+        ``tree_mask[b, t]`` (int64 / uint64 [batch, q_len]) is set. Each row
+        must see itself; bits at or past q_len are refused. Not with
+        window_left or non_causal. CPU tensors only in this version (CUDA:
+        UnsupportedError, pass device='cpu'). See
+        :func:`flashdecode.pack_tree_mask`.
 
     Returns
     -------
