@@ -477,7 +477,7 @@ typedef struct fd_problem {
 
 /* A stride value (fd_tensors) that broadcasts an input tensor along that
  * dimension: every index reads index 0's elements. Only for q, k_cache,
- * v_cache, q_pe and k_pe_cache; a literal 0 is refused unless all three strides are 0 (contiguous)
+ * v_cache, q_pe and k_pe_cache (and tree_mask_stride); a literal 0 is refused unless all three strides are 0 (contiguous)
  * or the dimension has extent 1 (see UNITS AND CONVENTIONS). */
 #define FD_STRIDE_BROADCAST INT64_MIN
 
