@@ -337,9 +337,8 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
                       "(leave --q-len out)\n", a->q_len, a->tree);
       return -1;
     }
-    if (a->non_causal || a->window_left >= 0 || a->rope_dim > 0) {
-      fprintf(stderr, "flashdecode: --tree with --non-causal, --window-left or --rope-dim is not "
-                      "supported\n");
+    if (a->non_causal || a->window_left >= 0) {
+      fprintf(stderr, "flashdecode: --tree with --non-causal or --window-left is not supported\n");
       return -1;
     }
     a->q_len = a->tree;

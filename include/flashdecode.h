@@ -112,7 +112,8 @@
  *                           + dot(q_pe[b,t,h,:R], k_pe[b,j,:R]) )
  *     out[b,t,h,:D] = sum_j exp(x_j - lse) * c_kv[b,j,:D]
  *
- *   with the keys a row sees, lse, q_len (1..16, causal), splits, out_dtype,
+ *   with the keys a row sees, lse, q_len (1..16, causal; up to 64 with a
+ *   tree mask, CPU and reference), splits, out_dtype,
  *   deterministic mode and CUDA graphs exactly as in decode. fd_tensors:
  *   q = q_nope [batch, q_len, num_heads_q, D]; q_pe [batch, q_len,
  *   num_heads_q, R]; k_cache = c_kv [batch, kv_capacity, 1, D] or paged
@@ -155,11 +156,12 @@
  *   tree_mask[b][t]; nothing written). The mask is read at run time (a
  *   captured call sees its current contents).
  *   Composes with paged and contiguous caches, GQA/MQA, fp8 caches and
- *   scales, soft-cap, sinks, lse (merge_states), out_dtype, forced splits
- *   and the deterministic mode. Refused (FD_STATUS_INVALID_ARGUMENT):
- *   non_causal (rows that see everything need no mask), a sliding window (a
- *   tree row's position is its depth, not its index; not defined in this
- *   version) and MLA (rope_dim > 0). Backends: the reference and CPU; a
+ *   scales, soft-cap, sinks, lse (merge_states), out_dtype, forced splits,
+ *   the deterministic mode and MLA (rope_dim > 0: the same rows over the
+ *   latent cache). Refused (FD_STATUS_INVALID_ARGUMENT): non_causal (rows
+ *   that see everything need no mask) and a sliding window (a tree row's
+ *   position is its depth, not its index; not defined in this version).
+ *   Backends: the reference and CPU; a
  *   CUDA plan (or AUTO resolving to CUDA) with a tree mask is refused with
  *   FD_STATUS_UNSUPPORTED in this version: plan with FD_BACKEND_CPU.
  *   The CPU backend reads each K/V block once for all rows of a kv head, as
@@ -541,8 +543,8 @@ typedef struct fd_plan {
  *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
  *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
  *       kv_dtype; no_pdl not 0 or 1; rope_dim outside 0..64; rope_dtype set
- *       with rope_dim 0; tree_mask not 0 or 1, or set with non_causal, a
- *       window or rope_dim. With rope_dim > 0 (MLA): head_dim outside 1..512,
+ *       with rope_dim 0; tree_mask not 0 or 1, or set with non_causal or a
+ *       window; q_len above FD_MAX_Q_LEN_TREE with tree_mask. With rope_dim > 0 (MLA): head_dim outside 1..512,
  *       num_heads_kv not 1, softmax_scale 0 (MLA has no default), a window
  *       (has_window with window_left >= 0), logits_soft_cap or non_causal
  *       set, rope_dtype not 0, dtype or kv_dtype.

@@ -183,10 +183,6 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
                    "window_left: %d with tree_mask; a sliding window over a draft tree is not "
                    "supported",
                    p->window_left);
-  if (p->tree_mask && p->rope_dim != 0)
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                   "tree_mask: 1 with rope_dim %d; MLA takes no tree mask in this version",
-                   p->rope_dim);
   if (!p->tree_mask && !p->non_causal && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "q_len: %d, must be 1..%d (0 = 1; up to %d with non_causal)", p->q_len,
