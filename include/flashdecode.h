@@ -11,7 +11,9 @@
  *   row t sits at position p_t = kv_len[b] - q_len + t and sees the keys j
  *   with lo_t <= j <= p_t, where lo_t = 0, or with a sliding window
  *   (has_window, window_left = W) lo_t = max(0, p_t - W). In non-causal mode
- *   (non_causal = 1) every row sees all keys 0 .. kv_len[b] - 1. Then
+ *   (non_causal = 1) every row sees all keys 0 .. kv_len[b] - 1; with a tree
+ *   mask (tree_mask = 1) the prefix and the draft keys its bits name (TREE
+ *   MASKS below). Then
  *
  *     x_j   = softmax_scale * dot(q[b,t,h,:], k[b,j,hk,:])
  *     s_j   = x_j,  or  cap * tanh(x_j / cap)  with logits_soft_cap = cap > 0

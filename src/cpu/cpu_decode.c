@@ -21,6 +21,12 @@
  * small_* steps) take longer key blocks, up to FD_CPU_SMALL_BLOCK, and one
  * softmax call for all heads of a pass.
  *
+ * Tree masks (fd_problem.tree_mask): rows keep sharing every key block; a
+ * row's keys end at its highest draft bit (fd_tree_row_keys), a block holding
+ * draft keys gets the rows' masks (the kernels give hidden keys a score of
+ * -inf, fd_cpu_adjust_row), and a row that sees none of a block's keys gets
+ * count 0 there. Blocks of prefix keys run exactly as without a mask.
+ *
  * fp8 caches (kv_dtype E4M3 / E5M2): before each kernel call the driver
  * widens the head's keys (or values) of the block into a float32 buffer on
  * the thread's stack, each times its scale (cpu_fp8.c), and runs the float32
