@@ -58,6 +58,9 @@ static void print_usage(const char *command) {
       "                       [0, 1.5 ln(1 + longest kv_len)) (from no weight to most of a row)\n"
       "  --non-causal         every query row sees all kv_len keys (the shared prefix of\n"
       "                       cascade decoding); --q-len up to 128; not with --window-left\n"
+      "  --tree N             speculative decoding: a random EAGLE-shaped tree of N draft tokens\n"
+      "                       (1..64; q_len = N) verified with a tree mask: each row sees the\n"
+      "                       prefix and its ancestors; CPU and reference backends only\n"
       "\n"
       "  -h, --help           this text\n",
       command,
@@ -111,6 +114,7 @@ enum {
   OPT_SOFT_CAP,
   OPT_SINKS,
   OPT_NON_CAUSAL,
+  OPT_TREE,
   OPT_NO_PDL,
   OPT_ROPE_DIM,
   OPT_ROPE_DTYPE,
@@ -214,6 +218,7 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
       {"logits-soft-cap", required_argument, NULL, OPT_SOFT_CAP},
       {"sinks", optional_argument, NULL, OPT_SINKS},
       {"non-causal", no_argument, NULL, OPT_NON_CAUSAL},
+      {"tree", required_argument, NULL, OPT_TREE},
       {"no-pdl", no_argument, NULL, OPT_NO_PDL},
       {"rope-dim", required_argument, NULL, OPT_ROPE_DIM},
       {"rope-dtype", required_argument, NULL, OPT_ROPE_DTYPE},
@@ -273,6 +278,7 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
         }
         break;
       case OPT_NON_CAUSAL: a->non_causal = 1; break;
+      case OPT_TREE: bad = args_int("--tree", optarg, 1, FD_MAX_Q_LEN_TREE, &a->tree); break;
       case OPT_NO_PDL: a->no_pdl = 1; break;
       case 'h': print_usage(argv[0]); return 1;
       default: bad = args_option_error(argv[0], c, argv, optind, optopt, options); break;
@@ -325,7 +331,19 @@ static int parse_flags(problem_args *a, int argc, char **argv) {
             a->num_heads_q, a->num_heads_kv);
     return -1;
   }
-  if (!a->non_causal && a->q_len > FD_MAX_Q_LEN) {
+  if (a->tree > 0) {
+    if (a->q_len != 1 && a->q_len != a->tree) {
+      fprintf(stderr, "flashdecode: --q-len %d with --tree %d: the tree's nodes are the query rows "
+                      "(leave --q-len out)\n", a->q_len, a->tree);
+      return -1;
+    }
+    if (a->non_causal || a->window_left >= 0) {
+      fprintf(stderr, "flashdecode: --tree with --non-causal or --window-left is not supported\n");
+      return -1;
+    }
+    a->q_len = a->tree;
+  }
+  if (!a->non_causal && a->tree == 0 && a->q_len > FD_MAX_Q_LEN) {
     fprintf(stderr, "flashdecode: --q-len %d: above %d needs --non-causal\n", a->q_len,
             FD_MAX_Q_LEN);
     return -1;
@@ -535,6 +553,21 @@ fd_status problem_make(problem *p, const problem_args *a, fd_error *err) {
   f->rope_dim = a->rope_dim;
   f->rope_dtype = a->rope_dtype;
   f->softmax_scale = a->softmax_scale;
+  if (a->tree > 0) {
+    /* an EAGLE-shaped tree per sequence: node t (t >= 1) hangs off one of the
+     * last 6 nodes; row t sees t and its ancestors */
+    f->tree_mask = 1;
+    p->host.tree_mask = calloc((size_t)a->batch * a->q_len, sizeof(uint64_t));
+    if (!p->host.tree_mask) goto oom;
+    for (size_t b = 0; b < (size_t)a->batch; b++) {
+      uint64_t *m = p->host.tree_mask + b * (size_t)a->q_len;
+      for (int t = 0; t < a->q_len; t++) {
+        const int lo = t > 6 ? t - 6 : 0;
+        const uint64_t parent = t ? m[lo + (int)(next_u64(&state) % (uint64_t)(t - lo))] : 0;
+        m[t] = parent | ((uint64_t)1 << t);
+      }
+    }
+  }
   return FD_STATUS_OK;
 oom:
   problem_free(p);
@@ -556,6 +589,7 @@ void problem_free(problem *p) {
   free(p->host.k_scale);
   free(p->host.v_scale);
   free(p->host.sinks);
+  free(p->host.tree_mask);
   memset(p, 0, sizeof *p);
 }
 
@@ -587,6 +621,8 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   t.k_scale = set->k_scale; /* dense per-token layout: scale_strides all zero */
   t.v_scale = set->v_scale;
   t.sinks = set->sinks;
+  t.tree_mask = p->host.tree_mask; /* host memory: CPU and reference runs */
+  t.tree_mask_stride = p->host.tree_mask ? p->fd.q_len : 0;
   return t;
 }
 
@@ -734,6 +770,8 @@ void problem_describe(const problem *p, const problem_args *a, char *text, size_
     at += (size_t)snprintf(text + at, text_size - at, " sinks=%g", (double)a->sinks_value);
   if (a->non_causal && at < text_size)
     at += (size_t)snprintf(text + at, text_size - at, " non_causal=1");
+  if (a->tree > 0 && at < text_size)
+    at += (size_t)snprintf(text + at, text_size - at, " tree=%d", a->tree);
   if (a->no_pdl && at < text_size)
     at += (size_t)snprintf(text + at, text_size - at, " no_pdl=1");
   if (a->softmax_scale > 0.0f && at < text_size)

@@ -42,6 +42,7 @@ typedef struct problem_args {
   int sinks;             /* SINKS_NONE, SINKS_RANDOM or SINKS_VALUE */
   float sinks_value;     /* SINKS_VALUE: every head's sink */
   int non_causal;        /* 1: every query row sees all kv_len keys */
+  int tree;              /* > 0: --tree N, a random N-node draft tree (q_len = N, tree mask) */
   int no_pdl;            /* 1: the first CUDA kernel without programmatic dependent launch */
   int32_t kv_lens[PROBLEM_MAX_KV_LENS]; /* --kv-len list, repeated over the batch */
   int n_kv_lens;
@@ -70,6 +71,7 @@ typedef struct problem_tensors {
   float *k_scale;       /* fp8 scales: [1], [num_heads_kv] or the cache's shape without head_dim */
   float *v_scale;
   float *sinks;         /* [num_heads_q]; NULL without --sinks */
+  uint64_t *tree_mask;  /* --tree: [batch][q_len] host memory (CPU and reference only); else NULL */
 } problem_tensors;
 
 typedef struct problem {

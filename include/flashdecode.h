@@ -11,7 +11,9 @@
  *   row t sits at position p_t = kv_len[b] - q_len + t and sees the keys j
  *   with lo_t <= j <= p_t, where lo_t = 0, or with a sliding window
  *   (has_window, window_left = W) lo_t = max(0, p_t - W). In non-causal mode
- *   (non_causal = 1) every row sees all keys 0 .. kv_len[b] - 1. Then
+ *   (non_causal = 1) every row sees all keys 0 .. kv_len[b] - 1; with a tree
+ *   mask (tree_mask = 1) the prefix and the draft keys its bits name (TREE
+ *   MASKS below). Then
  *
  *     x_j   = softmax_scale * dot(q[b,t,h,:], k[b,j,hk,:])
  *     s_j   = x_j,  or  cap * tanh(x_j / cap)  with logits_soft_cap = cap > 0
@@ -112,7 +114,8 @@
  *                           + dot(q_pe[b,t,h,:R], k_pe[b,j,:R]) )
  *     out[b,t,h,:D] = sum_j exp(x_j - lse) * c_kv[b,j,:D]
  *
- *   with the keys a row sees, lse, q_len (1..16, causal), splits, out_dtype,
+ *   with the keys a row sees, lse, q_len (1..16, causal; up to 64 with a
+ *   tree mask, CPU and reference), splits, out_dtype,
  *   deterministic mode and CUDA graphs exactly as in decode. fd_tensors:
  *   q = q_nope [batch, q_len, num_heads_q, D]; q_pe [batch, q_len,
  *   num_heads_q, R]; k_cache = c_kv [batch, kv_capacity, 1, D] or paged
@@ -129,6 +132,44 @@
  *   or non_causal. Backends: the reference and CPU take D 1..512, R 1..64;
  *   CUDA takes (D, R) = (512, 64) and (448, 64) with 16-bit q. CPU plans of
  *   MLA need a workspace even with one split (each thread's row buffers).
+ *
+ * TREE MASKS (speculative decoding)
+ *   EAGLE ("EAGLE: Speculative Sampling Requires Rethinking Feature
+ *   Uncertainty", Li et al. 2024; EAGLE-2's dynamic trees), Medusa ("Medusa:
+ *   Simple LLM Inference Acceleration Framework with Multiple Decoding
+ *   Heads", Cai et al. 2024) and SpecInfer ("SpecInfer: Accelerating Large
+ *   Language Model Serving with Tree-based Speculative Inference and
+ *   Verification", Miao et al. 2024) verify a tree of draft tokens in one
+ *   attention call: the q_len draft tokens' K/V are appended to the cache,
+ *   and each draft row sees the committed prefix plus its own ancestors.
+ *   With fd_problem.tree_mask = 1, q_len may be 1..FD_MAX_Q_LEN_TREE (64)
+ *   and for sequence b, with P = kv_len[b] - q_len:
+ *     row t sees every prefix key 0 .. P - 1, and draft key j (key P + j,
+ *     0 <= j < q_len) exactly when bit j of tree_mask[b][t] is set.
+ *   Draft keys with P + j < 0 (kv_len[b] < q_len) do not exist and are not
+ *   seen, as for causal rows. A chain (bits 0 .. t set in row t) is the
+ *   causal call. The mask is a bit-packed q x q matrix (512 bytes a
+ *   sequence at 64 drafts), FlashInfer's packed custom_mask restricted to
+ *   the draft keys (the prefix is always fully visible), so no q x kv_len
+ *   mask exists anywhere. Bits need not be lower-triangular (any order of
+ *   the nodes works), but every row must see itself (bit t of row t set)
+ *   and bits q_len .. 63 must be zero: the CPU and reference backends
+ *   check both on the host (FD_STATUS_INVALID_ARGUMENT naming
+ *   tree_mask[b][t]; nothing written). The mask is read at run time (a
+ *   captured call sees its current contents).
+ *   Composes with paged and contiguous caches, GQA/MQA, fp8 caches and
+ *   scales, soft-cap, sinks, lse (merge_states), out_dtype, forced splits,
+ *   the deterministic mode and MLA (rope_dim > 0: the same rows over the
+ *   latent cache). Refused (FD_STATUS_INVALID_ARGUMENT): non_causal (rows
+ *   that see everything need no mask) and a sliding window (a tree row's
+ *   position is its depth, not its index; not defined in this version).
+ *   Backends: the reference and CPU; a
+ *   CUDA plan (or AUTO resolving to CUDA) with a tree mask is refused with
+ *   FD_STATUS_UNSUPPORTED in this version: plan with FD_BACKEND_CPU.
+ *   The CPU backend reads each K/V block once for all rows of a kv head, as
+ *   for causal rows; the mask only sets the scores of hidden draft keys to
+ *   -inf (weight zero; a NaN or Inf in a hidden key's V may still give a
+ *   NaN row, as with other masked keys, see fd_run).
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -334,7 +375,8 @@ typedef struct fd_problem {
   fd_dtype dtype;        /* required */
   int32_t batch;         /* sequences, >= 1 */
   int32_t q_len;         /* query rows per sequence, 1..16 (default 1);
-                            non_causal: 1..FD_MAX_Q_LEN_NON_CAUSAL */
+                            non_causal: 1..FD_MAX_Q_LEN_NON_CAUSAL;
+                            tree_mask: 1..FD_MAX_Q_LEN_TREE */
   int32_t num_heads_q;   /* query heads, >= 1 */
   int32_t num_heads_kv;  /* kv heads, >= 1, divides num_heads_q */
   int32_t head_dim;      /* CPU/reference: 1..256 (MLA: 1..512); CUDA: 64, 80,
@@ -418,6 +460,12 @@ typedef struct fd_problem {
   fd_dtype rope_dtype;   /* MLA: element type of k_pe_cache: 0 = kv_dtype;
                             else dtype (a 16-bit rope part beside an fp8
                             latent) */
+  /* ---- Speculative-decoding trees (zero = off; TREE MASKS above) ---- */
+  int32_t tree_mask;     /* 1: the q_len draft rows of a sequence see the
+                            committed prefix and the draft keys that
+                            fd_tensors.tree_mask gives them; q_len up to
+                            FD_MAX_Q_LEN_TREE. CPU and reference backends
+                            only in this version. 0 = causal rows */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a
@@ -428,10 +476,12 @@ typedef struct fd_problem {
 /* Most query rows per sequence: causal, non-causal. */
 #define FD_MAX_Q_LEN 16
 #define FD_MAX_Q_LEN_NON_CAUSAL 128
+/* Most query rows per sequence with a tree mask (one uint64 a row). */
+#define FD_MAX_Q_LEN_TREE 64
 
 /* A stride value (fd_tensors) that broadcasts an input tensor along that
  * dimension: every index reads index 0's elements. Only for q, k_cache,
- * v_cache, q_pe and k_pe_cache; a literal 0 is refused unless all three strides are 0 (contiguous)
+ * v_cache, q_pe and k_pe_cache (and tree_mask_stride); a literal 0 is refused unless all three strides are 0 (contiguous)
  * or the dimension has extent 1 (see UNITS AND CONVENTIONS). */
 #define FD_STRIDE_BROADCAST INT64_MIN
 
@@ -476,7 +526,7 @@ typedef struct fd_plan {
  *
  * Returns FD_STATUS_OK, or:
  *   FD_STATUS_INVALID_ARGUMENT  plan/problem NULL; dtype unset; batch < 1;
- *       q_len outside 0..16 (0 means 1); heads < 1 or num_heads_q not a multiple of
+ *       q_len outside 0..16 (0 means 1; 0..64 with tree_mask); heads < 1 or num_heads_q not a multiple of
  *       num_heads_kv; head_dim outside 1..256; kv_capacity < 0, 0 for a
  *       contiguous cache, or above the paged capacity; page_size outside
  *       0..256; max_pages_per_seq < 1 when paged; num_pages < 0; num_splits
@@ -495,13 +545,15 @@ typedef struct fd_plan {
  *       FD_DTYPE_E4M3 or FD_DTYPE_E5M2, or fp8 with a dtype other than fp16
  *       or bf16; kv_scale not an fd_kv_scale, or set without an fp8
  *       kv_dtype; no_pdl not 0 or 1; rope_dim outside 0..64; rope_dtype set
- *       with rope_dim 0. With rope_dim > 0 (MLA): head_dim outside 1..512,
+ *       with rope_dim 0; tree_mask not 0 or 1, or set with non_causal or a
+ *       window; q_len above FD_MAX_Q_LEN_TREE with tree_mask. With rope_dim > 0 (MLA): head_dim outside 1..512,
  *       num_heads_kv not 1, softmax_scale 0 (MLA has no default), a window
  *       (has_window with window_left >= 0), logits_soft_cap or non_causal
  *       set, rope_dtype not 0, dtype or kv_dtype.
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 80, 96, 128 or 256 (MLA: (head_dim, rope_dim)
- *       not (512, 64) or (448, 64), or dtype not fp16 / bf16), a device below compute
+ *       not (512, 64) or (448, 64), or dtype not fp16 / bf16), tree_mask set
+ *       (tree masks run on the CPU and reference backends in this version), a device below compute
  *       capability 8.0 (the message names its compute capability), one this
  *       build holds no code for, or one whose shared memory holds no kernel
  *       configuration for the head_dim (never for a real GPU of 8.0+).
@@ -587,6 +639,13 @@ typedef struct fd_tensors {
   const void *k_pe_cache; /* laid out like k_cache with rope_dim columns,
                             rope_dtype; strides {batch or page, position, head} */
   int64_t k_pe_strides[3];
+  /* Tree masks only (fd_problem.tree_mask = 1; NULL otherwise): */
+  const uint64_t *tree_mask; /* [batch, q_len] (TREE MASKS above): bit j of
+                            tree_mask[b][t] set = row t of sequence b sees
+                            draft key j (key kv_len[b] - q_len + j) */
+  int64_t tree_mask_stride; /* uint64s from one sequence's rows to the next;
+                            0 = q_len (dense); FD_STRIDE_BROADCAST = one
+                            tree for every sequence */
 } fd_tensors;
 
 /*
@@ -625,6 +684,11 @@ typedef struct fd_tensors {
  *       times k_scale); q_pe_strides / k_pe_strides as q's and k_cache's
  *       (FD_STRIDE_BROADCAST allowed); out or lse overlapping q_pe or
  *       k_pe_cache. Standard plans (rope_dim 0): q_pe or k_pe_cache given.
+ *       Tree plans: tree_mask NULL, not 8-byte aligned, a negative
+ *       tree_mask_stride (other than FD_STRIDE_BROADCAST), out or lse
+ *       overlapping it; host-side (CPU, reference) a row whose own bit is
+ *       clear or with bits at or above q_len (named tree_mask[b][t]).
+ *       Plans without tree_mask: tree_mask given.
  *   FD_STATUS_WORKSPACE_TOO_SMALL  workspace_size < plan->workspace_size, or
  *       workspace NULL while plan->workspace_size > 0.
  *   FD_STATUS_UNSUPPORTED  CUDA: q, k_cache, v_cache (MLA: q_pe and

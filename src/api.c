@@ -138,7 +138,7 @@ static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const 
   const fd_problem *p = &plan->problem;
   const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);
   const int64_t D = p->head_dim;
-  span in[12], out, lse;
+  span in[13], out, lse;
   int n_in = 0;
   fd_status st;
   const int64_t q3[3] = {p->batch, p->q_len, p->num_heads_q};
@@ -174,6 +174,12 @@ static fd_status check_overlaps(const fd_plan *plan, const fd_tensors *t, const 
     const int64_t rows[3] = {p->batch, 1, 1}, stride[3] = {t->block_table_stride, 0, 0};
     if ((st = make_span(&in[n_in++], t->block_table, rows, stride, p->max_pages_per_seq,
                         sizeof(int32_t), "block_table", err)))
+      return st;
+  }
+  if (t->tree_mask) { /* [batch] rows of q_len masks, tree_mask_stride apart */
+    const int64_t rows[3] = {p->batch, 1, 1}, stride[3] = {t->tree_mask_stride, 0, 0};
+    if ((st = make_span(&in[n_in++], t->tree_mask, rows, stride, p->q_len, sizeof(uint64_t),
+                        "tree_mask", err)))
       return st;
   }
   if (t->sinks &&
@@ -240,6 +246,58 @@ static fd_status check_mla_pointers(const fd_problem *p, const fd_tensors *in, f
   if ((uintptr_t)in->k_pe_cache % fd_dtype_size(p->rope_dtype))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "k_pe_cache: not aligned to its %zu-byte elements", fd_dtype_size(p->rope_dtype));
+  return FD_STATUS_OK;
+}
+
+/* The tree mask's pointer and stride (resolved into t): given exactly when
+ * the plan has tree_mask, 8-byte aligned, stride >= 0 (0 = q_len) or
+ * FD_STRIDE_BROADCAST (0: every sequence reads row 0's masks). */
+static fd_status check_tree_pointer(const fd_problem *p, const fd_tensors *in, fd_tensors *t,
+                                    fd_error *err) {
+  if (!p->tree_mask) {
+    if (in->tree_mask)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "tree_mask: given, but the plan's tree_mask is 0 (plan with tree_mask = 1, or "
+                     "pass NULL)");
+    t->tree_mask_stride = 0;
+    return FD_STATUS_OK;
+  }
+  if (!in->tree_mask)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "tree_mask: NULL, but the plan was made with tree_mask = 1");
+  if ((uintptr_t)in->tree_mask % sizeof(uint64_t))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "tree_mask: not aligned to a uint64");
+  if (in->tree_mask_stride == FD_STRIDE_BROADCAST) {
+    t->tree_mask_stride = 0;
+  } else if (in->tree_mask_stride < 0) {
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "tree_mask_stride: %lld, must be >= 0 (0 = q_len) or FD_STRIDE_BROADCAST",
+                   (long long)in->tree_mask_stride);
+  } else {
+    t->tree_mask_stride = in->tree_mask_stride == 0 ? p->q_len : in->tree_mask_stride;
+  }
+  return FD_STATUS_OK;
+}
+
+/* Host-side (CPU, reference): every row sees itself and no bit names a
+ * draft key beyond q_len. */
+static fd_status check_host_tree(const fd_plan *plan, const fd_tensors *t, fd_error *err) {
+  const fd_problem *p = &plan->problem;
+  if (!p->tree_mask) return FD_STATUS_OK;
+  for (int32_t b = 0; b < p->batch; b++)
+    for (int32_t r = 0; r < p->q_len; r++) {
+      const uint64_t m = t->tree_mask[(int64_t)b * t->tree_mask_stride + r];
+      if (!((m >> r) & 1u))
+        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                       "tree_mask[%d][%d]: 0x%llx lacks bit %d; every row must see its own draft "
+                       "key",
+                       b, r, (unsigned long long)m, r);
+      if (p->q_len < 64 && (m >> p->q_len) != 0)
+        return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                       "tree_mask[%d][%d]: 0x%llx has bits at or above q_len = %d (draft keys that "
+                       "do not exist)",
+                       b, r, (unsigned long long)m, p->q_len);
+    }
   return FD_STATUS_OK;
 }
 
@@ -316,6 +374,7 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
     return st;
   if (p->page_size > 0 && t.block_table_stride == 0) t.block_table_stride = p->max_pages_per_seq;
   if (p->page_size == 0) t.block_table = NULL;
+  if ((st = check_tree_pointer(p, in, &t, err))) return st;
   if ((st = fd_check_scale_args(plan, in->k_scale, in->v_scale, in->scale_strides, t.scale_strides,
                                 err)))
     return st;
@@ -330,10 +389,12 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
     case FD_BACKEND_CPU:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
       if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
+      if ((st = check_host_tree(plan, &t, err))) return st;
       return fd_cpu_run(plan, &t, workspace, err);
     case FD_BACKEND_REFERENCE:
       if ((st = fd_check_host_lengths(plan, &t, err))) return st;
       if ((st = fd_check_host_scale_values(plan, &t, err))) return st;
+      if ((st = check_host_tree(plan, &t, err))) return st;
       return fd_reference_run(plan, &t, err);
     case FD_BACKEND_CUDA: {
       const size_t e = fd_dtype_size(p->dtype), ekv = fd_dtype_size(p->kv_dtype);

@@ -169,7 +169,21 @@ static fd_status check_problem(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "batch: %d, must be >= 1", p->batch);
   if (p->non_causal != 0 && p->non_causal != 1)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "non_causal: %d, must be 0 or 1", p->non_causal);
-  if (!p->non_causal && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN))
+  if (p->tree_mask != 0 && p->tree_mask != 1)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "tree_mask: %d, must be 0 or 1", p->tree_mask);
+  if (p->tree_mask && p->non_causal)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "tree_mask: 1 with non_causal; non-causal rows see every key, a tree mask "
+                   "needs causal rows");
+  if (p->tree_mask && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN_TREE))
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "q_len: %d, must be 1..%d with tree_mask (0 = 1)", p->q_len, FD_MAX_Q_LEN_TREE);
+  if (p->tree_mask && p->has_window && p->window_left >= 0)
+    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                   "window_left: %d with tree_mask; a sliding window over a draft tree is not "
+                   "supported",
+                   p->window_left);
+  if (!p->tree_mask && !p->non_causal && (p->q_len < 0 || p->q_len > FD_MAX_Q_LEN))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "q_len: %d, must be 1..%d (0 = 1; up to %d with non_causal)", p->q_len,
                    FD_MAX_Q_LEN, FD_MAX_Q_LEN_NON_CAUSAL);
@@ -375,6 +389,10 @@ static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_erro
   if (p->backend == FD_BACKEND_AUTO)
     p->backend = given || fd_cuda_available(p->device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
   if (p->backend != FD_BACKEND_CUDA) return FD_STATUS_OK;
+  if (p->tree_mask)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "tree_mask: the CUDA backend takes no tree mask in this version; tree masks "
+                   "run on the CPU and reference backends (FD_BACKEND_CPU)");
   if (!given) {
     const fd_status st = fd_cuda_check_device(p->device, err);
     if (st != FD_STATUS_OK) return st;

@@ -279,6 +279,8 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (n < 0 || (size_t)n >= size) return;
   if (c->out_f32) n += snprintf(buf + n, size - (size_t)n, "/out32");
   if (n < 0 || (size_t)n >= size) return;
+  if (c->tree_mask) n += snprintf(buf + n, size - (size_t)n, "/tree%s", c->tree_name ? c->tree_name : "");
+  if (n < 0 || (size_t)n >= size) return;
   if (c->kv_dtype != 0 && c->kv_dtype != c->dtype) {
     static const char *scale[] = {"", "/stensor", "/shead", "/stoken"};
     snprintf(buf + n, size - (size_t)n, "/%s%s", dtype_tag(c->kv_dtype),
@@ -290,10 +292,22 @@ int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo) {
   const int32_t len = c->kv_len[b];
   *lo = 0;
   if (c->non_causal) return len;
+  if (c->tree_mask) { /* the prefix and the draft keys up to the row's highest bit */
+    const uint64_t m = c->tree_mask[(size_t)b * c->q_len + t];
+    int32_t top = 0;
+    while (top < 64 && (m >> top) != 0) top++;
+    return len - c->q_len + top;
+  }
   const int32_t p = len - c->q_len + t; /* the row's position */
   if (p < 0) return p + 1;
   if (c->has_window && c->window_left >= 0 && p - c->window_left > 0) *lo = p - c->window_left;
   return p + 1 - *lo;
+}
+
+int fd_case_sees(const fd_case *c, int32_t b, int32_t t, int32_t j) {
+  if (!c->tree_mask) return 1;
+  const int32_t d = j - (c->kv_len[b] - c->q_len); /* the draft index */
+  return d < 0 || (int)((c->tree_mask[(size_t)b * c->q_len + t] >> d) & 1u);
 }
 
 /* ---- Failure reporting --------------------------------------------------------- */
@@ -616,6 +630,7 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
   p->window_left = c->window_left;
   p->logits_soft_cap = c->logits_soft_cap;
   p->non_causal = c->non_causal;
+  p->tree_mask = c->tree_mask != NULL;
   p->out_dtype = c->out_f32 ? FD_DTYPE_F32 : (fd_dtype)0;
   p->kv_dtype = c->kv_dtype;
   p->kv_scale = c->kv_scale;
@@ -753,6 +768,7 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
   t.out = (char *)buf_ptr(&s->out) + (size_t)s->mis * s->out_esize;
   t.lse = s->c->with_lse ? (float *)buf_ptr(&s->lse) + s->mis : NULL;
   t.sinks = s->c->sinks ? (const float *)buf_ptr(&s->sinks) : NULL;
+  t.tree_mask = s->c->tree_mask; /* host memory: CPU and reference cases */
   if (s->c->kv_scale != FD_KV_SCALE_NONE) {
     t.k_scale = (const float *)buf_ptr(&s->k_scale);
     t.v_scale = (const float *)buf_ptr(&s->v_scale);
@@ -766,6 +782,7 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
     memcpy(t.out_strides, s->out_strides, sizeof t.out_strides);
     memcpy(t.lse_strides, s->lse_strides, sizeof t.lse_strides);
     t.block_table_stride = s->c->page_size > 0 ? s->bt_stride : 0;
+    t.tree_mask_stride = s->c->tree_mask ? s->c->q_len : 0;
   }
   return t;
 }
@@ -860,6 +877,12 @@ static int plain_attention(const setup *s, float scale, double *out /* dense [B]
         float m = -INFINITY;
         double md = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
+          if (!fd_case_sees(c, b, t, lo + j)) { /* a draft key the tree hides: weight 0 */
+            p[j] = -INFINITY;
+            pe[j] = -INFINITY;
+            e[j] = 0.0;
+            continue;
+          }
           float dot = 0.0f;
           double dd = 0.0, t2 = 0.0; /* exact q . k_j and the sum of its squared prefix sums */
           kv_values(s, 0, b, lo + j, hk, kvd); /* fp8: times its scale */

@@ -84,6 +84,11 @@ typedef struct fd_case {
    * NaN scales. */
   fd_dtype kv_dtype;
   fd_kv_scale kv_scale;
+  /* Tree masks (fd_problem.tree_mask): NULL = none; else the caller's dense
+   * [batch][q_len] masks (host memory, CPU and reference cases), named
+   * "/tree<tree_name>". Rows see the prefix and the draft keys of their bits. */
+  const uint64_t *tree_mask;
+  const char *tree_name;
   /* Extra checks; they do not change the inputs. */
   int check_splits;      /* also run with num_splits = 1 (or 7 when the case has 1) and compare */
   int check_determinism; /* run twice (different workspace garbage), outputs bitwise equal */
@@ -99,6 +104,9 @@ void fd_case_name(const fd_case *c, char *buf, size_t size);
  * p with a window W (has_window, window_left >= 0), 0 .. p without; non-causal:
  * 0 .. kv_len[b] - 1. */
 int32_t fd_case_visible(const fd_case *c, int32_t b, int32_t t, int32_t *lo);
+/* Whether row t of sequence b sees key j of [lo, lo + fd_case_visible): every
+ * key but the draft keys a tree mask hides. */
+int fd_case_sees(const fd_case *c, int32_t b, int32_t t, int32_t j);
 
 /* The run's seed: FD_TEST_SEED from the environment when set, else fresh from
  * the clock. Each case derives its own seed from it and its name. */

@@ -48,6 +48,7 @@ from ._mla_api import mla_decode
 from ._mla_append import mla_append_kv
 from ._mla_plan import MLADecodePlan
 from ._plan import DecodePlan
+from ._tree import pack_tree_mask
 from .errors import (BackendError, FlashDecodeError, InvalidArgumentError, OutOfMemoryError,
                      UnsupportedError, WorkspaceTooSmallError)
 
@@ -56,6 +57,7 @@ library_path = _lib.library_path
 MAX_SPLITS = _lib.FD_MAX_SPLITS
 MAX_Q_LEN = _lib.FD_MAX_Q_LEN                          # query rows per sequence (causal)
 MAX_Q_LEN_NON_CAUSAL = _lib.FD_MAX_Q_LEN_NON_CAUSAL    # ... with non_causal=True
+MAX_Q_LEN_TREE = _lib.FD_MAX_Q_LEN_TREE                # ... with a tree_mask
 DETERMINISTIC_SPLIT_LEN = _lib.FD_DETERMINISTIC_SPLIT_LEN  # keys per split, deterministic=True
 DETERMINISTIC_MAX_KEYS = _lib.FD_DETERMINISTIC_MAX_KEYS    # most keys a sequence reads then
 
@@ -64,7 +66,7 @@ __all__ = [
     "mla_append_kv", "version", "backend_available", "num_splits_heuristic",
     "library_path", "FlashDecodeError", "InvalidArgumentError", "UnsupportedError",
     "WorkspaceTooSmallError", "OutOfMemoryError", "BackendError", "MAX_SPLITS", "MAX_Q_LEN",
-    "MAX_Q_LEN_NON_CAUSAL", "DETERMINISTIC_SPLIT_LEN", "DETERMINISTIC_MAX_KEYS",
+    "MAX_Q_LEN_NON_CAUSAL", "MAX_Q_LEN_TREE", "pack_tree_mask", "DETERMINISTIC_SPLIT_LEN", "DETERMINISTIC_MAX_KEYS",
 ]
 
 _BACKENDS = {"auto": _lib.FD_BACKEND_AUTO, "cpu": _lib.FD_BACKEND_CPU,

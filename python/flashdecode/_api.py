@@ -2,6 +2,7 @@
 import numpy as np
 
 from . import _arrays, _core
+from ._tree import describe_tree_mask
 from ._tensors import FD_DTYPE, check_out_dtype, describe, is_torch_tensor, resolve_kv_dtype
 
 _torch_ops = None  # flashdecode._torch_ops once loaded
@@ -31,7 +32,7 @@ def _ops_for(x):
 def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None, num_splits=0,
            return_lse=False, out=None, window_left=-1, logits_soft_cap=0.0, sinks=None,
            non_causal=False, out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None,
-           deterministic=False, pdl=True):
+           deterministic=False, pdl=True, tree_mask=None):
     """Decode-phase attention over a KV cache, by flash decoding (split-KV).
 
     For every sequence ``b``, query row ``t`` and query head ``h``, with
@@ -157,6 +158,16 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         inside a model, between PyTorch's and cuBLAS's kernels (the
         transformers integration uses False). Same results either way; no
         effect on the CPU or older GPUs.
+    tree_mask : tensor/array, optional
+        Speculative-decoding tree verify (EAGLE, Medusa): q_len up to 64
+        draft rows; row t sees every prefix key ``0 .. kv_len[b]-q_len-1``
+        and draft key j (key ``kv_len[b]-q_len+j``) when ``tree_mask[b, t,
+        j]`` (bool [batch, q_len, q_len], packed here) or bit j of
+        ``tree_mask[b, t]`` (int64 / uint64 [batch, q_len]) is set. Each row
+        must see itself; bits at or past q_len are refused. Not with
+        window_left or non_causal. CPU tensors only in this version (CUDA:
+        UnsupportedError, pass device='cpu'). See
+        :func:`flashdecode.pack_tree_mask`.
 
     Returns
     -------
@@ -241,23 +252,25 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
     ops = _ops_for(q)
     if ops is not None:
         return ops.decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
-                          return_lse, out, sinks, variants, out_dtype, fp8)
+                          return_lse, out, sinks, variants, out_dtype, fp8, tree_mask=tree_mask)
     if isinstance(q, np.ndarray):
         return _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale,
-                             num_splits, return_lse, out, sinks, variants, out_dtype, fp8)
+                             num_splits, return_lse, out, sinks, variants, out_dtype, fp8,
+                             tree_mask=tree_mask)
     device = _arrays.foreign_device(q)
     if device is None:
         raise TypeError("q: expected a torch.Tensor or a numpy.ndarray (or an object with "
                         "__dlpack__), got %s" % type(q).__name__)
     conv = [_arrays.from_foreign(x, device) for x in (q, k_cache, v_cache, kv_len, block_table,
-                                                        out, sinks, k_scale, v_scale)]
+                                                        out, sinks, k_scale, v_scale,
+                                                        tree_mask)]
     result = decode(*conv[:4], block_table=conv[4], softmax_scale=softmax_scale,
                     num_splits=num_splits, return_lse=return_lse, out=conv[5],
                     window_left=variants.window_left,
                     logits_soft_cap=variants.logits_soft_cap, sinks=conv[6],
                     non_causal=variants.non_causal, out_dtype=out_dtype, k_scale=conv[7],
                     v_scale=conv[8], kv_dtype=kv_dtype, deterministic=variants.deterministic,
-                    pdl=variants.pdl)
+                    pdl=variants.pdl, tree_mask=conv[9])
     if return_lse:
         res_out, lse = result
         res_out = out if out is not None else _arrays.to_framework_of(res_out, q)
@@ -359,7 +372,7 @@ NO_FP8 = Fp8Args()
 
 def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
                   return_lse, out, sinks=None, variants=_core.PLAIN, out_dtype=None,
-                  fp8=NO_FP8):
+                  fp8=NO_FP8, tree_mask=None):
     batch = q.shape[0] if q.ndim >= 1 else None
     kv_len = as_index_array(kv_len, "kv_len", batch)
     if block_table is not None:
@@ -380,7 +393,8 @@ def _decode_numpy(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_s
                      scale, num_splits, _numpy_workspace, None,
                      None if sinks is None else describe(sinks, "sinks"), variants, fp8.kv_dtype,
                      _describe_opt(as_numpy_scale(fp8.k_scale, "k_scale"), "k_scale"),
-                     _describe_opt(as_numpy_scale(fp8.v_scale, "v_scale"), "v_scale"))
+                     _describe_opt(as_numpy_scale(fp8.v_scale, "v_scale"), "v_scale"),
+                     describe_tree_mask(tree_mask))
     return (out, lse) if return_lse else out
 
 

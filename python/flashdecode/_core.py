@@ -139,22 +139,29 @@ class Variants:
 
     window_left: -1 = no window; logits_soft_cap: 0.0 = off; non_causal: bool;
     deterministic: bool (fd_problem.deterministic: batch-invariant results);
-    pdl: bool (False: fd_problem.no_pdl = 1, the first kernel launched plainly).
+    pdl: bool (False: fd_problem.no_pdl = 1, the first kernel launched plainly);
+    tree: bool (fd_problem.tree_mask: the rows' draft keys come from a tree mask).
     """
 
-    __slots__ = ("window_left", "logits_soft_cap", "non_causal", "deterministic", "pdl")
+    __slots__ = ("window_left", "logits_soft_cap", "non_causal", "deterministic", "pdl", "tree")
 
     def __init__(self, window_left=-1, logits_soft_cap=0.0, non_causal=False,
-                 deterministic=False, pdl=True):
+                 deterministic=False, pdl=True, tree=False):
         self.window_left = resolve_window(window_left)
         self.logits_soft_cap = resolve_soft_cap(logits_soft_cap)
         self.non_causal = resolve_flag("non_causal", non_causal)
         self.deterministic = resolve_flag("deterministic", deterministic)
         self.pdl = resolve_flag("pdl", pdl)
+        self.tree = resolve_flag("tree_mask", tree)
 
     def key(self):
         return (self.window_left, self.logits_soft_cap, self.non_causal, self.deterministic,
-                self.pdl)
+                self.pdl, self.tree)
+
+    def with_tree(self):
+        """These variants with a tree mask."""
+        return Variants(self.window_left, self.logits_soft_cap, self.non_causal,
+                        self.deterministic, self.pdl, True)
 
     def __eq__(self, other):
         return isinstance(other, Variants) and self.key() == other.key()
@@ -164,7 +171,7 @@ class Variants:
 
     def __repr__(self):
         return ("Variants(window_left=%d, logits_soft_cap=%r, non_causal=%r, deterministic=%r, "
-                "pdl=%r)"
+                "pdl=%r, tree=%r)"
                 % self.key())
 
 
@@ -175,7 +182,7 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
               kv_capacity, page_size, max_pages_per_seq, num_pages, num_splits, softmax_scale,
               num_threads=0, kv_len_hint=None, window_left=-1, logits_soft_cap=0.0,
               non_causal=False, out_dtype=0, kv_dtype=0, kv_scale=0, deterministic=False,
-              pdl=True, rope_dim=0, rope_dtype=0):
+              pdl=True, rope_dim=0, rope_dtype=0, tree_mask=False):
     """Call fd_plan_init; returns an FdPlan or raises the C library's error.
 
     softmax_scale is a float, 0.0 meaning 1/sqrt(head_dim); kv_len_hint a
@@ -201,6 +208,7 @@ def make_plan(*, backend, device, dtype, batch, q_len, num_heads_q, num_heads_kv
     p.kv_dtype = kv_dtype
     p.kv_scale = kv_scale
     p.rope_dtype = rope_dtype
+    p.tree_mask = 1 if resolve_flag("tree_mask", tree_mask) else 0
     for name, value in (("batch", batch), ("q_len", q_len), ("num_heads_q", num_heads_q),
                         ("num_heads_kv", num_heads_kv), ("head_dim", head_dim),
                         ("kv_capacity", kv_capacity), ("page_size", page_size),
@@ -266,6 +274,7 @@ def plan_for_call(g, kv_len, softmax_scale, num_splits, variants=PLAIN, backend=
            ("hint_max", hint_max), ("window_left", variants.window_left),
            ("logits_soft_cap", variants.logits_soft_cap), ("non_causal", variants.non_causal),
            ("deterministic", variants.deterministic), ("pdl", variants.pdl),
+           ("tree_mask", variants.tree),
            ("out_dtype", FD_DTYPE[g.out_dtype] if g.out_dtype != g.dtype else 0),
            ("kv_dtype", FD_KV_DTYPE.get(g.kv_dtype, 0)), ("kv_scale", g.kv_scale),
            ("rope_dim", g.rope_dim), ("rope_dtype", rope_dtype_code(g)))
@@ -290,7 +299,7 @@ def fd_run(plan, tensors, workspace_ptr, workspace_size, stream):
 
 def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits,
                alloc_workspace, stream, sinks=None, variants=PLAIN, kv_dtype=None, k_scale=None,
-               v_scale=None):
+               v_scale=None, tree_mask=None):
     """One decode() call on TensorInfos: check, plan, run.
 
     out must be given (lse and sinks may be None); its dtype (q's or float32)
@@ -301,8 +310,15 @@ def run_decode(q, k, v, kv_len, block_table, out, lse, softmax_scale, num_splits
     cudaStream_t as an int, or None.
     """
     g = check_call(q, k, v, kv_len, block_table, out, lse, sinks, kv_dtype, k_scale, v_scale)
+    tree_stride = None
+    if tree_mask is not None:  # (a TensorInfo of packed masks: _tree.py)
+        from ._tree import check_tree_mask
+        tree_stride = check_tree_mask(tree_mask, g)
+        variants = variants.with_tree()
     plan = plan_for_call(g, kv_len, softmax_scale, _int32("num_splits", num_splits), variants)
     tensors = fill_tensors(q, k, v, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
+    if tree_mask is not None:
+        tensors.tree_mask, tensors.tree_mask_stride = tree_mask.ptr, tree_stride
     buf, addr = (None, None)
     if plan.workspace_size:
         buf, addr = alloc_workspace(plan.workspace_size)

@@ -65,6 +65,7 @@ FD_BACKEND_REFERENCE = 3
 FD_MAX_SPLITS = 1024
 FD_MAX_Q_LEN = 16              # query rows per sequence, causal
 FD_MAX_Q_LEN_NON_CAUSAL = 128  # ... in non-causal mode (fd_problem.non_causal)
+FD_MAX_Q_LEN_TREE = 64         # ... with a tree mask (fd_problem.tree_mask)
 FD_MAX_MERGE_STATES = 65536
 # fd_problem.deterministic: the fixed split length, and the most keys a sequence may read
 FD_DETERMINISTIC_SPLIT_LEN = 2048
@@ -112,6 +113,8 @@ class FdProblem(ctypes.Structure):
         # multi-head latent attention (MLA)
         ("rope_dim", ctypes.c_int32),          # 0 = standard attention
         ("rope_dtype", _c_enum),               # k_pe_cache's type: 0 = kv_dtype
+        # speculative-decoding trees
+        ("tree_mask", ctypes.c_int32),         # 1: fd_tensors.tree_mask gives the draft keys
     ]
 
 
@@ -166,6 +169,9 @@ class FdTensors(ctypes.Structure):
         ("q_pe_strides", _Strides3),
         ("k_pe_cache", ctypes.c_void_p),        # like k_cache, rope_dim columns
         ("k_pe_strides", _Strides3),
+        # tree masks only (fd_problem.tree_mask = 1)
+        ("tree_mask", ctypes.c_void_p),         # uint64 [batch, q_len]
+        ("tree_mask_stride", ctypes.c_int64),   # 0 = q_len; FD_STRIDE_BROADCAST
     ]
 
 
@@ -243,7 +249,7 @@ _PROBLEM_DECL = [("backend",) + _I32, ("dtype",) + _I32] + [
 ] + [("kv_len_hint",) + _PTR] + [
     (n,) + _I32 for n in ("has_window", "window_left", "logits_soft_cap", "non_causal",
                           "out_dtype", "deterministic", "kv_dtype", "kv_scale", "no_pdl",
-                          "rope_dim", "rope_dtype")]
+                          "rope_dim", "rope_dtype", "tree_mask")]
 _PROBLEM_SIZE = _c_layout(_PROBLEM_DECL)[0]
 _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
     (n,) + _I32 for n in ("backend", "softmax_scale", "kv_capacity", "num_splits", "chunk_len",
@@ -259,7 +265,8 @@ _TENSORS_DECL += [("kv_len",) + _PTR, ("block_table",) + _PTR, ("block_table_str
                   ("lse_strides", 24, 8), ("sinks",) + _PTR, ("k_scale",) + _PTR,
                   ("v_scale",) + _PTR, ("scale_strides", 24, 8),
                   ("q_pe",) + _PTR, ("q_pe_strides", 24, 8),
-                  ("k_pe_cache",) + _PTR, ("k_pe_strides", 24, 8)]
+                  ("k_pe_cache",) + _PTR, ("k_pe_strides", 24, 8),
+                  ("tree_mask",) + _PTR, ("tree_mask_stride",) + _I64]
 _APPEND_DECL = []
 for _n in ("k_new", "v_new", "k_cache", "v_cache"):
     _APPEND_DECL += [(_n,) + _PTR, ({"k_cache": "k", "v_cache": "v"}.get(_n, _n) + "_strides", 24, 8)]

@@ -337,10 +337,16 @@ class DecodePlan:
                  num_splits=0, softmax_scale=None, device=None, kv_len_hint=None,
                  num_threads=0, workspace=None, window_left=-1, logits_soft_cap=0.0,
                  non_causal=False, out_dtype=None, kv_dtype=None, kv_scale=None,
-                 deterministic=False, pdl=True):
+                 deterministic=False, pdl=True, tree_mask=False):
         if device is None:
             device = _default_device()
         kind, index = _core.parse_device(device)
+        if _core.resolve_flag("tree_mask", tree_mask) and kind != "cpu":
+            from .errors import UnsupportedError
+
+            raise UnsupportedError(
+                "tree_mask: a plan on %s; tree masks run on the CPU and reference backends in "
+                "this version: pass device='cpu'" % device, 2, "FD_STATUS_UNSUPPORTED")
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
             use_torch = torch is not None and torch.cuda.is_available()
@@ -352,7 +358,7 @@ class DecodePlan:
             self._out_dtype = _arrays.dtype_name(out_dtype, "out_dtype")
             check_out_dtype(self._out_dtype, self._dtype, "out_dtype")
         self._variants = _core.Variants(window_left, logits_soft_cap, non_causal,
-                                        deterministic, pdl)
+                                        deterministic, pdl, tree_mask)
         self._kv_dtype = resolve_kv_dtype(kv_dtype)
         self._kv_scale = kv_scale_code(kv_scale)
         if kv_capacity is None:
@@ -370,7 +376,8 @@ class DecodePlan:
             non_causal=self._variants.non_causal,
             out_dtype=FD_DTYPE[self._out_dtype] if self._out_dtype != self._dtype else 0,
             kv_dtype=FD_KV_DTYPE.get(self._kv_dtype, 0), kv_scale=self._kv_scale,
-            deterministic=self._variants.deterministic, pdl=self._variants.pdl)
+            deterministic=self._variants.deterministic, pdl=self._variants.pdl,
+            tree_mask=self._variants.tree)
         self._fields.update(self._problem_fields())
         self._plan = _make_plan_on(kind, self._fields)
         self._paged_plans = {}  # num_pages -> this plan for that pool (see _run_plan)
@@ -468,6 +475,11 @@ class DecodePlan:
     @property
     def non_causal(self):
         return bool(self._problem.non_causal)
+
+    @property
+    def tree_mask(self):
+        """True: runs take a tree mask (speculative-decoding trees)."""
+        return bool(self._problem.tree_mask)
 
     @property
     def deterministic(self):
@@ -575,7 +587,7 @@ class DecodePlan:
         return plan
 
     def run(self, q, k_cache, v_cache, kv_len, block_table=None, out=None, lse=None,
-            sinks=None, k_scale=None, v_scale=None):
+            sinks=None, k_scale=None, v_scale=None, tree_mask=None):
         """Run decode attention with this plan.
 
         Parameters
@@ -604,6 +616,10 @@ class DecodePlan:
             float32 on the plan's device for a capturable call (a float is
             copied to the device). fp8 runs check every argument on every
             call (no signature cache).
+        tree_mask : plans made with ``tree_mask=True`` (required there, refused
+            elsewhere): int64 / uint64 [batch, q_len] packed rows, or bool
+            [batch, q_len, q_len], as in :func:`flashdecode.decode`. Tree runs
+            check every argument on every call (no signature cache).
 
         Returns
         -------
@@ -647,9 +663,16 @@ class DecodePlan:
             kv_len = self._host_index(kv_len, "kv_len", self._problem.batch)
         if type(block_table) in _HOST_INDEX_TYPES:
             block_table = self._host_index(block_table, "block_table", None)
-        if self._kv_dtype is not None or k_scale is not None or v_scale is not None:
+        if self._variants.tree or tree_mask is not None:
+            if not self._variants.tree:
+                raise ValueError("tree_mask: given, but the plan was made without "
+                                 "tree_mask=True")
+            if tree_mask is None:
+                raise ValueError("tree_mask: required, the plan was made with tree_mask=True")
+        if self._kv_dtype is not None or k_scale is not None or v_scale is not None or \
+                tree_mask is not None:
             return self._run_and_check(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks,
-                                       None, (k_scale, v_scale))
+                                       None, (k_scale, v_scale), tree_mask)
         try:
             sig = (_signature(q), _signature(k_cache), _signature(v_cache), _signature(kv_len),
                    None if block_table is None else _signature(block_table),
@@ -732,7 +755,7 @@ class DecodePlan:
         return infos
 
     def _run_and_check(self, q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, sig,
-                       scales=(None, None)):
+                       scales=(None, None), tree_mask=None):
         """run() with every check made from scratch; remembers the outcome under ``sig``."""
         foreign = None
         if not _arrays.is_native(q):
@@ -772,6 +795,13 @@ class DecodePlan:
             raise ValueError("k_scale: %s scales, the plan was made for kv_scale=%r"
                              % (names[g.kv_scale], names[self._kv_scale]))
         tensors = fill_tensors(qi, ki, vi, li, bi, oi, ei, si, ksi, vsi)
+        if tree_mask is not None:  # (packed here; kept alive until fd_run returns)
+            from ._tree import check_tree_mask, pack_tree_mask
+
+            tree_mask = pack_tree_mask(tree_mask)
+            ti = describe(tree_mask, "tree_mask")
+            tensors.tree_mask_stride = check_tree_mask(ti, g)
+            tensors.tree_mask = ti.ptr
         plan = self._run_plan(g)
         if foreign is None and sig is not None and _NOT_CACHED not in sig:
             self._remember(sig, tensors,

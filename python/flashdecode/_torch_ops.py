@@ -8,7 +8,7 @@ implementations, so torch.compile traces decode() without a graph break:
                       num_splits, return_lse, sinks?=None, window_left=-1,
                       logits_soft_cap=0., non_causal=False, out_dtype?=None,
                       k_scale?=None, v_scale?=None, kv_dtype?=None,
-                      deterministic=False, pdl=True) -> (out, lse)
+                      deterministic=False, pdl=True, tree_mask?=None) -> (out, lse)
       allocates out [batch, q_len, num_heads_q, head_dim] (q's dtype, or
       out_dtype: float32) and lse [batch, num_heads_q, q_len] float32 (shape (0,)
       when return_lse is False).
@@ -16,7 +16,7 @@ implementations, so torch.compile traces decode() without a graph break:
                           softmax_scale, num_splits, sinks?=None, window_left=-1,
                           logits_soft_cap=0., non_causal=False, k_scale?=None,
                           v_scale?=None, kv_dtype?=None, deterministic=False,
-                          pdl=True) -> ()
+                          pdl=True, tree_mask?=None) -> ()
       writes the caller's out (q's dtype or float32) and lse; mutates_args =
       (out, lse).
   flashdecode::mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table?,
@@ -93,19 +93,26 @@ def _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale=No
 
 
 def _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale=None,
-                v_scale=None, kv_dtype=None):
+                v_scale=None, kv_dtype=None, tree_mask=None):
     infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
-    return check_call(*infos[:8], kv_dtype, infos[8], infos[9])
+    g = check_call(*infos[:8], kv_dtype, infos[8], infos[9])
+    if tree_mask is not None:
+        from ._tree import check_tree_mask
+
+        check_tree_mask(describe(tree_mask, "tree_mask"), g)
+    return g
 
 
 def run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
-                sinks=None, variants=_core.PLAIN, k_scale=None, v_scale=None, kv_dtype=None):
+                sinks=None, variants=_core.PLAIN, k_scale=None, v_scale=None, kv_dtype=None,
+                tree_mask=None):
     """decode() on real torch tensors into out (and lse)."""
     infos = _infos(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale)
     # the C library switches to the plan's device itself (and back)
     device = q.device
     _core.run_decode(*infos[:7], softmax_scale, num_splits, alloc_workspace(device),
-                     stream_of(device), infos[7], variants, kv_dtype, infos[8], infos[9])
+                     stream_of(device), infos[7], variants, kv_dtype, infos[8], infos[9],
+                     None if tree_mask is None else describe(tree_mask, "tree_mask"))
 
 
 @torch.library.custom_op("flashdecode::decode", mutates_args=())
@@ -115,14 +122,15 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
               logits_soft_cap: float = 0.0, non_causal: bool = False,
               out_dtype: Optional[torch.dtype] = None, k_scale: Optional[Tensor] = None,
               v_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
-              deterministic: bool = False, pdl: bool = True) -> Tuple[Tensor, Tensor]:
+              deterministic: bool = False, pdl: bool = True,
+              tree_mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse_shape = _lse_shape(q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse if return_lse else None,
                 softmax_scale, num_splits, sinks,
                 _core.Variants(window_left, logits_soft_cap, non_causal, deterministic, pdl),
-                k_scale, v_scale, kv_dtype)
+                k_scale, v_scale, kv_dtype, tree_mask)
     return out, lse
 
 
@@ -130,9 +138,9 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
 def _decode_fake(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits,
                  return_lse, sinks=None, window_left=-1, logits_soft_cap=0.0, non_causal=False,
                  out_dtype=None, k_scale=None, v_scale=None, kv_dtype=None, deterministic=False,
-                 pdl=True):
+                 pdl=True, tree_mask=None):
     _check_meta(q, k_cache, v_cache, kv_len, block_table, None, None, sinks, k_scale, v_scale,
-                kv_dtype)
+                kv_dtype, tree_mask)
     if out_dtype is not None:
         check_out_dtype(str(out_dtype).replace("torch.", ""), describe(q, "q").dtype,
                         "out_dtype")
@@ -148,20 +156,21 @@ def decode_out_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_len: Tensor,
                   window_left: int = -1, logits_soft_cap: float = 0.0,
                   non_causal: bool = False, k_scale: Optional[Tensor] = None,
                   v_scale: Optional[Tensor] = None, kv_dtype: Optional[str] = None,
-                  deterministic: bool = False, pdl: bool = True) -> None:
+                  deterministic: bool = False, pdl: bool = True,
+                  tree_mask: Optional[Tensor] = None) -> None:
     run_tensors(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale, num_splits,
                 sinks, _core.Variants(window_left, logits_soft_cap, non_causal, deterministic,
                                       pdl),
-                k_scale, v_scale, kv_dtype)
+                k_scale, v_scale, kv_dtype, tree_mask)
 
 
 @decode_out_op.register_fake
 def _decode_out_fake(q, k_cache, v_cache, kv_len, block_table, out, lse, softmax_scale,
                      num_splits, sinks=None, window_left=-1, logits_soft_cap=0.0,
                      non_causal=False, k_scale=None, v_scale=None, kv_dtype=None,
-                     deterministic=False, pdl=True):
+                     deterministic=False, pdl=True, tree_mask=None):
     _check_meta(q, k_cache, v_cache, kv_len, block_table, out, lse, sinks, k_scale, v_scale,
-                kv_dtype)
+                kv_dtype, tree_mask)
 
 
 def _compiling():
@@ -246,7 +255,7 @@ def as_scale_tensor(x, name, q):
 
 
 def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, return_lse,
-           out, sinks=None, variants=_core.PLAIN, out_dtype=None, fp8=None):
+           out, sinks=None, variants=_core.PLAIN, out_dtype=None, fp8=None, tree_mask=None):
     """flashdecode.decode for torch tensors (see flashdecode.decode)."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
         if t is not None and not isinstance(t, Tensor):
@@ -257,6 +266,15 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
         block_table = _as_index_tensor(block_table, "block_table", q, False)
     if sinks is not None:
         sinks = _as_sinks_tensor(sinks, q)
+    if tree_mask is not None:
+        from ._tree import pack_tree_mask
+
+        if not isinstance(tree_mask, Tensor):
+            tree_mask = torch.as_tensor(pack_tree_mask(tree_mask).astype("int64", copy=False)
+                                        if hasattr(tree_mask, "dtype") else tree_mask)
+        tree_mask = pack_tree_mask(tree_mask)
+        if tree_mask.dtype == torch.uint64:
+            tree_mask = tree_mask.view(torch.int64)  # (the same bits; the op schema's type)
     scale = _core.resolve_scale(softmax_scale)
     from ._api import resolve_out_dtype
 
@@ -275,14 +293,14 @@ def decode(q, k_cache, v_cache, kv_len, block_table, softmax_scale, num_splits, 
                                                 cap, nc,
                                                 None if out_name is None
                                                 else getattr(torch, out_name), ks, vs, kvd,
-                                                det, pdl)
+                                                det, pdl, tree_mask)
         return (out, lse) if return_lse else out
     lse = None
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     torch.ops.flashdecode.decode_out(q, k_cache, v_cache, kv_len, block_table, out, lse, scale,
                                      _core._int32("num_splits", num_splits), sinks, w, cap, nc,
-                                     ks, vs, kvd, det, pdl)
+                                     ks, vs, kvd, det, pdl, tree_mask)
     return (out, lse) if return_lse else out
 
 

@@ -21,6 +21,12 @@
  * small_* steps) take longer key blocks, up to FD_CPU_SMALL_BLOCK, and one
  * softmax call for all heads of a pass.
  *
+ * Tree masks (fd_problem.tree_mask): rows keep sharing every key block; a
+ * row's keys end at its highest draft bit (fd_tree_row_keys), a block holding
+ * draft keys gets the rows' masks (the kernels give hidden keys a score of
+ * -inf, fd_cpu_adjust_row), and a row that sees none of a block's keys gets
+ * count 0 there. Blocks of prefix keys run exactly as without a mask.
+ *
  * fp8 caches (kv_dtype E4M3 / E5M2): before each kernel call the driver
  * widens the head's keys (or values) of the block into a float32 buffer on
  * the thread's stack, each times its scale (cpu_fp8.c), and runs the float32
@@ -222,10 +228,19 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
    * before the lowest lower bound are not read (tile_begin). */
   int32_t tile_end = begin, tile_begin = end;
   int windowed = 0; /* some row's lower bound is inside the keys read */
+  /* tree masks (row_keys.h): each row's mask; the prefix keys are every
+   * row's, so only blocks holding draft keys are masked */
+  uint64_t tree[FD_CPU_MAX_ROWS];
+  const int32_t prefix = kv_len - q_len; /* draft key 0 */
   for (int r = 0; r < rows; r++) {
     int lo, hi;
-    fd_row_keys((row0 + r) % q_len, q_len, kv_len, p->window_left, p->non_causal, begin, end, &lo,
-                &hi);
+    if (p->tree_mask) {
+      tree[r] = t->tree_mask[(int64_t)b * t->tree_mask_stride + (row0 + r) % q_len];
+      fd_tree_row_keys(tree[r], q_len, kv_len, begin, end, &lo, &hi);
+    } else {
+      fd_row_keys((row0 + r) % q_len, q_len, kv_len, p->window_left, p->non_causal, begin, end,
+                  &lo, &hi);
+    }
     limit[r] = hi;
     lower[r] = lo;
     if (hi > lo && lo < tile_begin) tile_begin = lo;
@@ -300,6 +315,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       int f = 0;
       if (windowed && lower[r] > j0) f = lower[r] - j0 < nb ? lower[r] - j0 : nb;
       if (f >= n) n = 0, f = 0; /* the row sees none of the block's keys */
+      if (p->tree_mask && n > 0 && !fd_tree_sees_any(tree[r], q_len, kv_len, j0, j0 + n)) n = 0;
       count[r] = n;
       first[r] = f;
       every &= n == nb && f == 0;
@@ -316,6 +332,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         .scratch = scratch,
         .count = every ? NULL : count,
         .first = masked ? first : NULL,
+        .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
+        .tree_off = prefix - j0,
         .keys = keys,
         .values = values,
         .scale = plan->softmax_scale,

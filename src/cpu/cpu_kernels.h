@@ -83,6 +83,11 @@ typedef struct fd_cpu_block {
   ptrdiff_t key_off, value_off; /* bytes */
   const int *first;          /* [rows] first key of the block each row sees (keys
                                 before it are masked: a sliding window), or NULL: 0 */
+  const uint64_t *tree;      /* [rows] tree masks (row_keys.h), or NULL: key j of the
+                                block is draft key j - tree_off; a draft key whose bit
+                                is clear is masked */
+  int tree_off;              /* the block index of draft key 0 (may be < 0 or past
+                                the block) */
   float scale;               /* softmax_scale */
   float soft_cap;            /* logits_soft_cap: s = cap * tanh(s / cap); 0 = off */
   int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
@@ -94,7 +99,9 @@ typedef void (*fd_cpu_step_fn)(const fd_cpu_block *blk);
 /* The variants' step between the scores and the online softmax, on row r's
  * n scaled scores s[0..n): the soft-cap, then the window's mask (keys before
  * first[r] get -inf; the driver makes first[r] < n or n = 0, so every row
- * that reaches the softmax keeps a finite score). Every kernel calls it
+ * that reaches the softmax keeps a finite score), then the tree mask (draft
+ * keys whose bit is clear get -inf; the driver makes n = 0 for a row that
+ * sees none of the block's keys). Every kernel calls it
  * (fd_cpu_adjust_scores) after writing scores and before their max. */
 static inline void fd_cpu_adjust_row(const fd_cpu_block *b, int r, float *s, int n) {
   if (b->soft_cap > 0.0f) {
@@ -105,11 +112,16 @@ static inline void fd_cpu_adjust_row(const fd_cpu_block *b, int r, float *s, int
     const int f = b->first[r] < n ? b->first[r] : n;
     for (int j = 0; j < f; j++) s[j] = -INFINITY;
   }
+  if (b->tree) { /* draft keys the row's mask hides (the driver keeps one key it sees) */
+    const uint64_t mask = b->tree[r];
+    for (int j = b->tree_off > 0 ? b->tree_off : 0; j < n; j++)
+      if (!((mask >> (j - b->tree_off)) & 1u)) s[j] = -INFINITY;
+  }
 }
 
 /* fd_cpu_adjust_row for every row of the block (scratch rows `stride` apart). */
 static inline void fd_cpu_adjust_scores(const fd_cpu_block *b, int stride) {
-  if (b->soft_cap == 0.0f && !b->first) return;
+  if (b->soft_cap == 0.0f && !b->first && !b->tree) return;
   for (int r = 0; r < b->rows; r++) {
     const int n = b->count ? b->count[r] : b->num_keys;
     if (n > 0) fd_cpu_adjust_row(b, r, b->scratch + (ptrdiff_t)r * stride, n);

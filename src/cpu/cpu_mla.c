@@ -158,11 +158,19 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   int count[FD_CPU_MLA_TILE_ROWS];
   const void *keys[FD_CPU_MLA_BLOCK];
 
-  /* rows see keys [begin, limit[r]) (causal; fd_row_keys) */
+  /* rows see keys [begin, limit[r]) (causal: fd_row_keys; with a tree mask
+   * fd_tree_row_keys, the mask hiding draft keys inside the blocks) */
   int32_t tile_end = begin;
+  uint64_t tree[FD_CPU_MLA_TILE_ROWS];
+  const int32_t prefix = kv_len - q_len; /* draft key 0 */
   for (int r = 0; r < rows; r++) {
     int lo, hi;
-    fd_row_keys((row0 + r) % q_len, q_len, kv_len, -1, 0, begin, end, &lo, &hi);
+    if (p->tree_mask) {
+      tree[r] = t->tree_mask[(int64_t)b * t->tree_mask_stride + (row0 + r) % q_len];
+      fd_tree_row_keys(tree[r], q_len, kv_len, begin, end, &lo, &hi);
+    } else {
+      fd_row_keys((row0 + r) % q_len, q_len, kv_len, -1, 0, begin, end, &lo, &hi);
+    }
     limit[r] = hi;
     if (hi > tile_end) tile_end = hi;
     const int h = (row0 + r) / q_len, tok = (row0 + r) % q_len;
@@ -188,6 +196,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
       int n = limit[r] - j0;
       if (n > nb) n = nb;
       if (n < 0) n = 0;
+      if (p->tree_mask && n > 0 && !fd_tree_sees_any(tree[r], q_len, kv_len, j0, j0 + n)) n = 0;
       count[r] = n;
       every &= n == nb;
     }
@@ -203,6 +212,8 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .count = every ? NULL : count,
         .keys = keys,
         .values = keys,
+        .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
+        .tree_off = prefix - j0,
         .scale = plan->softmax_scale,
         .rows = rows,
         .num_keys = nb,

@@ -86,8 +86,13 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         /* visible keys [lo, hi) of all kv_len (fd_row_keys, row_keys.h:
          * the rule every backend follows) */
         int lo, hi;
-        fd_row_keys(tok, q_len, t->kv_len[b], window_left, p->non_causal, 0, t->kv_len[b], &lo,
-                    &hi);
+        const int tree = p->tree_mask; /* keys of [lo, hi) the mask hides are skipped */
+        const uint64_t mask = tree ? t->tree_mask[(int64_t)b * t->tree_mask_stride + tok] : 0;
+        const int kv = t->kv_len[b];
+        if (tree)
+          fd_tree_row_keys(mask, q_len, kv, 0, kv, &lo, &hi);
+        else
+          fd_row_keys(tok, q_len, kv, window_left, p->non_causal, 0, kv, &lo, &hi);
         const int has_sink = t->sinks != NULL;
         const double sink = has_sink ? (double)t->sinks[h] : -INFINITY;
         double *o = out64 + (((int64_t)b * q_len + tok) * num_heads_q + h) * head_dim;
@@ -116,6 +121,10 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         /* scores (att[j - lo]) and their max, the sink included */
         double max = sink;
         for (int64_t j = lo; j < hi; j++) {
+          if (tree && !fd_tree_key_seen(mask, q_len, kv, (int)j)) {
+            att[j - lo] = -INFINITY; /* not seen: no weight, not read */
+            continue;
+          }
           const int64_t k_off = kv_offset(plan, t, t->k_strides, b, (int32_t)j, hk);
           /* an fp8 key is k_fp8 * k_scale: exact in double (4 + 24 bits) */
           const double ks = kv_scale_at(plan, t, t->k_scale, b, (int32_t)j, hk);
@@ -158,6 +167,7 @@ fd_status fd_reference_f64(const fd_plan *plan, const fd_tensors *t,
         const int64_t *v_strides = rope_dim > 0 ? t->k_strides : t->v_strides;
         const float *v_scale = rope_dim > 0 ? t->k_scale : t->v_scale;
         for (int64_t j = lo; j < hi; j++) {
+          if (tree && !fd_tree_key_seen(mask, q_len, kv, (int)j)) continue;
           const int64_t v_off = kv_offset(plan, t, v_strides, b, (int32_t)j, hk);
           const double vs = kv_scale_at(plan, t, v_scale, b, (int32_t)j, hk);
           const double w = att[j - lo] / sum;

@@ -38,3 +38,15 @@ def test_deepseek_mla_decode_cpu(args):
     res = run_example("deepseek_mla_decode.py", "--device", "cpu", *args)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "PASS" in res.stdout and "max error" in res.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the example needs torch")
+@pytest.mark.parametrize("args", [
+    (),
+    ("--nodes", "64", "--prefix-len", "0", "--dtype", "bfloat16", "--batch", "1"),
+    ("--nodes", "1", "--num-heads-q", "4", "--num-heads-kv", "4", "--dtype", "float16"),
+], ids=["defaults", "64-nodes-no-prefix-bf16", "one-node-mha-f16"])
+def test_tree_verify_cpu(args):
+    res = run_example("tree_verify.py", *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS" in res.stdout and "max error" in res.stdout
