@@ -7,6 +7,7 @@
  * microseconds each). Only clang builds on machines without AVX-512 still ask
  * cpuid for F16C (clang's __builtin_cpu_supports does not know "f16c").
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -54,4 +55,23 @@ int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
     case FD_CPU_ISA_SCALAR: return fd_cpu_kernels_scalar(dtype, k);
   }
   return 0;
+}
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+
+fd_status fd_cpu_isa_choose(const char *env, int32_t *isa, fd_error *err) {
+  const fd_cpu_isa best = fd_cpu_isa_detect();
+  *isa = (int32_t)best;
+  if (!env || !*env || !strcmp(env, "auto")) return FD_STATUS_OK;
+  for (int i = 0; i < (int)(sizeof isa_names / sizeof isa_names[0]); i++) {
+    if (strcmp(env, isa_names[i]) != 0) continue;
+    if (i > (int)best)
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "FD_CPU_ISA: %s is not available on this CPU or build (best: %s)", env,
+                     isa_names[best]);
+    *isa = i;
+    return FD_STATUS_OK;
+  }
+  return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                 "FD_CPU_ISA: '%.40s' is not auto, scalar, avx2, avx512 or avx512_bf16", env);
 }
