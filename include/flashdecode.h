@@ -202,10 +202,11 @@
  *   (vdpbf16ps bf16 scores; chosen on AMD only), AVX-512 F/BW/VL, AVX2 + FMA
  *   + F16C, or portable C. The environment variable FD_CPU_ISA (auto,
  *   scalar, avx2, avx512, avx512_bf16), read in fd_plan_init, forces a
- *   narrower one (tests and CI run every path the machine has); the plan
- *   records the choice in plan.cpu_isa. fd_plan_init returns
+ *   narrower one (tests and CI run every path the machine has), or
+ *   avx512_bf16 on an Intel CPU that has it; the plan
+ *   records the choice in plan.cpu_isa. For a CPU plan, fd_plan_init returns
  *   FD_STATUS_INVALID_ARGUMENT for another value, FD_STATUS_UNSUPPORTED for a
- *   set this CPU or build lacks.
+ *   set this CPU or build lacks; other backends ignore it.
  *
  * ERRORS
  *   Every function that can fail returns an fd_status and, when `err` is not

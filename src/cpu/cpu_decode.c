@@ -581,7 +581,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
 
 fd_status fd_cpu_run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace,
                          fd_cpu_isa isa, fd_error *err) {
-  if (isa > fd_cpu_isa_detect())
+  if (isa > fd_cpu_isa_available())
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: instruction set %d is not available here",
                    (int)isa);
   return run_isa(plan, t, workspace, isa, err);

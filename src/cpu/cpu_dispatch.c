@@ -27,7 +27,8 @@ static int has_f16c(void) { return __builtin_cpu_supports("f16c"); }
 #endif
 #endif
 
-fd_cpu_isa fd_cpu_isa_detect(void) {
+/* The widest set this machine can run; amd_only_bf16: AVX-512 BF16 only on AMD. */
+static fd_cpu_isa widest(int amd_only_bf16) {
 #ifdef FD_X86
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     return FD_CPU_ISA_SCALAR;
@@ -37,14 +38,20 @@ fd_cpu_isa fd_cpu_isa_detect(void) {
     /* vdpbf16ps (the bf16 scores of FD_CPU_ISA_AVX512_BF16) made them faster
      * than the FMA kernel on AMD Zen 4; on Intel Sapphire Rapids it issued at
      * half the FMA rate and did not */
-    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd")) return FD_CPU_ISA_AVX512_BF16;
+    if (__builtin_cpu_supports("avx512bf16") && (!amd_only_bf16 || __builtin_cpu_is("amd")))
+      return FD_CPU_ISA_AVX512_BF16;
     return FD_CPU_ISA_AVX512;
   }
   return has_f16c() ? FD_CPU_ISA_AVX2 : FD_CPU_ISA_SCALAR;
 #else
+  (void)amd_only_bf16;
   return FD_CPU_ISA_SCALAR;
 #endif
 }
+
+fd_cpu_isa fd_cpu_isa_detect(void) { return widest(1); }
+
+fd_cpu_isa fd_cpu_isa_available(void) { return widest(0); }
 
 int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
   memset(k, 0, sizeof *k); /* optional entries a getter leaves out: none */
@@ -60,8 +67,8 @@ int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
 
 fd_status fd_cpu_isa_choose(const char *env, int32_t *isa, fd_error *err) {
-  const fd_cpu_isa best = fd_cpu_isa_detect();
-  *isa = (int32_t)best;
+  const fd_cpu_isa best = fd_cpu_isa_available();
+  *isa = (int32_t)fd_cpu_isa_detect();
   if (!env || !*env || !strcmp(env, "auto")) return FD_STATUS_OK;
   for (int i = 0; i < (int)(sizeof isa_names / sizeof isa_names[0]); i++) {
     if (strcmp(env, isa_names[i]) != 0) continue;

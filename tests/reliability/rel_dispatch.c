@@ -95,7 +95,7 @@ static void cpu_every_isa_every_head_dim(void **state) {
 static void cpu_isa_environment_switch(void **state) {
   const rel_env *env = REL_ENV(state);
   static const char *const names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
-  const fd_cpu_isa best = fd_cpu_isa_detect();
+  const fd_cpu_isa best = fd_cpu_isa_available();
   fd_problem p;
   memset(&p, 0, sizeof p);
   p.backend = FD_BACKEND_CPU;
@@ -109,7 +109,7 @@ static void cpu_isa_environment_switch(void **state) {
   fd_error err;
   unsetenv("FD_CPU_ISA");
   assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
-  assert_int_equal(plan.cpu_isa, (int32_t)best);
+  assert_int_equal(plan.cpu_isa, (int32_t)fd_cpu_isa_detect());
   for (int i = 0; i < 4; i++) {
     setenv("FD_CPU_ISA", names[i], 1);
     memset(&plan, 0xff, sizeof plan);
