@@ -238,6 +238,17 @@
  *   libgomp's idle workers spin for a while after each region, which shows
  *   as CPU time a host's other threads cannot use.
  *
+ * CPU INSTRUCTION SETS
+ *   The CPU backend runs the widest kernels the processor has: AVX-512 BF16
+ *   (vdpbf16ps bf16 scores; chosen on AMD only), AVX-512 F/BW/VL, AVX2 + FMA
+ *   + F16C, or portable C. The environment variable FD_CPU_ISA (auto,
+ *   scalar, avx2, avx512, avx512_bf16), read in fd_plan_init, forces a
+ *   narrower one (tests and CI run every path the machine has), or
+ *   avx512_bf16 on an Intel CPU that has it; the plan
+ *   records the choice in plan.cpu_isa. For a CPU plan, fd_plan_init returns
+ *   FD_STATUS_INVALID_ARGUMENT for another value, FD_STATUS_UNSUPPORTED for a
+ *   set this CPU or build lacks; other backends ignore it.
+ *
  * ERRORS
  *   Every function that can fail returns an fd_status and, when `err` is not
  *   NULL, writes a one-line message naming the argument at fault and why.
@@ -516,6 +527,9 @@ typedef struct fd_plan {
   size_t ws_partial_o;    /* float [batch*num_heads_q*q_len][num_splits][head_dim] */
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
   size_t ws_counters;     /* uint32 [batch*num_heads_kv] */
+  int32_t cpu_isa;        /* CPU: the instruction set fd_run runs (0 portable C, 1 AVX2,
+                             2 AVX-512, 3 AVX-512 BF16; see CPU INSTRUCTION SETS);
+                             informational, read-only */
 } fd_plan;
 
 /*
@@ -744,8 +758,8 @@ typedef struct fd_tensors {
  * Inf in that key's V (the kernels multiply it by a zero weight).
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
- * backend sums each 32-key block (MLA: 128 keys) in float32 and the blocks
- * in double; the
+ * backend sums up to 128 keys (head_dim <= 8: one block of up to 256) in
+ * float32 and those sums in double; the
  * CUDA float32 kernel keeps compensated sums (each tile's p v folded into
  * the running sum by Fast2Sum, the dropped part carried); the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one

@@ -7,6 +7,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -417,6 +418,7 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
     if (p->num_threads == 0) p->num_threads = fd_cpu_default_threads();
     plan->num_threads = p->num_threads;
     plan->sm_count = p->num_threads;
+    if (p->backend == FD_BACKEND_CPU) return fd_cpu_isa_choose(getenv("FD_CPU_ISA"), &plan->cpu_isa, err);
     return FD_STATUS_OK;
   }
   if (given) {

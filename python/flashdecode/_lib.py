@@ -137,6 +137,7 @@ class FdPlan(ctypes.Structure):
         ("ws_partial_o", ctypes.c_size_t),
         ("ws_partial_ml", ctypes.c_size_t),
         ("ws_counters", ctypes.c_size_t),
+        ("cpu_isa", ctypes.c_int32),           # CPU: the instruction set fd_run runs
     ]
 
 
@@ -256,7 +257,7 @@ _PLAN_DECL = [("problem", _PROBLEM_SIZE, 8)] + [
                           "sm_count", "num_threads", "kernel")
 ] + [("workspace_size",) + _I64, ("magic",) + _I32, ("split_keys",) + _I32,
      ("ws_partial_o",) + _I64,
-     ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64]
+     ("ws_partial_ml",) + _I64, ("ws_counters",) + _I64, ("cpu_isa",) + _I32]
 _TENSORS_DECL = []
 for _n in ("q", "k", "v"):
     _TENSORS_DECL += [({"q": "q"}.get(_n, _n + "_cache"),) + _PTR, (_n + "_strides", 24, 8)]

@@ -47,6 +47,9 @@
 #include "row_keys.h"
 #include "split.h"
 
+/* Key blocks (FD_CPU_KEY_BLOCK) summed in float32 before fd_cpu_fold adds
+ * them into the double sums (the small steps' longer blocks: every block). */
+#define FD_CPU_FOLD_BLOCKS 4
 /* Floats of q in one pass: heads * rows * head_dim (as many accumulators). */
 #define FD_CPU_PASS_FLOATS 4096
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
@@ -257,10 +260,10 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
                       (const char *)t->q + q_off * (int64_t)c->elem_size, p->dtype, head_dim);
     }
   }
-  /* Two-level sums: the kernels add a key block into acc and l (float), which
-   * fd_cpu_fold() then adds into outer and l_out (double, relative to m_out) and
-   * clears, so float sums never run over more than a block of keys and the
-   * error does not grow with the split's length. */
+  /* Two-level sums: the kernels add key blocks into acc and l (float), which
+   * fd_cpu_fold() then adds into outer and l_out (double, relative to m_out)
+   * and clears every FD_CPU_FOLD_BLOCKS blocks, so float sums never run over
+   * more than 128 keys and the error does not grow with the split's length. */
   _Static_assert(FD_CPU_PASS_FLOATS <= 4096, "outer fits the stack");
   double outer[FD_CPU_PASS_FLOATS]; /* [heads][rows][head_dim] */
   double l_out[FD_CPU_PASS_ROWS];
@@ -287,6 +290,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     k_pos = (ptrdiff_t)t->k_strides[1] * (ptrdiff_t)c->kv_elem_size;
     v_pos = (ptrdiff_t)t->v_strides[1] * (ptrdiff_t)c->kv_elem_size;
   }
+  int pending = 0; /* key blocks summed in float since the last fold */
   int nb; /* keys in this block; j0 + nb never overflows (<= tile_end) */
   for (int32_t j0 = tile_begin; j0 < tile_end; j0 += nb) {
     nb = tile_end - j0 < c->block ? tile_end - j0 : c->block;
@@ -379,8 +383,12 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
           c->kernels.values(&blk);
       }
     }
-    fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+    if (++pending == FD_CPU_FOLD_BLOCKS) {
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+      pending = 0;
+    }
   }
+  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
   float natural[256]; /* [head_dim] one row of acc in column order */
@@ -591,12 +599,12 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
 
 fd_status fd_cpu_run_isa(const fd_plan *plan, const fd_tensors *t, void *workspace,
                          fd_cpu_isa isa, fd_error *err) {
-  if (isa > fd_cpu_isa_detect())
+  if (isa > fd_cpu_isa_available())
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: instruction set %d is not available here",
                    (int)isa);
   return run_isa(plan, t, workspace, isa, err);
 }
 
 fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_error *err) {
-  return run_isa(plan, t, workspace, fd_cpu_isa_detect(), err);
+  return run_isa(plan, t, workspace, (fd_cpu_isa)plan->cpu_isa, err); /* fd_plan_init checked it */
 }

@@ -7,6 +7,7 @@
  * microseconds each). Only clang builds on machines without AVX-512 still ask
  * cpuid for F16C (clang's __builtin_cpu_supports does not know "f16c").
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -26,7 +27,8 @@ static int has_f16c(void) { return __builtin_cpu_supports("f16c"); }
 #endif
 #endif
 
-fd_cpu_isa fd_cpu_isa_detect(void) {
+/* The widest set this machine can run; amd_only_bf16: AVX-512 BF16 only on AMD. */
+static fd_cpu_isa widest(int amd_only_bf16) {
 #ifdef FD_X86
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     return FD_CPU_ISA_SCALAR;
@@ -36,14 +38,20 @@ fd_cpu_isa fd_cpu_isa_detect(void) {
     /* vdpbf16ps (the bf16 scores of FD_CPU_ISA_AVX512_BF16) made them faster
      * than the FMA kernel on AMD Zen 4; on Intel Sapphire Rapids it issued at
      * half the FMA rate and did not */
-    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd")) return FD_CPU_ISA_AVX512_BF16;
+    if (__builtin_cpu_supports("avx512bf16") && (!amd_only_bf16 || __builtin_cpu_is("amd")))
+      return FD_CPU_ISA_AVX512_BF16;
     return FD_CPU_ISA_AVX512;
   }
   return has_f16c() ? FD_CPU_ISA_AVX2 : FD_CPU_ISA_SCALAR;
 #else
+  (void)amd_only_bf16;
   return FD_CPU_ISA_SCALAR;
 #endif
 }
+
+fd_cpu_isa fd_cpu_isa_detect(void) { return widest(1); }
+
+fd_cpu_isa fd_cpu_isa_available(void) { return widest(0); }
 
 int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
   memset(k, 0, sizeof *k); /* optional entries a getter leaves out: none */
@@ -54,4 +62,23 @@ int fd_cpu_kernels_get(fd_cpu_isa isa, fd_dtype dtype, fd_cpu_kernels *k) {
     case FD_CPU_ISA_SCALAR: return fd_cpu_kernels_scalar(dtype, k);
   }
   return 0;
+}
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+
+fd_status fd_cpu_isa_choose(const char *env, int32_t *isa, fd_error *err) {
+  const fd_cpu_isa best = fd_cpu_isa_available();
+  *isa = (int32_t)fd_cpu_isa_detect();
+  if (!env || !*env || !strcmp(env, "auto")) return FD_STATUS_OK;
+  for (int i = 0; i < (int)(sizeof isa_names / sizeof isa_names[0]); i++) {
+    if (strcmp(env, isa_names[i]) != 0) continue;
+    if (i > (int)best)
+      return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                     "FD_CPU_ISA: %s is not available on this CPU or build (best: %s)", env,
+                     isa_names[best]);
+    *isa = i;
+    return FD_STATUS_OK;
+  }
+  return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                 "FD_CPU_ISA: '%.40s' is not auto, scalar, avx2, avx512 or avx512_bf16", env);
 }

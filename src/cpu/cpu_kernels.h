@@ -200,8 +200,12 @@ static inline void fd_cpu_unpair_row(float *dst, const float *src, int head_dim)
     }
 }
 
-/* The best instruction set this machine (and build) has. */
+/* The instruction set fd_run takes by default: the best this machine (and
+ * build) has, AVX-512 BF16 only on AMD. */
 fd_cpu_isa fd_cpu_isa_detect(void);
+/* The widest set this machine can run (AVX-512 BF16 wherever the CPU has
+ * it): what FD_CPU_ISA and fd_cpu_run_isa may force. */
+fd_cpu_isa fd_cpu_isa_available(void);
 
 /* Kernels of `isa` for `dtype` into *k. Returns 0 when this build has no
  * kernels for isa (non-x86), 1 otherwise. Does not check the machine. */

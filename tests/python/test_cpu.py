@@ -369,7 +369,7 @@ def test_struct_sizes_match_the_header_on_lp64():
     assert _lib.FdProblem.no_pdl.offset == 104
     assert _lib.FdProblem.rope_dim.offset == 108 and _lib.FdProblem.rope_dtype.offset == 112
     assert _lib.FdProblem.tree_mask.offset == 116
-    assert ctypes.sizeof(_lib.FdPlan) == 192
+    assert ctypes.sizeof(_lib.FdPlan) == 200 and _lib.FdPlan.cpu_isa.offset == 192
     assert ctypes.sizeof(_lib.FdTensors) == 312 and _lib.FdTensors.sinks.offset == 184
     assert _lib.FdTensors.tree_mask.offset == 296 and _lib.FdTensors.tree_mask_stride.offset == 304
     assert _lib.FdTensors.k_scale.offset == 192 and _lib.FdTensors.scale_strides.offset == 208

@@ -8,8 +8,12 @@
  *   reference: every head_dim works;
  *   CUDA: head_dim 64, 128 and 256 work, every other one is unsupported
  *        (fd_plan_init and fd_decode), and fd_decode leaves out untouched.
+ *   FD_CPU_ISA: each set this machine has is recorded in plan.cpu_isa and
+ *        runs through fd_run; another name or a set it lacks is refused.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
@@ -84,6 +88,50 @@ static void cpu_every_isa_every_head_dim(void **state) {
   run_all(env, cases, n, what);
 }
 
+/* The FD_CPU_ISA switch (read by fd_plan_init): unset, the best set; each
+ * name of a set this machine has, that set, recorded in plan.cpu_isa, and a
+ * few cases through fd_run (the harness plans them under it); a set above
+ * the best UNSUPPORTED; another name INVALID_ARGUMENT, naming the variable. */
+static void cpu_isa_environment_switch(void **state) {
+  const rel_env *env = REL_ENV(state);
+  static const char *const names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+  const fd_cpu_isa best = fd_cpu_isa_available();
+  fd_problem p;
+  memset(&p, 0, sizeof p);
+  p.backend = FD_BACKEND_CPU;
+  p.dtype = FD_DTYPE_BF16;
+  p.batch = 1;
+  p.num_heads_q = 4;
+  p.num_heads_kv = 1;
+  p.head_dim = 128;
+  p.kv_capacity = 64;
+  fd_plan plan;
+  fd_error err;
+  unsetenv("FD_CPU_ISA");
+  assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
+  assert_int_equal(plan.cpu_isa, (int32_t)fd_cpu_isa_detect());
+  for (int i = 0; i < 4; i++) {
+    setenv("FD_CPU_ISA", names[i], 1);
+    memset(&plan, 0xff, sizeof plan);
+    const fd_status st = fd_plan_init(&plan, &p, &err);
+    if (i > (int)best) {
+      assert_int_equal(st, FD_STATUS_UNSUPPORTED);
+      continue;
+    }
+    assert_int_equal(st, FD_STATUS_OK);
+    assert_int_equal(plan.cpu_isa, i);
+    fd_case cases[3];
+    for (int t = 0; t < 3; t++) cases[t] = small_case(env, FD_BACKEND_CPU, dtypes[t], 96 + 32 * t, 1 + t);
+    char what[64];
+    snprintf(what, sizeof what, "FD_CPU_ISA=%s, fd_run", names[i]);
+    run_all(env, cases, 3, what);
+  }
+  setenv("FD_CPU_ISA", "avx9", 1);
+  assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "FD_CPU_ISA"));
+  unsetenv("FD_CPU_ISA");
+}
+
 static void reference_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
   static fd_case cases[256 * 3];
@@ -147,6 +195,7 @@ rel_group rel_group_dispatch(fd_backend backend) {
   static const struct CMUnitTest cpu[] = {
       {"cpu_every_head_dim_and_ratio", cpu_every_head_dim_and_ratio, NULL, NULL, NULL},
       {"cpu_every_isa_every_head_dim", cpu_every_isa_every_head_dim, NULL, NULL, NULL},
+      {"cpu_isa_environment_switch", cpu_isa_environment_switch, NULL, NULL, NULL},
       {"reference_every_head_dim", reference_every_head_dim, NULL, NULL, NULL},
   };
   static const struct CMUnitTest cuda[] = {
