@@ -176,24 +176,7 @@ class MLADecodePlan(DecodePlan):
             names = {v: n for n, v in KV_SCALES.items()}
             raise ValueError("k_scale: %s scales, the plan was made for kv_scale=%r"
                              % (names[g.kv_scale], names[self._kv_scale]))
-        if p.page_size == 0:
-            if g.paged:
-                raise ValueError("block_table: given, but the plan is for a contiguous cache")
-            if k.shape[1] < self._plan.kv_capacity:
-                raise ValueError("ckv_cache: capacity %d (dimension 1) is below the plan's "
-                                 "kv_capacity %d" % (k.shape[1], self._plan.kv_capacity))
-            return
-        if not g.paged:
-            raise ValueError("block_table: required, the plan is for a paged cache")
-        if g.page_size != p.page_size:
-            raise ValueError("ckv_cache: page_size %d (dimension 1), the plan was made for %d"
-                             % (g.page_size, p.page_size))
-        if g.max_pages_per_seq < p.max_pages_per_seq:
-            raise ValueError("block_table: %d columns, the plan needs max_pages_per_seq = %d"
-                             % (g.max_pages_per_seq, p.max_pages_per_seq))
-        if p.num_pages > 0 and g.num_pages < p.num_pages:
-            raise ValueError("ckv_cache: %d pages, the plan was made for num_pages = %d"
-                             % (g.num_pages, p.num_pages))
+        self._check_cache_layout(g, k, "ckv_cache")
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, kv_len, block_table=None, out=None,
             lse=None, k_scale=None):

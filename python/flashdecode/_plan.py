@@ -552,24 +552,30 @@ class DecodePlan:
                 raise swapped
             raise ValueError("k_cache: %d kv heads, the plan was made for %d"
                              % (g.num_heads_kv, p.num_heads_kv))
+        self._check_cache_layout(g, k, "k_cache")
+
+    def _check_cache_layout(self, g, k, name):
+        """The cache `k` (called `name` in errors) and the block table of Geometry g against
+        the plan's paging: contiguous with enough capacity, or paged like the plan."""
+        p = self._problem
         if p.page_size == 0:
             if g.paged:
                 raise ValueError("block_table: given, but the plan is for a contiguous cache")
             if k.shape[1] < self._plan.kv_capacity:
-                raise ValueError("k_cache: capacity %d (dimension 1) is below the plan's "
-                                 "kv_capacity %d" % (k.shape[1], self._plan.kv_capacity))
+                raise ValueError("%s: capacity %d (dimension 1) is below the plan's "
+                                 "kv_capacity %d" % (name, k.shape[1], self._plan.kv_capacity))
             return
         if not g.paged:
             raise ValueError("block_table: required, the plan is for a paged cache")
         if g.page_size != p.page_size:
-            raise ValueError("k_cache: page_size %d (dimension 1), the plan was made for %d"
-                             % (g.page_size, p.page_size))
+            raise ValueError("%s: page_size %d (dimension 1), the plan was made for %d"
+                             % (name, g.page_size, p.page_size))
         if g.max_pages_per_seq < p.max_pages_per_seq:
             raise ValueError("block_table: %d columns, the plan needs max_pages_per_seq = %d"
                              % (g.max_pages_per_seq, p.max_pages_per_seq))
         if p.num_pages > 0 and g.num_pages < p.num_pages:
-            raise ValueError("k_cache: %d pages, the plan was made for num_pages = %d"
-                             % (g.num_pages, p.num_pages))
+            raise ValueError("%s: %d pages, the plan was made for num_pages = %d"
+                             % (name, g.num_pages, p.num_pages))
 
     def _run_plan(self, g):
         """The FdPlan a run of Geometry g uses: the plan itself, or, for a paged CPU run
