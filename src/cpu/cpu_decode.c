@@ -62,7 +62,6 @@ typedef struct cpu_call {
   fd_cpu_kernels kernels;
   size_t elem_size;   /* bytes per element of q */
   size_t kv_elem_size; /* bytes per element of k, v (kv_dtype) */
-  size_t out_elem_size; /* bytes per element of out (out_dtype) */
   fd_dtype kernel_dtype; /* the kernels' K/V dtype: kv_dtype; fp8: BF16 (widened unscaled,
                             scales folded) without per-token scales, else F32 (widened
                             times the scales) */
@@ -200,6 +199,46 @@ void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_
  * of each head's group, over the keys [begin, end) of split `split`. Local
  * row r of head h0 + h is query head (h0 + h) * group + (row0 + r) / q_len,
  * token (row0 + r) % q_len. */
+/* Emits one query row's sums of one split: `a` [head_dim] the row's output
+ * sums (column-paired when `natural` is given, which then receives them in
+ * column order), m its max, l its sum. A non-finite output (NaN or Inf in a
+ * value the row sees) makes the row's sum NaN, so its lse shows the blow-up
+ * too. The only split (num_splits == 1): normalised (the sink joins the sum)
+ * and written to out and lse in double exactly as fd_cpu_combine does for
+ * one split, so a sequence's bits do not depend on the plan's split count
+ * when its keys fit one split (the deterministic mode). Otherwise a partial:
+ * rows that saw no key write the neutral (-inf, 0, 0). */
+void fd_cpu_emit_row(const fd_plan *plan, const fd_tensors *t, float *partial_o,
+                     float *partial_ml, int32_t b, int hq, int tok, int32_t split, float *natural,
+                     float *a, float m, double l, int has_sink, double sink) {
+  const fd_problem *p = &plan->problem;
+  const int head_dim = p->head_dim, q_len = p->q_len, num_splits = plan->num_splits;
+  if (natural) {
+    fd_cpu_unpair_row(natural, a, head_dim);
+    a = natural;
+  }
+  float row_l = (float)l;
+  for (int d = 0; d < head_dim; d++)
+    if (!isfinite(a[d])) row_l = NAN;
+  if (num_splits == 1) {
+    double f, lse;
+    fd_cpu_finish_row(m, row_l, has_sink, sink, &f, &lse);
+    for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
+    if (t->lse)
+      t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
+             (int64_t)tok * t->lse_strides[2]] = (float)lse;
+    const int64_t out_off = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
+                            (int64_t)hq * t->out_strides[2];
+    fd_cpu_store_row((char *)t->out + out_off * (int64_t)fd_dtype_size(p->out_dtype),
+                     p->out_dtype, a, head_dim);
+    return;
+  }
+  const int64_t slot = (((int64_t)b * p->num_heads_q + hq) * q_len + tok) * num_splits + split;
+  memcpy(partial_o + slot * head_dim, a, (size_t)head_dim * sizeof *a);
+  partial_ml[slot * 2 + 0] = m;
+  partial_ml[slot * 2 + 1] = row_l;
+}
+
 static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin, int32_t end,
                      int h0, int heads, int row0, int rows) {
   const fd_plan *plan = c->plan;
@@ -208,7 +247,6 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   const int head_dim = p->head_dim, q_len = p->q_len;
   const int group = p->num_heads_q / p->num_heads_kv;
   const int32_t kv_len = t->kv_len[b];
-  const int32_t num_splits = plan->num_splits;
   const int all_rows = heads * rows;
 
   /* (64-byte aligned: a vector store that splits a cache line does not
@@ -406,39 +444,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         for (int d = 0; d < head_dim; d++) a[d] = (float)(outer[(ptrdiff_t)i * head_dim + d] * v_fold);
       else
         for (int d = 0; d < head_dim; d++) a[d] = (float)outer[(ptrdiff_t)i * head_dim + d];
-      if (paired) {
-        fd_cpu_unpair_row(natural, a, head_dim);
-        a = natural;
-      }
-      /* a non-finite output (NaN or Inf in a value the row sees) makes the
-       * row's sum NaN, so its lse shows the blow-up too */
-      float row_l = (float)l_out[i];
-      for (int d = 0; d < head_dim; d++)
-        if (!isfinite(a[d])) row_l = NAN;
-      if (num_splits == 1) {
-        /* the only split: normalise (the sink joins the sum) and write out,
-         * lse; in double exactly as fd_cpu_combine does for one split, so a
-         * sequence's bits do not depend on the plan's split count when its
-         * keys fit one split (the deterministic mode) */
-        double f, lse;
-        fd_cpu_finish_row(m_out[i], row_l, t->sinks != NULL, t->sinks ? t->sinks[hq] : 0.0, &f,
-                          &lse);
-        for (int d = 0; d < head_dim; d++) a[d] = (float)((double)a[d] * f);
-        if (t->lse)
-          t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)hq * t->lse_strides[1] +
-                 (int64_t)tok * t->lse_strides[2]] = (float)lse;
-        const int64_t out_off = (int64_t)b * t->out_strides[0] +
-                                (int64_t)tok * t->out_strides[1] + (int64_t)hq * t->out_strides[2];
-        fd_cpu_store_row((char *)t->out + out_off * (int64_t)c->out_elem_size, p->out_dtype, a,
-                         head_dim);
-      } else {
-        /* a partial; rows that saw no key write the neutral (-inf, 0, 0) */
-        const int64_t slot =
-            (((int64_t)b * p->num_heads_q + hq) * q_len + tok) * num_splits + split;
-        memcpy(c->partial_o + slot * head_dim, a, (size_t)head_dim * sizeof *a);
-        c->partial_ml[slot * 2 + 0] = m_out[i];
-        c->partial_ml[slot * 2 + 1] = row_l;
-      }
+      fd_cpu_emit_row(c->plan, t, c->partial_o, c->partial_ml, b, hq, tok, split,
+                      paired ? natural : NULL, a, m_out[i], l_out[i], t->sinks != NULL,
+                      t->sinks ? t->sinks[hq] : 0.0);
     }
   }
 }
@@ -540,7 +548,6 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
   c.elem_size = fd_dtype_size(p->dtype);
   c.kv_elem_size = fd_dtype_size(p->kv_dtype);
-  c.out_elem_size = fd_dtype_size(p->out_dtype);
   const int32_t num_splits = plan->num_splits;
   if (num_splits > 1) {
     c.partial_o = (float *)((char *)workspace + plan->ws_partial_o);

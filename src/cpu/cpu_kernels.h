@@ -244,6 +244,12 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
 /* Adds a key block's float sums (acc [all_rows][head_dim], l, relative to
  * the running max m) into the double ones (outer, l_out, relative to m_out),
  * then clears the float sums and moves m_out to m (cpu_decode.c). */
+/* Writes one query row's result of one split: out and lse when the plan has
+ * one split, else its partial (cpu_decode.c; `natural` NULL when `a` is in
+ * column order already). */
+void fd_cpu_emit_row(const fd_plan *plan, const fd_tensors *t, float *partial_o,
+                     float *partial_ml, int32_t b, int hq, int tok, int32_t split, float *natural,
+                     float *a, float m, double l, int has_sink, double sink);
 void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
                  int all_rows, int head_dim);
 

@@ -68,7 +68,7 @@ typedef struct mla_call {
   fd_cpu_isa isa;
   const float *lut;      /* fp8 latent: [256] its codes' values */
   const float *rope_lut; /* fp8 rope part: [256] its codes' values, else NULL */
-  size_t e_q, e_kv, e_rope, e_out;
+  size_t e_q, e_kv, e_rope;
   float *partial_o, *partial_ml; /* num_splits > 1 */
   char *scratch;                 /* the threads' buffers */
   fd_cpu_mla_scratch_layout lay;
@@ -145,7 +145,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   const fd_problem *p = &plan->problem;
   const fd_tensors *t = c->t;
   const int D = p->head_dim, R = p->rope_dim, W = D + R, q_len = p->q_len;
-  const int32_t kv_len = t->kv_len[b], num_splits = plan->num_splits;
+  const int32_t kv_len = t->kv_len[b];
   float *q = (float *)(mem + c->lay.q);           /* [rows][W] */
   float *acc = (float *)(mem + c->lay.acc);       /* [rows][D] */
   double *outer = (double *)(mem + c->lay.outer); /* [rows][D] */
@@ -237,29 +237,8 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     const int h = (row0 + r) / q_len, tok = (row0 + r) % q_len;
     float *a = acc + (ptrdiff_t)r * D;
     for (int d = 0; d < D; d++) a[d] = (float)outer[(ptrdiff_t)r * D + d];
-    if (paired) {
-      fd_cpu_unpair_row(natural, a, D);
-      a = natural;
-    }
-    float row_l = (float)l_out[r];
-    for (int d = 0; d < D; d++)
-      if (!isfinite(a[d])) row_l = NAN;
-    if (num_splits == 1) {
-      double f, lse;
-      fd_cpu_finish_row(m_out[r], row_l, 0, 0.0, &f, &lse);
-      for (int d = 0; d < D; d++) a[d] = (float)((double)a[d] * f);
-      if (t->lse)
-        t->lse[(int64_t)b * t->lse_strides[0] + (int64_t)h * t->lse_strides[1] +
-               (int64_t)tok * t->lse_strides[2]] = (float)lse;
-      const int64_t oo = (int64_t)b * t->out_strides[0] + (int64_t)tok * t->out_strides[1] +
-                         (int64_t)h * t->out_strides[2];
-      fd_cpu_store_row((char *)t->out + oo * (int64_t)c->e_out, p->out_dtype, a, D);
-    } else {
-      const int64_t slot = (((int64_t)b * p->num_heads_q + h) * q_len + tok) * num_splits + split;
-      memcpy(c->partial_o + slot * D, a, (size_t)D * sizeof *a);
-      c->partial_ml[slot * 2 + 0] = m_out[r];
-      c->partial_ml[slot * 2 + 1] = row_l;
-    }
+    fd_cpu_emit_row(plan, t, c->partial_o, c->partial_ml, b, h, tok, split,
+                    paired ? natural : NULL, a, m_out[r], l_out[r], 0, 0.0);
   }
 }
 
@@ -308,7 +287,6 @@ fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.e_q = fd_dtype_size(p->dtype);
   c.e_kv = fd_dtype_size(p->kv_dtype);
   c.e_rope = fd_dtype_size(p->rope_dtype);
-  c.e_out = fd_dtype_size(p->out_dtype);
   float lut[256], rope_lut[256];
   if (fd_dtype_is_fp8(p->kv_dtype)) {
     fd_cpu_fp8_table(p->kv_dtype, lut);
