@@ -190,6 +190,17 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def target_verdict(label, vals, ok, fmt_one, empty):
+    """(label, PASS | MISS | n/a, detail) of a target checked on every value of vals: PASS
+    when ok(v) holds for all, n/a (detail `empty`) when there are none."""
+    if not vals:
+        return (label, "n/a", empty)
+    miss = [v for v in vals if not ok(v)]
+    return (label, "PASS" if not miss else "MISS",
+            "; ".join(fmt_one(v) for v in vals)
+            + (f" (MISS: {len(miss)} of {len(vals)})" if miss else ""))
+
+
 def verdicts(shapes, recs, sweep, ceiling):
     """[(target, PASS | MISS | n/a, detail)] for the performance targets (variant rows have
     their own checks: variant_checks)."""
@@ -435,13 +446,7 @@ def fp8_checks(shapes, recs, ceiling):
         return ours_of(by, s.name)
 
     def verdict(label, vals, ok, fmt_one, empty):
-        if not vals:
-            out.append((label, "n/a", empty))
-            return
-        miss = [v for v in vals if not ok(v)]
-        out.append((label, "PASS" if not miss else "MISS",
-                    "; ".join(fmt_one(v) for v in vals)
-                    + (f" (MISS: {len(miss)} of {len(vals)})" if miss else "")))
+        out.append(target_verdict(label, vals, ok, fmt_one, empty))
 
     # (1) fp8 vs our bf16 time
     vals = []
@@ -835,13 +840,7 @@ def mla_checks(shapes, recs, ceiling):
         return ours_of(by, s.name)
 
     def verdict(label, vals, ok, fmt_one, empty):
-        if not vals:
-            out.append((label, "n/a", empty))
-            return
-        miss = [v for v in vals if not ok(v)]
-        out.append((label, "PASS" if not miss else "MISS",
-                    "; ".join(fmt_one(v) for v in vals)
-                    + (f" (MISS: {len(miss)} of {len(vals)})" if miss else "")))
+        out.append(target_verdict(label, vals, ok, fmt_one, empty))
 
     def nm(name):
         return name.replace("mla-", "")
