@@ -101,6 +101,7 @@
 #include "kernel_params.cuh"
 #include "mma_format.cuh"
 #include "mma_primitives.cuh"
+#include "pass_output.cuh"
 #include "split.h"
 
 /* Compile-time shape of one instance: q dtype T, latent width D, RG row
@@ -967,25 +968,13 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     }
   }
   if (cw == 0 && qd == 0) {
-    const float ln2 = 0.69314718055994531f;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
       const int row = hh ? row1 : row0;
       if (!(hh ? live1 : live0)) continue;
-      const float m = hh ? m1 : m0;
       const float l = (hh ? blown1 : blown0) ? __int_as_float(0x7fc00000) : (hh ? lt1 : lt0);
       const int h = row / p.q_len;
-      const int t = row - h * p.q_len;
-      if (p.num_splits > 1) {
-        const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
-        *reinterpret_cast<float2 *>(p.partial_ml + (prow * p.num_splits + split) * 2) =
-            make_float2(m * ln2, l); /* -inf stays -inf */
-      } else if (p.lse != nullptr) {
-        float unused, lse;
-        fd_finish_row(m * ln2, l, false, 0.0f, &unused, &lse);
-        p.lse[(int64_t)b * p.lse_strides[0] + (int64_t)h * p.lse_strides[1] +
-              (int64_t)t * p.lse_strides[2]] = lse;
-      }
+      fd_store_row_ml(p, b, h, row - h * p.q_len, split, hh ? m1 : m0, l, nullptr);
     }
   }
 }

@@ -23,6 +23,26 @@
 #include "kernel_params.cuh"
 #include "device_util.cuh"
 
+/* The (m, l) of query row (b, h, token t) for one split: m the running max
+ * (base 2), l its sum (NaN: the row blew up). num_splits > 1: (m ln 2, l)
+ * into partial_ml; one split: lse = m ln 2 + ln l (the sink joining l when
+ * sinks, NULL = none, is given) when lse is wanted. */
+static __device__ __forceinline__ void fd_store_row_ml(const fd_kernel_params &p, int b,
+                                                       int64_t h, int t, int split, float m2,
+                                                       float lr, const float *sinks) {
+  const float ln2 = 0.69314718055994531f;
+  if (p.num_splits > 1) {
+    const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
+    float *ml = p.partial_ml + (prow * p.num_splits + split) * 2;
+    *reinterpret_cast<float2 *>(ml) = make_float2(m2 * ln2, lr); /* -inf stays -inf */
+  } else if (p.lse) {
+    float scale, lse;
+    fd_finish_row(m2 * ln2, lr, sinks != nullptr, sinks ? sinks[h] : 0.0f, &scale, &lse);
+    p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
+        lse;
+  }
+}
+
 /* Shared memory: slot k of row r at o + (k * SLOT_ROWS + r) * ROW_STRIDE
  * (D floats, 16-byte aligned); m and l of row r at m[r * ML_STRIDE] and
  * l[r * ML_STRIDE]. NTHREADS threads (the block) share the work; no barrier. */
@@ -76,22 +96,11 @@ static __device__ __forceinline__ void fd_store_pass(const fd_kernel_params &p, 
   }
   __syncthreads();
   if (tid < pass_rows) {
-    const float m2 = m[tid * ML_STRIDE];
-    const float lr = s_blown[tid] ? __int_as_float(0x7fc00000) : l[tid * ML_STRIDE];
-    const float ln2 = 0.69314718055994531f;
-    if (p.num_splits > 1) {
-      float *ml = p.partial_ml + ((prow_base + tid) * p.num_splits + split) * 2;
-      *reinterpret_cast<float2 *>(ml) = make_float2(m2 * ln2, lr); /* -inf stays -inf */
-    } else if (p.lse) {
-      const int row = row0 + tid;
-      const int gi = row / q_len;
-      const int t = row - gi * q_len;
-      const int64_t h = (int64_t)hk * p.group + gi;
-      float scale, lse;
-      fd_finish_row(m2 * ln2, lr, p.sinks != nullptr, p.sinks ? p.sinks[h] : 0.0f, &scale, &lse);
-      p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-          lse;
-    }
+    const int row = row0 + tid;
+    const int gi = row / q_len;
+    const int64_t h = (int64_t)hk * p.group + gi;
+    fd_store_row_ml(p, b, h, row - gi * q_len, split, m[tid * ML_STRIDE],
+                    s_blown[tid] ? __int_as_float(0x7fc00000) : l[tid * ML_STRIDE], p.sinks);
   }
 }
 
