@@ -11,6 +11,9 @@
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla]
+#   tree: build, test_gpu_tree, the Python tree tests, compute-sanitizer on tree cases, every
+#   other GPU test (FD_TREE_GPU_TESTS=0: not), bench/bench_tree.py (FD_TREE_BENCH_ARGS) with
+#   FlashInfer's masked prefill from .whl/.
 #   mla: build, the MLA GPU tests (ctest -L gpu -R mla), then the MLA rows of the benchmark
 #   (bench_gpu.py --mla-only: ours, FlashInfer's MLA wrapper fa2 / fa3) with the FlashInfer
 #   wheels of .whl/; FlashInfer's MLA modules come prebuilt from .fi-mla-aot/ when carried
@@ -267,6 +270,40 @@ if [ "$MODE" = release ] && step "compute-sanitizer memcheck + racecheck, two ML
         --tool $t ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -1)"
     done
   done
+fi
+
+# ---- tree: tree masks on CUDA (the rows kernel), then every other GPU test, the tree
+# benchmark with FlashInfer's masked prefill ----
+if [ "$MODE" = tree ] && step "test_gpu_tree, the Python tree tests on CUDA" 40; then
+  (cd build && timeout 120 ./tests/test_gpu_tree) >"$OUT/gpu_tree.txt" 2>&1
+  rc=$?; [ $rc -eq 0 ] || status=1
+  echo "   test_gpu_tree rc $rc: $(grep -c '^\[       OK \]' "$OUT/gpu_tree.txt") OK, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tree.txt") FAILED lines"
+  grep -E "FAIL|tree plan" "$OUT/gpu_tree.txt" | head -20
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tree.py \
+    >"$OUT/py_tree.txt" 2>&1 || status=1
+  tail -3 "$OUT/py_tree.txt"
+fi
+if [ "$MODE" = tree ] && step "compute-sanitizer memcheck + racecheck, tree cases" 40; then
+  for f in "*/q5/*" "*/q64/paged16/*"; do
+    for t in memcheck racecheck; do
+      echo "   $t $f: $(cd build && FD_TEST_FILTER="$f" timeout 90 compute-sanitizer \
+        --tool $t ./tests/test_gpu_tree 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -1)"
+    done
+  done
+fi
+if [ "$MODE" = tree ] && [ "${FD_TREE_GPU_TESTS:-1}" = 1 ] && step "every other GPU test (ctest -L gpu -E tree)" 60; then
+  (cd build && timeout "${FD_GPU_TESTS_S:-250}" ctest --output-on-failure -L gpu -E tree -j 3 \
+     --timeout 240) >/tmp/fd-ctest.txt 2>&1 || status=1
+  cp /tmp/fd-ctest.txt "$OUT/ctest.txt"
+  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" /tmp/fd-ctest.txt | tail -12
+fi
+if [ "$MODE" = tree ] && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
+if [ "$MODE" = tree ] && step "tree benchmark (bench/bench_tree.py)" 60; then
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  # shellcheck disable=SC2086
+  PYTHONPATH="$PYTHONPATH:bench:/tmp/site" timeout $(( left - 10 )) python3 bench/bench_tree.py \
+    --out-dir "$OUT" --commit "$COMMIT" ${FD_TREE_BENCH_ARGS:-} >"$OUT/bench_tree.txt" 2>&1 || status=1
+  grep -vE "^\[" "$OUT/bench_tree.txt" | tail -75
 fi
 
 # ---- mla: the MLA GPU tests, then the MLA rows with FlashInfer's MLA paths ----

@@ -271,16 +271,18 @@ static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t 
  * call runs the rows kernel (rows_mma_kernel.cu): below it the split
  * kernel's 8-row passes re-read little. */
 #define FD_ROWS_MIN 32
-/* Whether a resolved CUDA problem's shape runs the rows kernel: non-causal,
- * fp16 or bf16 q over a cache of the same dtype, head_dim 64 or 128, at least
- * FD_ROWS_MIN rows a kv head, a grid within CUDA's 65535 blocks in y. The
- * device must hold its block too (fd_cuda_fit.rows_blocks); fd_plan_init
- * decides. */
+/* Whether a resolved CUDA problem's shape runs the rows kernel: non-causal
+ * with at least FD_ROWS_MIN rows a kv head, or a tree mask (the only CUDA
+ * kernel that takes one); fp16 or bf16 q over a cache of the same dtype,
+ * head_dim 64 or 128, a grid within CUDA's 65535 blocks in y. The device
+ * must hold its block too (fd_cuda_fit.rows_blocks); fd_plan_init decides,
+ * and refuses a tree mask on CUDA without it. */
 static inline int fd_rows_kernel_shape(const fd_problem *p) {
   const fd_dtype kv = p->kv_dtype == 0 ? p->dtype : p->kv_dtype;
   const int64_t rows = (int64_t)(p->num_heads_q / p->num_heads_kv) * p->q_len;
-  return p->non_causal && (p->dtype == FD_DTYPE_F16 || p->dtype == FD_DTYPE_BF16) &&
-         kv == p->dtype && (p->head_dim == 64 || p->head_dim == 128) && rows >= FD_ROWS_MIN &&
+  return ((p->non_causal && rows >= FD_ROWS_MIN) || p->tree_mask) &&
+         (p->dtype == FD_DTYPE_F16 || p->dtype == FD_DTYPE_BF16) && kv == p->dtype &&
+         (p->head_dim == 64 || p->head_dim == 128) &&
          (int64_t)p->num_heads_kv * fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len) <=
              65535;
 }

@@ -382,6 +382,37 @@ static fd_kernel choose_mla_kernel(const fd_problem *p, const fd_cuda_fit *fit) 
   return FD_KERNEL_CUDA_MLA;
 }
 
+/* A tree mask on CUDA runs on the rows kernel (rows_mma_kernel.cu), so it
+ * needs that kernel's shapes (fd_rows_kernel_shape): no MLA, fp16 or bf16
+ * q and cache, head_dim 64 or 128. */
+static fd_status check_cuda_tree(const fd_problem *p, fd_error *err) {
+  const char *cpu = "; plan with FD_BACKEND_CPU for this shape";
+  if (p->rope_dim > 0)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "tree_mask: with rope_dim %d (MLA) on the CUDA backend is not supported%s",
+                   p->rope_dim, cpu);
+  if (p->dtype != FD_DTYPE_F16 && p->dtype != FD_DTYPE_BF16)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "dtype: %s with tree_mask; the CUDA backend takes tree masks with fp16 or bf16%s",
+                   fd_dtype_name(p->dtype), cpu);
+  if (p->kv_dtype != 0 && p->kv_dtype != p->dtype)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "kv_dtype: %s with tree_mask; the CUDA backend takes tree masks over a cache "
+                   "of q's dtype%s",
+                   fd_dtype_name(p->kv_dtype), cpu);
+  if (p->head_dim != 64 && p->head_dim != 128)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "head_dim: %d with tree_mask; the CUDA backend takes tree masks at head_dim 64 "
+                   "or 128%s",
+                   p->head_dim, cpu);
+  if (!fd_rows_kernel_shape(p))
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "num_heads_kv: %d kv heads x %d row tiles exceed the CUDA grid's 65535 blocks "
+                   "with tree_mask%s",
+                   p->num_heads_kv, fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len), cpu);
+  return FD_STATUS_OK;
+}
+
 /* Step 3, choose the backend: AUTO is CUDA where a usable device is (or a
  * device's facts were given), else CPU. CUDA needs a usable device (not
  * built in, no such device, below compute capability 8.0, or no code for it
@@ -390,10 +421,10 @@ static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_erro
   if (p->backend == FD_BACKEND_AUTO)
     p->backend = given || fd_cuda_available(p->device) ? FD_BACKEND_CUDA : FD_BACKEND_CPU;
   if (p->backend != FD_BACKEND_CUDA) return FD_STATUS_OK;
-  if (p->tree_mask)
-    return fd_fail(err, FD_STATUS_UNSUPPORTED,
-                   "tree_mask: the CUDA backend takes no tree mask in this version; tree masks "
-                   "run on the CPU and reference backends (FD_BACKEND_CPU)");
+  if (p->tree_mask) {
+    const fd_status st = check_cuda_tree(p, err);
+    if (st != FD_STATUS_OK) return st;
+  }
   if (!given) {
     const fd_status st = fd_cuda_check_device(p->device, err);
     if (st != FD_STATUS_OK) return st;
@@ -435,6 +466,11 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
         fd_cuda_device_fit(p->device, p->dtype, p->head_dim, fd_rows_kernel_shape(p), fit, err);
     if (st != FD_STATUS_OK) return st;
   }
+  if (p->tree_mask && fit->rows_blocks < 1)
+    return fd_fail(err, FD_STATUS_UNSUPPORTED,
+                   "tree_mask: this device holds no block of the CUDA kernel that takes tree "
+                   "masks (%zu bytes of shared memory at head_dim %d); plan with FD_BACKEND_CPU",
+                   (size_t)FD_ROWS_SMEM(p->head_dim), p->head_dim);
   plan->sm_count = p->sm_count > 0 ? p->sm_count : fit->g.sm_count;
   return FD_STATUS_OK;
 }

@@ -460,6 +460,7 @@ typedef struct setup {
   size_t kv_esize;
   int64_t scale_strides[3]; /* per-token scales: {batch or page, position, head} */
   buf q, k, v, kv_len, bt, out, lse, sinks, k_scale, v_scale;
+  buf tm; /* the case's tree masks [batch][q_len] (CUDA reads them from the device) */
 } setup;
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -576,6 +577,7 @@ static void setup_free(setup *s) {
   buf_free(&s->sinks);
   buf_free(&s->k_scale);
   buf_free(&s->v_scale);
+  buf_free(&s->tm);
 }
 
 /* An fp8 scale: (1 + 3/4 u) 2^-k, k in 2..6, u uniform in [0, 1): rarely a
@@ -655,8 +657,10 @@ static int setup_init(setup *s, const fd_case *c, uint64_t seed) {
       buf_init(&s->bt, (size_t)(P > 0 ? B * s->bt_stride : 1) * sizeof(int32_t)) ||
       buf_init(&s->out, (size_t)s->out_elems * s->out_esize) ||
       buf_init(&s->lse, (size_t)s->lse_elems * sizeof(float)) ||
-      buf_init(&s->sinks, (size_t)Hq * sizeof(float)))
+      buf_init(&s->sinks, (size_t)Hq * sizeof(float)) ||
+      buf_init(&s->tm, (size_t)B * (c->q_len > 0 ? c->q_len : 1) * sizeof(uint64_t)))
     return -1;
+  if (c->tree_mask) memcpy(s->tm.data, c->tree_mask, (size_t)B * c->q_len * sizeof(uint64_t));
 
   memcpy(s->kv_len.data, c->kv_len, (size_t)B * sizeof(int32_t));
 
@@ -768,7 +772,7 @@ static fd_tensors make_tensors(const setup *s, int defaults) {
   t.out = (char *)buf_ptr(&s->out) + (size_t)s->mis * s->out_esize;
   t.lse = s->c->with_lse ? (float *)buf_ptr(&s->lse) + s->mis : NULL;
   t.sinks = s->c->sinks ? (const float *)buf_ptr(&s->sinks) : NULL;
-  t.tree_mask = s->c->tree_mask; /* host memory: CPU and reference cases */
+  t.tree_mask = s->c->tree_mask ? (const uint64_t *)buf_ptr(&s->tm) : NULL;
   if (s->c->kv_scale != FD_KV_SCALE_NONE) {
     t.k_scale = (const float *)buf_ptr(&s->k_scale);
     t.v_scale = (const float *)buf_ptr(&s->v_scale);
@@ -799,6 +803,7 @@ static fd_tensors host_tensors(const setup *s) {
   t.out = s->out.data + (size_t)s->mis * s->out_esize;
   t.lse = (float *)s->lse.data + s->mis;
   t.sinks = s->c->sinks ? (const float *)s->sinks.data : NULL;
+  t.tree_mask = s->c->tree_mask ? (const uint64_t *)s->tm.data : NULL;
   if (s->c->kv_scale != FD_KV_SCALE_NONE) {
     t.k_scale = (const float *)s->k_scale.data;
     t.v_scale = (const float *)s->v_scale.data;
@@ -1423,7 +1428,7 @@ int fd_case_run(const fd_case *c, uint64_t seed) {
   }
 
   if (c->backend == FD_BACKEND_CUDA && (buf_upload(&s.q) || buf_upload(&s.k) || buf_upload(&s.v) ||
-                                        buf_upload(&s.kv_len) || buf_upload(&s.bt) || buf_upload(&s.sinks) ||
+                                        buf_upload(&s.kv_len) || buf_upload(&s.bt) || buf_upload(&s.sinks) || buf_upload(&s.tm) ||
                                         buf_upload(&s.k_scale) || buf_upload(&s.v_scale))) {
     fail_at(&rep, "device copy of the inputs failed");
     goto done;
@@ -1598,7 +1603,7 @@ fd_case_data *fd_case_data_new(const fd_case *c, uint64_t seed) {
   }
   if (c->backend == FD_BACKEND_CUDA &&
       (buf_upload(&d->s.q) || buf_upload(&d->s.k) || buf_upload(&d->s.v) || buf_upload(&d->s.kv_len) ||
-       buf_upload(&d->s.bt) || buf_upload(&d->s.sinks) || buf_upload(&d->s.out) || buf_upload(&d->s.lse) ||
+       buf_upload(&d->s.bt) || buf_upload(&d->s.sinks) || buf_upload(&d->s.tm) || buf_upload(&d->s.out) || buf_upload(&d->s.lse) ||
        buf_upload(&d->s.k_scale) || buf_upload(&d->s.v_scale))) {
     fail_at(&d->rep, "device copy of the inputs failed");
     fd_case_data_free(d);

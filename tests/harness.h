@@ -141,6 +141,22 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max);
 /* The fp8 KV-cache cases of fp8_cases.c for `backend`, the same contract. */
 int fd_fp8_grid_cases(fd_backend backend, fd_case *cases, int max);
 
+/* Draft trees (tree_cases.c): row t's mask in mask[t] for n <= 64 nodes.
+ * EAGLE-shaped (node t's parent a random earlier node, biased to recent
+ * ones); the same renumbered by a random permutation (not lower-triangular);
+ * Medusa-like (heads of width w); a chain (the causal rows); each row only
+ * itself. */
+void fd_tree_eagle(fd_rng *r, int n, uint64_t *mask);
+void fd_tree_shuffle(fd_rng *r, int n, uint64_t *mask);
+void fd_tree_wide(int n, int w, uint64_t *mask);
+void fd_tree_chain(int n, uint64_t *mask);
+void fd_tree_self(int n, uint64_t *mask);
+/* The tree-mask grid for `backend` (FD_BACKEND_CPU: CPU and reference
+ * cases; FD_BACKEND_CUDA) from `seed`: up to min(max, FD_TREE_MAX_CASES)
+ * cases, whose masks live in tree_cases.c until the next call. */
+#define FD_TREE_MAX_CASES 96
+int fd_tree_cases(fd_backend backend, uint64_t seed, fd_case *cases, int max);
+
 /* ---- Lower level: one case's tensors, run several ways (tests/reliability) -------- */
 
 /* A case's tensors, built from a seed exactly as fd_case_run builds them (and

@@ -44,124 +44,6 @@
 
 static uint64_t g_seed;
 
-/* ---- Trees ---------------------------------------------------------------------- */
-
-/* An EAGLE-shaped tree of n nodes in topological order: node 0 the root, node
- * t's parent a random earlier node biased to recent ones (deep, bushy). Row
- * t's mask holds t and its ancestors. */
-static void eagle_tree(fd_rng *r, int n, uint64_t *mask) {
-  for (int t = 0; t < n; t++) {
-    if (t == 0) {
-      mask[0] = 1;
-      continue;
-    }
-    const int lo = t > 8 ? t - 8 : 0;
-    const int parent = lo + (int)fd_rng_below(r, (uint64_t)(t - lo));
-    mask[t] = mask[parent] | ((uint64_t)1 << t);
-  }
-}
-
-/* The same tree with its nodes renumbered by a random permutation (masks no
- * longer lower-triangular). */
-static void shuffle_tree(fd_rng *r, int n, uint64_t *mask) {
-  int perm[MAX_T];
-  uint64_t out[MAX_T];
-  for (int i = 0; i < n; i++) perm[i] = i;
-  for (int i = n - 1; i > 0; i--) {
-    const int j = (int)fd_rng_below(r, (uint64_t)i + 1), x = perm[i];
-    perm[i] = perm[j];
-    perm[j] = x;
-  }
-  for (int t = 0; t < n; t++) {
-    uint64_t m = 0;
-    for (int j = 0; j < n; j++)
-      if ((mask[t] >> j) & 1u) m |= (uint64_t)1 << perm[j];
-    out[perm[t]] = m;
-  }
-  memcpy(mask, out, (size_t)n * sizeof *mask);
-}
-
-/* Medusa-like: a root, then heads of width w each continuing node (t-1)/w. */
-static void wide_tree(int n, int w, uint64_t *mask) {
-  mask[0] = 1;
-  for (int t = 1; t < n; t++) mask[t] = mask[(t - 1) / w] | ((uint64_t)1 << t);
-}
-
-static void chain_tree(int n, uint64_t *mask) {
-  for (int t = 0; t < n; t++) mask[t] = t == 63 ? ~(uint64_t)0 : ((uint64_t)1 << (t + 1)) - 1;
-}
-
-static void self_tree(int n, uint64_t *mask) {
-  for (int t = 0; t < n; t++) mask[t] = (uint64_t)1 << t;
-}
-
-/* ---- The harness grid ----------------------------------------------------------- */
-
-static uint64_t g_masks[MAX_CASES][MAX_B * MAX_T];
-
-static int tree_cases(fd_case *cases, int max) {
-  fd_rng r = {fd_mix64(g_seed ^ 0x7472656573ull)};
-  int n = 0;
-  /* q_len, kind (0 eagle, 1 shuffled, 2 wide, 3 chain, 4 self) */
-  static const struct {
-    int q_len, kind;
-  } trees[] = {{1, 0}, {5, 0}, {16, 1}, {37, 2}, {64, 0}, {64, 1}, {16, 3}, {64, 3}, {9, 4}, {64, 4}};
-  static const char *kind_name[] = {"eagle", "shuffled", "wide", "chain", "self"};
-  const fd_dtype dtypes[] = {FD_DTYPE_F32, FD_DTYPE_F16, FD_DTYPE_BF16};
-  for (int i = 0; i < (int)(sizeof trees / sizeof trees[0]); i++)
-    for (int v = 0; v < 4 && n < max; v++) {
-      fd_case c;
-      memset(&c, 0, sizeof c);
-      const int T = trees[i].q_len;
-      c.backend = FD_BACKEND_CPU;
-      c.dtype = dtypes[(i + v) % 3];
-      c.head_dim = v == 3 ? 64 : (i % 2 ? 128 : 40);
-      c.num_heads_q = v == 1 ? 8 : 4;
-      c.num_heads_kv = v == 1 ? 2 : (v == 2 ? 1 : 4);
-      c.batch = 3;
-      c.kv_len[0] = T + 300 + 17 * i;     /* a prefix over several blocks */
-      c.kv_len[1] = T;                     /* no prefix */
-      c.kv_len[2] = v == 0 ? T / 2 : 1000; /* kv_len < q_len (drafts cut off), or longer */
-      c.q_len = T;
-      c.page_size = v % 2 ? 16 : 0;
-      c.num_splits = v == 0 ? 0 : (v == 1 ? 7 : (v == 2 ? 1 : 3));
-      c.with_lse = 1;
-      c.layout = v == 2 ? FD_LAYOUT_NONCONTIG : FD_LAYOUT_CONTIG;
-      c.check_splits = v == 1;
-      if (v == 2) c.logits_soft_cap = 20.0f;
-      if (v == 3) c.sinks = 1;
-      if (v == 3 && c.dtype != FD_DTYPE_F32) {
-        c.kv_dtype = FD_DTYPE_E4M3;
-        c.kv_scale = i % 2 ? FD_KV_SCALE_TOKEN : FD_KV_SCALE_TENSOR;
-      }
-      if (i == 4 && v == 0) c.cpu_isa = 1; /* the scalar kernels */
-      if (i == 5 && v == 0 && fd_cpu_isa_detect() > FD_CPU_ISA_AVX2) c.cpu_isa = 2; /* AVX2 forced */
-      uint64_t *m = g_masks[n];
-      for (int b = 0; b < c.batch; b++) {
-        uint64_t *row = m + b * T;
-        switch (trees[i].kind) {
-          case 0: eagle_tree(&r, T, row); break;
-          case 1: eagle_tree(&r, T, row), shuffle_tree(&r, T, row); break;
-          case 2: wide_tree(T, 4, row); break;
-          case 3: chain_tree(T, row); break;
-          default: self_tree(T, row); break;
-        }
-      }
-      c.tree_mask = m;
-      c.tree_name = kind_name[trees[i].kind];
-      cases[n++] = c;
-    }
-  /* the reference backend through fd_run */
-  for (int i = 0; i < 2 && n < max; i++) {
-    cases[n] = cases[4 * i + 1];
-    cases[n].backend = FD_BACKEND_REFERENCE;
-    cases[n].num_splits = 0;
-    cases[n].check_splits = 0;
-    n++;
-  }
-  return n;
-}
-
 /* ---- A small f32 fixture for the unit tests ------------------------------------- */
 
 typedef struct fixture {
@@ -191,7 +73,7 @@ static void fixture_init(fixture *f, int B, int T, int Hq, int Hkv, int D, const
   for (size_t i = 0; i < nq; i++) f->q[i] = (float)(2.0 * fd_rng_normal(&r));
   for (size_t i = 0; i < nk; i++) f->k[i] = (float)fd_rng_normal(&r);
   for (size_t i = 0; i < nk; i++) f->v[i] = (float)fd_rng_normal(&r);
-  for (int b = 0; b < B; b++) eagle_tree(&r, T, f->mask + b * T);
+  for (int b = 0; b < B; b++) fd_tree_eagle(&r, T, f->mask + b * T);
 }
 
 static void fixture_free(fixture *f) {
@@ -260,7 +142,7 @@ static void test_paths(void **state) {
   const int32_t kv_len[3] = {300, 64, 40}; /* a prefix; none; drafts cut off */
   fixture f;
   fixture_init(&f, 3, 64, 4, 2, 24, kv_len, fd_mix64(g_seed + 1));
-  shuffle_tree(&(fd_rng){fd_mix64(g_seed + 2)}, 64, f.mask + 64); /* non-triangular */
+  fd_tree_shuffle(&(fd_rng){fd_mix64(g_seed + 2)}, 64, f.mask + 64); /* non-triangular */
   float *out = malloc(out_count(&f) * sizeof *out), *lse = malloc(lse_count(&f) * sizeof *lse);
   fd_error err;
   const fd_problem p = fixture_problem(&f, FD_BACKEND_REFERENCE, 1);
@@ -327,9 +209,9 @@ static void test_chain_is_causal(void **state) {
       const int32_t kv_len[3] = {T + 333, T, T + 40};
       fixture f;
       fixture_init(&f, 3, T, 8, 2, 64, kv_len, fd_mix64(g_seed + 10 + qi));
-      chain_tree(T, f.mask);
-      chain_tree(T, f.mask + T);
-      chain_tree(T, f.mask + 2 * T);
+      fd_tree_chain(T, f.mask);
+      fd_tree_chain(T, f.mask + T);
+      fd_tree_chain(T, f.mask + 2 * T);
       float *o_a = malloc(out_count(&f) * sizeof(float)), *o_b = malloc(out_count(&f) * sizeof(float));
       float *l_a = malloc(lse_count(&f) * sizeof(float)), *l_b = malloc(lse_count(&f) * sizeof(float));
       fd_error err;
@@ -426,7 +308,7 @@ static void test_mla(void **state) {
   for (size_t i = 0; i < (size_t)B * cap * D; i++) ck[i] = (float)fd_rng_normal(&r);
   for (size_t i = 0; i < (size_t)B * cap * R; i++) kp[i] = (float)fd_rng_normal(&r);
   uint64_t mask[B * T], chain[B * T];
-  for (int b = 0; b < B; b++) eagle_tree(&r, T, mask + b * T), chain_tree(T, chain + b * T);
+  for (int b = 0; b < B; b++) fd_tree_eagle(&r, T, mask + b * T), fd_tree_chain(T, chain + b * T);
   fd_problem p;
   memset(&p, 0, sizeof p);
   p.dtype = FD_DTYPE_F32;
@@ -464,7 +346,7 @@ static void test_mla(void **state) {
   /* a chain: the causal call (q_len 16 rows of the same data) */
   p.q_len = 16;
   p.backend = FD_BACKEND_CPU;
-  for (int b = 0; b < B; b++) chain_tree(16, chain + b * 16);
+  for (int b = 0; b < B; b++) fd_tree_chain(16, chain + b * 16);
   t.tree_mask = chain;
   t.out = o[0], t.lse = l[0];
   assert_int_equal(fd_decode(&p, &t, NULL, &err), FD_STATUS_OK);
@@ -598,7 +480,7 @@ static void test_run_checks(void **state) {
 int main(void) {
   g_seed = fd_test_seed();
   static fd_case cases[MAX_CASES];
-  const int n = tree_cases(cases, MAX_CASES);
+  const int n = fd_tree_cases(FD_BACKEND_CPU, g_seed, cases, MAX_CASES);
   int failed = fd_run_case_group("tree_grid", cases, n);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),           cmocka_unit_test(test_chain_is_causal),

@@ -164,10 +164,11 @@ def decode(q, k_cache, v_cache, kv_len, *, block_table=None, softmax_scale=None,
         and draft key j (key ``kv_len[b]-q_len+j``) when ``tree_mask[b, t,
         j]`` (bool [batch, q_len, q_len], packed here) or bit j of
         ``tree_mask[b, t]`` (int64 / uint64 [batch, q_len]) is set. Each row
-        must see itself; bits at or past q_len are refused. Not with
-        window_left or non_causal. CPU tensors only in this version (CUDA:
-        UnsupportedError, pass device='cpu'). See
-        :func:`flashdecode.pack_tree_mask`.
+        must see itself; bits at or past q_len are refused (on the CPU;
+        CUDA reads the mask on the GPU unchecked: bits past q_len are
+        ignored). On q's device. Not with window_left or non_causal. CUDA:
+        fp16/bf16 with a cache of q's dtype, head_dim 64 or 128
+        (UnsupportedError otherwise). See :func:`flashdecode.pack_tree_mask`.
 
     Returns
     -------

@@ -341,12 +341,7 @@ class DecodePlan:
         if device is None:
             device = _default_device()
         kind, index = _core.parse_device(device)
-        if _core.resolve_flag("tree_mask", tree_mask) and kind != "cpu":
-            from .errors import UnsupportedError
-
-            raise UnsupportedError(
-                "tree_mask: a plan on %s; tree masks run on the CPU and reference backends in "
-                "this version: pass device='cpu'" % device, 2, "FD_STATUS_UNSUPPORTED")
+        _core.resolve_flag("tree_mask", tree_mask)
         if kind == "cuda" and index is None:
             torch = sys.modules.get("torch")
             use_torch = torch is not None and torch.cuda.is_available()

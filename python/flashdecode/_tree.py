@@ -4,14 +4,14 @@ A tree mask says which of the q_len draft keys each query row sees (the committe
 keys 0 .. kv_len[b] - q_len - 1, is every row's). The C library takes it bit-packed: one
 64-bit word a row, bit j set = the row sees draft key j (key kv_len[b] - q_len + j). Here
 it may also come as a bool tensor [batch, q_len, q_len] (mask[b, t, j] = row t sees draft
-key j), packed for the caller. Tree masks run on the CPU and reference backends in this
-version.
+key j), packed for the caller. The CPU and reference backends take any shape; CUDA takes
+fp16/bf16 with a cache of the same dtype at head_dim 64 or 128 (the C plan refuses the rest
+with UnsupportedError).
 """
 import numpy as np
 
 from . import _lib
 from ._tensors import STRIDE_BROADCAST, describe, is_torch_tensor
-from .errors import UnsupportedError
 
 _PACKED = ("int64", "uint64")
 
@@ -67,23 +67,17 @@ def check_tree_mask(info, g):
     """Check a packed mask's TensorInfo against the call's Geometry; returns the C batch
     stride (FD_STRIDE_BROADCAST for a mask expanded over the batch).
 
-    Raises UnsupportedError on a CUDA call (tree masks run on the CPU in this version),
-    TypeError for a dtype other than int64 / uint64, ValueError for a wrong shape, device
-    or row stride.
+    Raises TypeError for a dtype other than int64 / uint64, ValueError for a wrong shape,
+    device (the mask lives with q: host memory for the CPU, the GPU for CUDA) or row stride.
     """
-    if g.device != "cpu":
-        raise UnsupportedError(
-            "tree_mask: tensors on %s; tree masks run on the CPU and reference backends in "
-            "this version: pass device='cpu' tensors (or a DecodePlan with device='cpu')"
-            % g.device, 2, "FD_STATUS_UNSUPPORTED")
     if info.dtype not in _PACKED:
         raise TypeError("tree_mask: dtype %s, expected int64 or uint64 rows [batch, q_len] "
                         "(or bool [batch, q_len, q_len])" % info.dtype)
     if tuple(int(s) for s in info.shape) != (g.batch, g.q_len):
         raise ValueError("tree_mask: shape %s, expected [%d, %d] (batch, q_len of q)"
                          % (list(info.shape), g.batch, g.q_len))
-    if info.device != "cpu":
-        raise ValueError("tree_mask: on %s, expected cpu (q's device)" % info.device)
+    if info.device != g.device:
+        raise ValueError("tree_mask: on %s, expected %s (q's device)" % (info.device, g.device))
     if g.q_len > 1 and info.strides[1] != 1:
         raise ValueError("tree_mask: rows must be contiguous (stride %d)" % info.strides[1])
     stride = int(info.strides[0])

@@ -342,6 +342,10 @@ static void fill_params(fd_kernel_params *kp, const fd_plan *plan, const fd_tens
     kp->cap_out = pr->logits_soft_cap;
   }
   kp->sinks = t->sinks;
+  if (pr->tree_mask) {
+    kp->tree_mask = t->tree_mask;
+    kp->tree_mask_stride = t->tree_mask_stride;
+  }
   kp->out_f32 = pr->out_dtype == FD_DTYPE_F32 && pr->dtype != FD_DTYPE_F32;
   kp->kv_dtype = (int32_t)pr->kv_dtype;
   kp->kv_scale = (int32_t)pr->kv_scale;

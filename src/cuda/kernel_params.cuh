@@ -49,6 +49,10 @@ typedef struct fd_kernel_params {
                                  * log2(e), cap_out = the cap, cap_in = 1 / (cap log2(e));
                                  cap_out = 0: off */
   const float *sinks;         /* [num_heads_q] natural-log units, or NULL */
+  const uint64_t *tree_mask;  /* [batch][q_len] draft-key bits (flashdecode.h, TREE
+                                 MASKS), tree_mask_stride masks apart; NULL: no tree.
+                                 Only the rows kernel takes one */
+  int64_t tree_mask_stride;
   int32_t out_f32;            /* out is float32 (fd_problem.out_dtype), else dtype */
   /* fp8 KV cache (flashdecode.h, FP8 KV CACHE). kv_dtype == dtype: a 16-bit
    * or fp32 cache, the fields below unused. Otherwise k_cache / v_cache hold

@@ -1,8 +1,9 @@
 /*
  * rows_mma_kernel.cu — the tensor-core split kernel for calls with many query
  * rows a kv head: non-causal calls (a shared prefix, flashdecode.h) whose
- * group * q_len rows number FD_ROWS_MIN or more, 16-bit caches, head_dim 64
- * or 128 (fd_rows_kernel_shape, internal.h). The split kernel
+ * group * q_len rows number FD_ROWS_MIN or more, and every call with a tree
+ * mask (speculative-decoding verify, flashdecode.h TREE MASKS); 16-bit
+ * caches, head_dim 64 or 128 (fd_rows_kernel_shape, internal.h). The split kernel
  * (split_mma_kernel.cuh) takes rows 8 at a time as the mma's N side and
  * re-reads its split's K/V once per 8 rows; here rows are the mma's M side
  * (the FlashAttention-2 orientation) and 64 rows share each K/V tile.
@@ -13,7 +14,10 @@
  *   as the split kernel), for rows r = 64 rt .. 64 rt + 63 of kv head hk (row
  *   r: query head hk * group + r / q_len, token r % q_len; rows past
  *   group * q_len are zeros and write nothing). Warp w holds rows
- *   64 rt + 16 w .. + 15. Every row sees every key of the split (non-causal).
+ *   64 rt + 16 w .. + 15. Every row sees every key of the split (non-causal),
+ *   or, with a tree mask, every prefix key and the draft keys its mask's bits
+ *   name (each lane holds the masks of its two rows; only tiles that hold
+ *   draft keys test them).
  *
  * TILES  64 keys a tile, the split kernel's 4-warp tiles: K and V go global
  *   -> shared through its loaders (mma_loaders.cuh, fd_mma_copy_tile:
@@ -300,18 +304,29 @@ static __device__ __forceinline__ void fd_rows_qk(uint32_t kt_u, int lane,
   }
 }
 
-/* Scale, soft-cap, mask (keys past nk; keys on bad pages). SPLIT (the
- * contiguous loader's instances): a full tile on good pages (all but a
- * split's last, block-uniform) takes its own path, with no per-score test;
- * the paged instances keep one loop, which keeps their larger code within
- * the bounds of tests/check_code_size.sh. */
+/* A tree mask's view of one tile (flashdecode.h, TREE MASKS): on, when the
+ * tile holds draft keys (block-uniform); d0, the draft index of its first key
+ * (negative for prefix keys); m0 and m1, the masks of rows g and g + 8. */
+struct fd_rows_tree {
+  bool on;
+  int d0;
+  uint64_t m0, m1;
+};
+
+/* Scale, soft-cap, mask (keys past nk; keys on bad pages; draft keys a
+ * row's tree mask hides). SPLIT (the contiguous loader's instances): a full
+ * tile on good pages without draft keys (all but a split's last,
+ * block-uniform) takes its own path, with no per-score test; the paged
+ * instances keep one loop, which keeps their larger code within the bounds
+ * of tests/check_code_size.sh. */
 template <int D, bool SPLIT>
 static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, float scale,
                                                     bool capped, int qd, int nk, bool bad_tile,
                                                     const unsigned char *tValid,
+                                                    const fd_rows_tree &tree,
                                                     float (&s)[fd_rows_cfg<D>::NK][4]) {
   using C = fd_rows_cfg<D>;
-  const bool full = nk == C::KT && !bad_tile; /* block-uniform */
+  const bool full = nk == C::KT && !bad_tile && !tree.on; /* block-uniform */
   if (SPLIT && full) {
 #pragma unroll
     for (int n = 0; n < C::NK; n++)
@@ -331,7 +346,12 @@ static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, f
       if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
       if (!full) {
         const int kl = 8 * n + 2 * qd + (e & 1);
-        const bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
+        bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
+        if (tree.on) { /* draft index d: seen when d < 0 (prefix) or the row's bit d is set */
+          const int d = tree.d0 + kl;
+          const uint64_t m = e < 2 ? tree.m0 : tree.m1;
+          vis = vis && (d < 0 || (d < 64 && ((m >> d) & 1u) != 0));
+        }
         x = vis ? x : -INFINITY;
       }
       s[n][e] = x;
@@ -483,6 +503,17 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     }
   }
 
+  /* a tree mask: the masks of rows g and g + 8 (0 past rows_total: no draft key) */
+  fd_rows_tree tree = {false, 0, 0, 0};
+  const int prefix = kv - p.q_len; /* keys before it are seen by every tree row */
+  if (p.tree_mask != nullptr) {
+    const int r0 = row_base + warp * 16 + g;
+    const uint64_t *tm = p.tree_mask + (int64_t)b * p.tree_mask_stride;
+    if (r0 < rows_total) tree.m0 = __ldg(reinterpret_cast<const unsigned long long *>(tm + r0 % p.q_len));
+    if (r0 + 8 < rows_total)
+      tree.m1 = __ldg(reinterpret_cast<const unsigned long long *>(tm + (r0 + 8) % p.q_len));
+  }
+
   float o[C::ND][4];
 #pragma unroll
   for (int n = 0; n < C::ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -501,7 +532,9 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     const int nk = min(KT, end - key0);
     float s[C::NK][4];
     fd_rows_qk<T, D>(sK_u + (uint32_t)(stage * KT * D * 2), lane, qa, s);
-    fd_rows_mask<D, PG == 0>(p, scale, capped, qd, nk, bad_tile, sm.valid + stage * KT, s);
+    tree.on = p.tree_mask != nullptr && key0 + nk > prefix;
+    tree.d0 = key0 - prefix;
+    fd_rows_mask<D, PG == 0>(p, scale, capped, qd, nk, bad_tile, sm.valid + stage * KT, tree, s);
     fd_rows_softmax<D>(s, o, m0, m1, l0, l1);
     fd_rows_pv<T, D>(sV_u + (uint32_t)(stage * KT * D * 2), lane, s, o);
     stage = stage + 1 == ST ? 0 : stage + 1;

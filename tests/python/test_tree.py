@@ -1,7 +1,8 @@
-"""test_tree.py — speculative-decoding tree masks from Python (CPU): decode(tree_mask=...)
+"""test_tree.py — speculative-decoding tree masks from Python (CPU and CUDA): decode(tree_mask=...)
 with packed and bool masks, numpy and torch, DecodePlan(tree_mask=True), the torch ops
 under torch.compile, against float64 attention computed one path at a time; packing;
-refusals (bad masks named, nothing written; CUDA tensors or plans told to use the CPU)."""
+refusals (bad masks named, nothing written; shapes CUDA does not take named); on a GPU,
+the CUDA backend against the same paths, and CUDA-graph replays that see new masks."""
 import numpy as np
 import pytest
 
@@ -152,10 +153,11 @@ def test_refusals():
         flashdecode.decode(q, k, v, kvl, tree_mask=packed, window_left=4)
     with pytest.raises(flashdecode.InvalidArgumentError, match="non_causal"):
         flashdecode.decode(q, k, v, kvl, tree_mask=packed, non_causal=True)
-    with pytest.raises(flashdecode.UnsupportedError, match="device='cpu'"):
-        flashdecode.DecodePlan(batch=2, q_len=8, num_heads_q=4, num_heads_kv=2, head_dim=32,
-                               dtype=torch.float32, kv_capacity=50, device="cuda",
-                               tree_mask=True)
+    if torch.cuda.is_available():  # CUDA takes fp16/bf16 trees at head_dim 64 or 128
+        with pytest.raises(flashdecode.UnsupportedError, match="dtype: float32 with tree_mask"):
+            flashdecode.DecodePlan(batch=2, q_len=8, num_heads_q=4, num_heads_kv=2,
+                                   head_dim=32, dtype=torch.float32, kv_capacity=50,
+                                   device="cuda", tree_mask=True)
     plan = flashdecode.DecodePlan(batch=2, q_len=8, num_heads_q=4, num_heads_kv=2,
                                   head_dim=32, dtype=torch.float32, kv_capacity=50,
                                   device="cpu", tree_mask=True)
@@ -168,11 +170,62 @@ def test_refusals():
         plain.run(q, k, v, kvl, tree_mask=packed)
 
 
-def test_cuda_tensors_told_to_use_cpu():
+def test_mask_on_another_device():
     from flashdecode._tensors import Geometry, describe
     from flashdecode._tree import check_tree_mask
 
     g = Geometry()
     g.device, g.batch, g.q_len = "cuda:0", 1, 4
-    with pytest.raises(flashdecode.UnsupportedError, match="device='cpu'"):
+    with pytest.raises(ValueError, match="tree_mask: on cpu, expected cuda:0"):
         check_tree_mask(describe(torch.zeros(1, 4, dtype=torch.int64), "tree_mask"), g)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda is not available")
+
+
+@needs_cuda
+@pytest.mark.parametrize("T,kv_len,Hq,Hkv,D,dtype,shuffle", [
+    (8, [700, 8, 5], 32, 8, 128, torch.bfloat16, False),   # Llama-8B heads; kv_len < q_len
+    (64, [3000, 64], 64, 8, 64, torch.float16, True),      # gpt-oss heads, 64 drafts
+    (16, [1500], 4, 4, 128, torch.bfloat16, True),         # MHA
+])
+def test_cuda_matches_paths(T, kv_len, Hq, Hkv, D, dtype, shuffle):
+    q, k, v, kvl, mask = make(len(kv_len), T, Hq, Hkv, D, kv_len, dtype, seed=T,
+                              shuffle=shuffle)
+    ref, ref_lse = ref_rows(q, k, v, kvl, mask)
+    for splits in (0, 1, 5):
+        out, lse = flashdecode.decode(q.cuda(), k.cuda(), v.cuda(), kvl.cuda(),
+                                      tree_mask=mask.cuda(), return_lse=True,
+                                      num_splits=splits)
+        out, lse = out.cpu(), lse.cpu()
+        assert not torch.isnan(out).any()
+        err = (out.double() - ref).abs().max().item()
+        assert err <= TOL[dtype], (splits, err)
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse), finite)
+        assert (lse.double()[finite] - ref_lse[finite]).abs().max().item() < 1e-3
+
+
+@needs_cuda
+def test_cuda_graph_replays_new_masks():
+    """A captured plan.run reads the mask's current contents at each replay."""
+    q, k, v, kvl, mask = make(2, 32, 32, 8, 128, [900, 400], torch.bfloat16, seed=11)
+    _, _, _, _, mask2 = make(2, 32, 32, 8, 128, [900, 400], torch.bfloat16, seed=12,
+                             shuffle=True)
+    q, k, v, kvl = q.cuda(), k.cuda(), v.cuda(), kvl.cuda()
+    packed = flashdecode.pack_tree_mask(mask.cuda())
+    plan = flashdecode.DecodePlan(batch=2, q_len=32, num_heads_q=32, num_heads_kv=8,
+                                  head_dim=128, dtype=torch.bfloat16, kv_capacity=900,
+                                  device="cuda", tree_mask=True)
+    out = torch.empty_like(q)
+    plan.run(q, k, v, kvl, out=out, tree_mask=packed)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan.run(q, k, v, kvl, out=out, tree_mask=packed)
+    for m in (mask, mask2):
+        packed.copy_(flashdecode.pack_tree_mask(m.cuda()))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref, _ = ref_rows(q.cpu(), k.cpu(), v.cpu(), kvl.cpu(), m)
+        assert (out.cpu().double() - ref).abs().max().item() <= TOL[torch.bfloat16]
