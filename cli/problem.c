@@ -621,8 +621,8 @@ fd_tensors problem_fd_tensors(const problem *p, const problem_tensors *set) {
   t.k_scale = set->k_scale; /* dense per-token layout: scale_strides all zero */
   t.v_scale = set->v_scale;
   t.sinks = set->sinks;
-  t.tree_mask = p->host.tree_mask; /* host memory: CPU and reference runs */
-  t.tree_mask_stride = p->host.tree_mask ? p->fd.q_len : 0;
+  t.tree_mask = set->tree_mask;
+  t.tree_mask_stride = set->tree_mask ? p->fd.q_len : 0;
   return t;
 }
 
@@ -669,6 +669,11 @@ void problem_poison_outputs(problem *p) {
   for (size_t i = 0; i < p->lse_bytes / sizeof(float); i++) p->host.lse[i] = NAN;
 }
 
+/* Bytes of the --tree masks: one uint64 a row of each sequence. */
+static size_t tree_bytes(const problem *p) {
+  return (size_t)p->fd.batch * (size_t)p->fd.q_len * sizeof(uint64_t);
+}
+
 fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const problem_tensors *share,
                                fd_error *err) {
   memset(dev, 0, sizeof *dev);
@@ -688,10 +693,13 @@ fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const pro
     dev->kv_len = share->kv_len;
     dev->block_table = share->block_table;
     dev->sinks = share->sinks;
+    dev->tree_mask = share->tree_mask;
   } else if ((st = gpu_malloc((void **)&dev->kv_len, p->kv_len_bytes, err)) ||
              (p->table_bytes > 0 &&
               (st = gpu_malloc((void **)&dev->block_table, p->table_bytes, err))) ||
-             (p->sinks_bytes > 0 && (st = gpu_malloc((void **)&dev->sinks, p->sinks_bytes, err)))) {
+             (p->sinks_bytes > 0 && (st = gpu_malloc((void **)&dev->sinks, p->sinks_bytes, err))) ||
+             (p->host.tree_mask &&
+              (st = gpu_malloc((void **)&dev->tree_mask, tree_bytes(p), err)))) {
     goto fail;
   }
   return FD_STATUS_OK;
@@ -720,7 +728,9 @@ fd_status problem_device_upload(const problem *p, problem_tensors *dev, void *st
       (p->table_bytes > 0 && (st = gpu_copy_to_device(dev->block_table, p->host.block_table,
                                                       p->table_bytes, stream, err))) ||
       (p->sinks_bytes > 0 &&
-       (st = gpu_copy_to_device(dev->sinks, p->host.sinks, p->sinks_bytes, stream, err))))
+       (st = gpu_copy_to_device(dev->sinks, p->host.sinks, p->sinks_bytes, stream, err))) ||
+      (dev->tree_mask &&
+       (st = gpu_copy_to_device(dev->tree_mask, p->host.tree_mask, tree_bytes(p), stream, err))))
     return st;
   return gpu_stream_sync(stream, err);
 }
@@ -739,6 +749,7 @@ void problem_device_free(problem_tensors *dev, const problem_tensors *share) {
     gpu_free(dev->kv_len);
     gpu_free(dev->block_table);
     gpu_free(dev->sinks);
+    gpu_free(dev->tree_mask);
   }
   memset(dev, 0, sizeof *dev);
 }

@@ -71,7 +71,7 @@ typedef struct problem_tensors {
   float *k_scale;       /* fp8 scales: [1], [num_heads_kv] or the cache's shape without head_dim */
   float *v_scale;
   float *sinks;         /* [num_heads_q]; NULL without --sinks */
-  uint64_t *tree_mask;  /* --tree: [batch][q_len] host memory (CPU and reference only); else NULL */
+  uint64_t *tree_mask;  /* --tree: [batch][q_len]; else NULL */
 } problem_tensors;
 
 typedef struct problem {
@@ -114,7 +114,7 @@ double problem_cache_bytes(const problem *p);
 void problem_poison_outputs(problem *p);
 
 /* Device sets (CUDA): allocate one; copy the host set into it. kv_len,
- * block_table and sinks may be shared: pass share = a set whose ones to reuse,
+ * block_table, sinks and tree_mask may be shared: pass share = a set whose ones to reuse,
  * or NULL. */
 fd_status problem_device_alloc(const problem *p, problem_tensors *dev, const problem_tensors *share,
                                fd_error *err);

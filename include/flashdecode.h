@@ -155,21 +155,29 @@
  *   the nodes works), but every row must see itself (bit t of row t set)
  *   and bits q_len .. 63 must be zero: the CPU and reference backends
  *   check both on the host (FD_STATUS_INVALID_ARGUMENT naming
- *   tree_mask[b][t]; nothing written). The mask is read at run time (a
- *   captured call sees its current contents).
- *   Composes with paged and contiguous caches, GQA/MQA, fp8 caches and
- *   scales, soft-cap, sinks, lse (merge_states), out_dtype, forced splits,
- *   the deterministic mode and MLA (rope_dim > 0: the same rows over the
- *   latent cache). Refused (FD_STATUS_INVALID_ARGUMENT): non_causal (rows
- *   that see everything need no mask) and a sliding window (a tree row's
- *   position is its depth, not its index; not defined in this version).
- *   Backends: the reference and CPU; a
- *   CUDA plan (or AUTO resolving to CUDA) with a tree mask is refused with
- *   FD_STATUS_UNSUPPORTED in this version: plan with FD_BACKEND_CPU.
- *   The CPU backend reads each K/V block once for all rows of a kv head, as
- *   for causal rows; the mask only sets the scores of hidden draft keys to
- *   -inf (weight zero; a NaN or Inf in a hidden key's V may still give a
- *   NaN row, as with other masked keys, see fd_run).
+ *   tree_mask[b][t]; nothing written). CUDA reads the mask in device
+ *   memory and cannot check it: there bits q_len .. 63 are ignored and a
+ *   row without its own bit sees only what its bits name (no key at all:
+ *   out 0, lse -inf). The mask is read at run time (a captured call sees
+ *   its current contents).
+ *   Composes with paged and contiguous caches, GQA/MQA, soft-cap, sinks,
+ *   lse (merge_states), out_dtype, forced splits and the deterministic
+ *   mode on every backend; fp8 caches and MLA (rope_dim > 0: the same rows
+ *   over the latent cache) on the CPU and reference backends. Refused
+ *   (FD_STATUS_INVALID_ARGUMENT): non_causal (rows that see everything
+ *   need no mask) and a sliding window (a tree row's position is its
+ *   depth, not its index; not defined in this version).
+ *   Backends: the reference and CPU for every shape; CUDA for fp16 / bf16
+ *   q over a cache of the same dtype at head_dim 64 or 128, on GPUs whose
+ *   blocks hold the rows kernel's shared memory (57,536 bytes at 64,
+ *   114,880 at 128: every sm_80+ GPU at 64; A100, H100, H200, B200 at 128,
+ *   not the 99 KB-a-block sm_86 / sm_89 / sm_120). Other CUDA plans with a
+ *   tree mask are refused with FD_STATUS_UNSUPPORTED naming the argument:
+ *   plan with FD_BACKEND_CPU. Both read each K/V block once for all rows
+ *   of a kv head (CUDA: up to 64 rows a block on the tensor cores' M side,
+ *   rows_mma_kernel.cu); the mask only sets the scores of hidden draft
+ *   keys to -inf (weight zero; a NaN or Inf in a hidden key's V may still
+ *   give a NaN row, as with other masked keys, see fd_run).
  *
  * USAGE
  *   fd_problem p = {0};            // zero = defaults everywhere
@@ -475,8 +483,8 @@ typedef struct fd_problem {
   int32_t tree_mask;     /* 1: the q_len draft rows of a sequence see the
                             committed prefix and the draft keys that
                             fd_tensors.tree_mask gives them; q_len up to
-                            FD_MAX_Q_LEN_TREE. CPU and reference backends
-                            only in this version. 0 = causal rows */
+                            FD_MAX_Q_LEN_TREE. CUDA: fp16 / bf16, head_dim
+                            64 or 128 (TREE MASKS). 0 = causal rows */
 } fd_problem;
 
 /* The deterministic mode's split length, and the most keys (after a
@@ -567,7 +575,9 @@ typedef struct fd_plan {
  *   FD_STATUS_UNSUPPORTED  the backend is not built in or has no device; CUDA
  *       with head_dim not 64, 80, 96, 128 or 256 (MLA: (head_dim, rope_dim)
  *       not (512, 64) or (448, 64), or dtype not fp16 / bf16), tree_mask set
- *       (tree masks run on the CPU and reference backends in this version), a device below compute
+ *       with MLA, a dtype other than fp16 / bf16, an fp8 cache, a head_dim
+ *       other than 64 or 128 or a device that does not hold the kernel
+ *       (TREE MASKS; the message names the argument), a device below compute
  *       capability 8.0 (the message names its compute capability), one this
  *       build holds no code for, or one whose shared memory holds no kernel
  *       configuration for the head_dim (never for a real GPU of 8.0+).
@@ -656,7 +666,9 @@ typedef struct fd_tensors {
   /* Tree masks only (fd_problem.tree_mask = 1; NULL otherwise): */
   const uint64_t *tree_mask; /* [batch, q_len] (TREE MASKS above): bit j of
                             tree_mask[b][t] set = row t of sequence b sees
-                            draft key j (key kv_len[b] - q_len + j) */
+                            draft key j (key kv_len[b] - q_len + j); host
+                            memory for the CPU and reference, device memory
+                            for CUDA */
   int64_t tree_mask_stride; /* uint64s from one sequence's rows to the next;
                             0 = q_len (dense); FD_STRIDE_BROADCAST = one
                             tree for every sequence */
