@@ -685,6 +685,7 @@ FD_VKERNEL void small_softmax(const fd_cpu_block *b) { softmax_small(b); }
 FD_VKERNEL size_t pack_q_bf16(const float *q, int rows, int head_dim, void *dst, size_t cap) {
   return amx_pack_q(q, rows, head_dim, dst, cap);
 }
+FD_VKERNEL void start_tiles(void) { amx_start(); }
 FD_VKERNEL void finish_tiles(void) { amx_release(); }
 #endif
 
@@ -694,6 +695,7 @@ static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
   k->small_head_dim = 8;
   k->paired = 0;
 #if FD_V_AMX
+  k->start = start_tiles;
   k->finish = finish_tiles;
 #endif
   switch (dtype) {

@@ -200,8 +200,10 @@ typedef struct fd_cpu_kernels {
    * then read q).
    */
   size_t (*pack_q)(const float *q, int rows, int head_dim, void *dst, size_t cap);
-  /* Optional (NULL: none): what a thread calls after its last kernel call of
-   * a run (the AMX kernels release the tile state). */
+  /* Optional (NULL: none): what a thread calls before its first kernel call
+   * of a run (the AMX kernels configure the tiles; the steps need it), and
+   * after its last (they release the tile state). */
+  void (*start)(void);
   void (*finish)(void);
 } fd_cpu_kernels;
 

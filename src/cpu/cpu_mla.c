@@ -332,11 +332,13 @@ fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspa
   if (total <= 0.0) {
     /* no item holds keys (every split empty): the combine writes the rows */
   } else if (threads == 1) {
+    if (c.kernels.start) c.kernels.start();
     run_share(&c, 0, 1, total);
     if (c.kernels.finish) c.kernels.finish();
   } else {
 #pragma omp parallel num_threads((int)threads)
     {
+      if (c.kernels.start) c.kernels.start();
       run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
       if (c.kernels.finish) c.kernels.finish(); /* (the AMX kernels' tile state) */
     }

@@ -46,19 +46,20 @@ typedef struct amx_cfg {
 } amx_cfg;
 
 /* Every tile of the kernels is 16 rows of 64 bytes (the largest operand):
- * one configuration for both steps, loaded only when the thread's current
- * one differs (sttilecfg reads it back; a call after amx_release or another
- * library's tile code finds palette 0 or other shapes and loads it). Rows or
- * columns past the ones a step uses hold whatever the loads bring in: a
- * product's row m depends only on A's row m and its column n only on B's
- * column n, so those results are discarded unread. */
-FD_VFN void amx_configure(void) {
-  _Alignas(64) amx_cfg want, have;
-  memset(&want, 0, sizeof want);
-  want.palette = 1;
-  for (int i = 0; i < 8; i++) want.rows[i] = 16, want.colsb[i] = 64;
-  _tile_storeconfig(&have);
-  if (memcmp(&want, &have, sizeof want) != 0) _tile_loadconfig(&want);
+ * one configuration for both steps, loaded once per thread and run
+ * (fd_cpu_kernels.start) and released after (finish). Rows or columns past
+ * the ones a step uses hold whatever the loads bring in: a product's row m
+ * depends only on A's row m and its column n only on B's column n, so those
+ * results are discarded unread. */
+FD_VFN void amx_start(void) {
+  _Alignas(64) amx_cfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  /* ldtilecfg with the whole struct as its operand (GCC 12's
+   * _tile_loadconfig names only 8 bytes of it, so the stores above could be
+   * dropped as dead) */
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 /* amx_pack_q's header: the packed rows follow it. */
@@ -146,7 +147,7 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
   _Alignas(64) float st[32 * 16]; /* [key][column]: columns past cols discarded */
   ptrdiff_t ks;
   const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, head_dim, kbuf, &ks);
-  amx_configure(); /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 */
+  /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 */
   const uint32_t *qt = (const uint32_t *)(h + 1);
   const vf scale = v_set1(b->scale);
   const __m512i key = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
@@ -155,7 +156,7 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
     _tile_zero(0);
     _tile_zero(1);
     for (int s = 0; s < steps; s++) {
-      /* rows cols * 4 bytes apart, 64 read: columns past cols are the next
+      /* q rows cols * 4 bytes apart, 64 read: columns past cols are the next
        * rows' (64 bytes of slack after the last) */
       _tile_loadd(4, qt + ((ptrdiff_t)c * steps + s) * 16 * cols, cols * 4);
       _tile_loadd(2, k0 + 64 * s, ks);
@@ -188,7 +189,8 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
   _Alignas(64) float ct[4][16][16];   /* [column chunk][row, parity, piece][column pair] */
   ptrdiff_t vs;
   const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
-  amx_configure(); /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
+
+  /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
   for (int r0 = 0; r0 < rows; r0 += PER) {
     const int nr = rows - r0 < PER ? rows - r0 : PER;
     if (nr < PER) memset(a, 0, sizeof a);
