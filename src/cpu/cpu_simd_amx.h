@@ -147,14 +147,22 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
   _Alignas(64) float st[32 * 16]; /* [key][column]: columns past cols discarded */
   ptrdiff_t ks;
   const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, head_dim, kbuf, &ks);
-  /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 */
+  /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 (and below) */
   const uint32_t *qt = (const uint32_t *)(h + 1);
   const vf scale = v_set1(b->scale);
   const __m512i key = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
                                          208, 224, 240);
-  for (int c = 0; c < h->chunks; c++) {
+  /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
+   * B: 4 and 7): each key tile loaded once for both, two independent
+   * product chains */
+  for (int c = 0; c < h->chunks; c += 2) {
+    const int pair = c + 1 < h->chunks;
     _tile_zero(0);
     _tile_zero(1);
+    if (pair) {
+      _tile_zero(5);
+      _tile_zero(6);
+    }
     for (int s = 0; s < steps; s++) {
       /* q rows cols * 4 bytes apart, 64 read: columns past cols are the next
        * rows' (64 bytes of slack after the last) */
@@ -163,16 +171,29 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
       _tile_loadd(3, k0 + 16 * ks + 64 * s, ks);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
+      if (pair) {
+        _tile_loadd(7, qt + ((ptrdiff_t)(c + 1) * steps + s) * 16 * cols, cols * 4);
+        _tile_dpbf16ps(5, 2, 7);
+        _tile_dpbf16ps(6, 3, 7);
+      }
     }
-    _tile_stored(0, st, 64);
-    _tile_stored(1, st + 16 * 16, 64);
-    for (int i = 0; i < per && c * per + i < b->rows; i++) {
-      float *out = b->scratch + (ptrdiff_t)(c * per + i) * FD_CPU_KEY_BLOCK;
-      for (int half = 0; half < 2; half++) {
-        const float *base = st + half * 16 * 16 + i * pieces;
-        vf s = _mm512_i32gather_ps(key, base, 4);
-        if (pieces == 2) s = v_add(s, _mm512_i32gather_ps(key, base + 1, 4));
-        v_storef(out + 16 * half, v_mul(s, scale));
+    for (int u = 0; u <= pair; u++) {
+      if (u == 0) {
+        _tile_stored(0, st, 64);
+        _tile_stored(1, st + 16 * 16, 64);
+      } else {
+        _tile_stored(5, st, 64);
+        _tile_stored(6, st + 16 * 16, 64);
+      }
+      const int cu = c + u;
+      for (int i = 0; i < per && cu * per + i < b->rows; i++) {
+        float *out = b->scratch + (ptrdiff_t)(cu * per + i) * FD_CPU_KEY_BLOCK;
+        for (int half = 0; half < 2; half++) {
+          const float *base = st + half * 16 * 16 + i * pieces;
+          vf sc = _mm512_i32gather_ps(key, base, 4);
+          if (pieces == 2) sc = v_add(sc, _mm512_i32gather_ps(key, base + 1, 4));
+          v_storef(out + 16 * half, v_mul(sc, scale));
+        }
       }
     }
   }
