@@ -131,61 +131,6 @@ __attribute__((target("avx512f,avx512bw"))) static void widen_row_e4m3_avx512(fl
   }
 }
 
-/* widen_row_bf16_avx512 for the first n32 (a multiple of 32) codes of each
- * of n rows (rows[j] + off into dst + j * head_dim), the table loaded once
- * and the rows' chunks back to back. */
-__attribute__((target("avx512f,avx512bw"))) static void widen_rows_bf16_avx512(
-    uint16_t *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim, int n32,
-    const uint16_t *lut16) {
-  __m512i t[4];
-  for (int i = 0; i < 4; i++) t[i] = _mm512_loadu_si512((const void *)(lut16 + 32 * i));
-  const __m512i bit6 = _mm512_set1_epi16(0x40), sign = _mm512_set1_epi16((short)0x8000);
-  for (int j = 0; j < n; j++) {
-    const uint8_t *src = (const uint8_t *)rows[j] + off;
-    uint16_t *o = dst + (ptrdiff_t)j * head_dim;
-    for (int d = 0; d < n32; d += 32) {
-      const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + d)));
-      const __m512i lo = _mm512_permutex2var_epi16(t[0], w, t[1]);
-      const __m512i hi = _mm512_permutex2var_epi16(t[2], w, t[3]);
-      const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, bit6), lo, hi);
-      _mm512_storeu_si512((void *)(o + d),
-                          _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), sign, 0xF8));
-    }
-  }
-}
-
-/* The same for head_dim % 64 == 0 with AVX-512 VBMI (FD_CPU_ISA_AMX): the
- * low and high bytes of lut16[0..127] as two 128-byte tables, looked up 64
- * codes at a time by one vpermi2b each (index bit 7, the sign, ignored),
- * the sign or-ed into the high bytes, and the two byte vectors interleaved
- * into 16-bit words by vpunpck{l,h}bw, with the codes permuted first (one
- * vpermb) so that the words come out in column order. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void widen_rows_bf16_vbmi(
-    uint16_t *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
-    const uint16_t *lut16) {
-  uint8_t lo8[128], hi8[128];
-  for (int i = 0; i < 128; i++) lo8[i] = (uint8_t)lut16[i], hi8[i] = (uint8_t)(lut16[i] >> 8);
-  const __m512i lo_a = _mm512_loadu_si512(lo8), lo_b = _mm512_loadu_si512(lo8 + 64);
-  const __m512i hi_a = _mm512_loadu_si512(hi8), hi_b = _mm512_loadu_si512(hi8 + 64);
-  /* byte 16 L + b of the permuted codes: code 8 L + b (b < 8), 32 + 8 L + b - 8 (b >= 8) */
-  uint8_t perm[64];
-  for (int l = 0; l < 4; l++)
-    for (int b = 0; b < 16; b++) perm[16 * l + b] = (uint8_t)(b < 8 ? 8 * l + b : 32 + 8 * l + b - 8);
-  const __m512i order = _mm512_loadu_si512(perm), sign = _mm512_set1_epi8((char)0x80);
-  for (int j = 0; j < n; j++) {
-    const uint8_t *src = (const uint8_t *)rows[j] + off;
-    uint16_t *o = dst + (ptrdiff_t)j * head_dim;
-    for (int d = 0; d < head_dim; d += 64) {
-      const __m512i c = _mm512_permutexvar_epi8(order, _mm512_loadu_si512((const void *)(src + d)));
-      const __m512i lo = _mm512_permutex2var_epi8(lo_a, c, lo_b);
-      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, c, hi_b), c, sign,
-                                                   0xF8); /* hi | (c & sign) */
-      _mm512_storeu_si512((void *)(o + d), _mm512_unpacklo_epi8(lo, hi));
-      _mm512_storeu_si512((void *)(o + d + 32), _mm512_unpackhi_epi8(lo, hi));
-    }
-  }
-}
-
 #endif
 
 void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]) {
@@ -201,14 +146,6 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
   (void)isa, (void)e5m2;
 #ifdef FD_FP8_AVX2
   const int wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32; /* AVX-512 F + BW */
-  if (isa >= FD_CPU_ISA_AMX && head_dim % 64 == 0) { /* (AMX machines have VBMI: dispatch) */
-    widen_rows_bf16_vbmi(dst, rows, off, n, head_dim, lut16);
-    return;
-  }
-  if (wide && head_dim % 32 == 0) { /* every row whole: one pass over the block */
-    widen_rows_bf16_avx512(dst, rows, off, n, head_dim, head_dim, lut16);
-    return;
-  }
 #endif
   for (int j = 0; j < n; j++) {
     const uint8_t *src = (const uint8_t *)rows[j] + off;
