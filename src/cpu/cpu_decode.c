@@ -79,8 +79,8 @@ typedef struct cpu_call {
   int tile_rows;      /* rows per head in a pass (group_rows unless it needs tiles) */
   int small;          /* run the kernels' small_* steps (head_dim <= small_head_dim) */
   int prefetch_next;  /* before each kernel call, prefetch the next call's rows (16-bit
-                         caches: a call's own loads then hit L1; measured faster there,
-                         not for float32 or fp8) */
+                         and fp8 caches: a call's own loads then hit L1; measured faster
+                         there, not for float32) */
   int block;          /* keys per kernel call: FD_CPU_KEY_BLOCK, longer for the small steps */
 } cpu_call;
 
@@ -477,9 +477,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
            * no faster) */
           if (h + 1 < heads)
             prefetch_rows(step ? values : keys, (step ? v_head : k_head) * (h + 1), nb,
-                          head_dim * 2);
+                          head_dim * (int)c->kv_elem_size);
           else if (step == 0)
-            prefetch_rows(values, 0, nb, head_dim * 2);
+            prefetch_rows(values, 0, nb, head_dim * (int)c->kv_elem_size);
         }
         if (step == 0)
           c->kernels.scores(&blk);
@@ -612,7 +612,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.t = t;
   c.isa = isa;
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
-  c.prefetch_next = !c.small && !c.fp8_lut && fd_dtype_size(p->kv_dtype) == 2;
+  c.prefetch_next = !c.small && fd_dtype_size(p->kv_dtype) <= 2;
   c.elem_size = fd_dtype_size(p->dtype);
   c.kv_elem_size = fd_dtype_size(p->kv_dtype);
   const int32_t num_splits = plan->num_splits;
