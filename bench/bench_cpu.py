@@ -32,7 +32,7 @@ In one process it
      automatic split count and with --num-splits 1 and reports tokens/s;
   4. writes <date>-<commit>-cpu-<cores>c.csv (columns shape, impl, us, gbps,
      pct_read_bw, num_splits, ratio_vs_torch; '#' header lines describe the
-     machine) and prints a table with the verdict of every CPU target.
+     machine; FD_CPU_ISA, when set, is in the name) and prints a table with the verdict of every CPU target.
 
 Timing: time.perf_counter around each call; calls rotate over input sets
 whose K+V together exceed 4 x the last-level cache (at most 64 sets), so K and
@@ -140,7 +140,7 @@ def cpuinfo():
     except OSError:
         pass
     wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-              "avx512_fp16", "amx_bf16", "avx_vnni"]
+              "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni"]
     return model, [f for f in wanted if f in flags]
 
 
@@ -448,11 +448,15 @@ def main():
 
     # ---- CSV ----
     os.makedirs(ARGS.out_dir, exist_ok=True)
-    path = os.path.join(ARGS.out_dir, "%s-%s-cpu-%dc.csv" % (date, commit, threads))
+    # FD_CPU_ISA (the kernels' instruction set, read by fd_plan_init) in the
+    # name, so runs under several sets on one machine keep their own files
+    isa_env = os.environ.get("FD_CPU_ISA", "")
+    path = os.path.join(ARGS.out_dir, "%s-%s-cpu-%dc%s.csv" % (
+        date, commit, threads, "-" + isa_env if isa_env and isa_env != "auto" else ""))
     with open(path, "w") as f:
         f.write("# bench/bench_cpu.py %s commit %s host %s\n" % (date, commit, platform.node()))
-        f.write("# cpu: %s; %d threads (cores of this process's affinity: %d); ISA: %s\n" % (
-            model, threads, cores(), " ".join(isa)))
+        f.write("# cpu: %s; %d threads (cores of this process's affinity: %d); ISA: %s; "
+                "FD_CPU_ISA=%s\n" % (model, threads, cores(), " ".join(isa), isa_env or "auto"))
         f.write("# LLC %.0f MiB, RAM %.1f GiB; load average at start %s, at end %s\n" % (
             llc / MIB, ram_bytes() / GIB, load_start, load_end))
         f.write("# read bandwidth (flashdecode bench --backend cpu, read_gbps=): %.1f GB/s before, "

@@ -247,10 +247,12 @@
  *   as CPU time a host's other threads cannot use.
  *
  * CPU INSTRUCTION SETS
- *   The CPU backend runs the widest kernels the processor has: AVX-512 BF16
- *   (vdpbf16ps bf16 scores; chosen on AMD only), AVX-512 F/BW/VL, AVX2 + FMA
- *   + F16C, or portable C. The environment variable FD_CPU_ISA (auto,
- *   scalar, avx2, avx512, avx512_bf16), read in fd_plan_init, forces a
+ *   The CPU backend runs the widest kernels the processor has: AMX-BF16
+ *   (bf16 and fp8 caches' q.K and P.V on tiles, where the OS grants the tile
+ *   state), AVX-512 BF16 (vdpbf16ps bf16 scores; chosen on AMD only),
+ *   AVX-512 F/BW/VL, AVX2 + FMA + F16C, or portable C. The environment
+ *   variable FD_CPU_ISA (auto, scalar, avx2, avx512, avx512_bf16, amx),
+ *   read in fd_plan_init, forces a
  *   narrower one (tests and CI run every path the machine has), or
  *   avx512_bf16 on an Intel CPU that has it; the plan
  *   records the choice in plan.cpu_isa. For a CPU plan, fd_plan_init returns
@@ -536,7 +538,7 @@ typedef struct fd_plan {
   size_t ws_partial_ml;   /* float [batch*num_heads_q*q_len][num_splits][2] (m, l) */
   size_t ws_counters;     /* uint32 [batch*num_heads_kv] */
   int32_t cpu_isa;        /* CPU: the instruction set fd_run runs (0 portable C, 1 AVX2,
-                             2 AVX-512, 3 AVX-512 BF16; see CPU INSTRUCTION SETS);
+                             2 AVX-512, 3 AVX-512 BF16, 4 AMX; see CPU INSTRUCTION SETS);
                              informational, read-only */
 } fd_plan;
 

@@ -202,8 +202,8 @@ int fd_cpu_default_threads(void);
 int fd_cpu_env_threads(const char *value);
 /* The CPU instruction set a plan runs (cpu_dispatch.c): FD_CPU_ISA's value
  * `env` (NULL, "" or "auto": the best this machine has; else scalar, avx2,
- * avx512 or avx512_bf16: also on Intel CPUs that have it, where the default
- * leaves it off) into *isa (an fd_cpu_isa). INVALID_ARGUMENT for another
+ * avx512, avx512_bf16 (also on Intel CPUs that have it, where the default
+ * leaves it off) or amx) into *isa (an fd_cpu_isa). INVALID_ARGUMENT for another
  * name, UNSUPPORTED for a set this CPU or build lacks. */
 fd_status fd_cpu_isa_choose(const char *env, int32_t *isa, fd_error *err);
 fd_status fd_cpu_run(const fd_plan *plan, const fd_tensors *t, void *workspace, fd_error *err);

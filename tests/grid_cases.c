@@ -202,6 +202,20 @@ static const fd_case gpu_extra[] = {
  * on (kv 130, q_len 8) and rows that see nothing; block and split tails;
  * passes of more than 16 rows; large scores. Run with fd_run and again with
  * the AVX2 kernels forced where the machine has better ones. */
+/* bf16 caches with head_dim % 32 == 0 (the AMX kernels' shapes), run under
+ * every instruction set: group 4 paged (blocks cut by pages: copied rows),
+ * MQA (32 rows: two q chunks, eight P chunks), 16 rows of q_len 4, head_dim
+ * 256 (two column sweeps), 18 rows (a padded q chunk), head_dim 96 (three
+ * column tiles), tails shorter than a block. */
+static const fd_case cpu_isa_bf16[] = {
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 8, .batch = 2, .kv_len = {1000, 77}, .q_len = 1, .page_size = 16, .num_splits = 3, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 128, .num_heads_q = 32, .num_heads_kv = 1, .batch = 1, .kv_len = {300}, .q_len = 1, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 64, .num_heads_q = 8, .num_heads_kv = 2, .batch = 2, .kv_len = {129, 64}, .q_len = 4, .page_size = 64, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 256, .num_heads_q = 16, .num_heads_kv = 2, .batch = 1, .kv_len = {200}, .q_len = 2, .num_splits = 2, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 96, .num_heads_q = 6, .num_heads_kv = 1, .batch = 1, .kv_len = {100}, .q_len = 3, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 32, .num_heads_q = 1, .num_heads_kv = 1, .batch = 3, .kv_len = {31, 32, 33}, .q_len = 1, .with_lse = 1},
+};
+
 static const fd_case cpu_small[] = {
     {.dtype = F32, .head_dim = 8, .num_heads_q = 8, .num_heads_kv = 4, .batch = 1, .kv_len = {4099}, .q_len = 1, .with_lse = 1, .check_splits = 1, .check_determinism = 1},
     {.dtype = F32, .head_dim = 8, .num_heads_q = 16, .num_heads_kv = 2, .batch = 2, .kv_len = {130, 97}, .q_len = 8, .num_splits = 1, .with_lse = 1},
@@ -243,6 +257,16 @@ int fd_grid_cases(fd_backend backend, fd_case *cases, int max) {
     cases[n++] = c;
   }
   if (backend == FD_BACKEND_CPU) {
+    /* the bf16 tile shapes (AMX: q.K, P.V tiles, row chunks, blocks copied
+     * at page boundaries and tails) under every set this machine has, so a
+     * machine whose fd_run takes AMX still runs the others' bf16 kernels */
+    for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)fd_cpu_isa_available(); isa++)
+      for (int i = 0; i < COUNT(cpu_isa_bf16) && n < max; i++) {
+        fd_case c = cpu_isa_bf16[i];
+        c.backend = backend;
+        c.cpu_isa = 1 + isa;
+        cases[n++] = c;
+      }
     const fd_cpu_isa best = fd_cpu_isa_detect();
     for (int forced = 0; forced < 2; forced++) {
       if (forced && best <= FD_CPU_ISA_AVX2) break; /* fd_run already runs AVX2 (or scalar) */

@@ -259,8 +259,8 @@ void fd_case_name(const fd_case *c, char *buf, size_t size) {
   if (c->input_scale != 0.0f) n += snprintf(buf + n, size - (size_t)n, "/x%g", (double)c->input_scale);
   if (n < 0 || (size_t)n >= size) return;
   if (c->cpu_isa > 0) {
-    static const char *isa[] = {"scalar", "avx2", "avx512", "avx512bf16"};
-    n += snprintf(buf + n, size - (size_t)n, "/%s", c->cpu_isa <= 4 ? isa[c->cpu_isa - 1] : "isa?");
+    static const char *isa[] = {"scalar", "avx2", "avx512", "avx512bf16", "amx"};
+    n += snprintf(buf + n, size - (size_t)n, "/%s", c->cpu_isa <= 5 ? isa[c->cpu_isa - 1] : "isa?");
   }
   if (n < 0 || (size_t)n >= size) return;
   if (c->strict) n += snprintf(buf + n, size - (size_t)n, "/strict");

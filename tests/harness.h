@@ -58,7 +58,7 @@ typedef struct fd_case {
                                           FD_STATUS_UNSUPPORTED and write nothing */
   float input_scale;                   /* q and k drawn times this (0 = 1): large-norm inputs */
   int32_t cpu_isa;                     /* CPU: 0 = fd_run; 1 + fd_cpu_isa (1 scalar, 2 AVX2,
-                                          3 AVX-512, 4 AVX-512 BF16) = fd_cpu_run_isa with
+                                          3 AVX-512, 4 AVX-512 BF16, 5 AMX) = fd_cpu_run_isa with
                                           that set forced */
   int strict;                          /* out within floor(dtype) * max|ref| per row, without the
                                           K * plain term (for inputs whose softmax is one-hot) */

@@ -6,7 +6,8 @@
  * dtype: f32 bf16 f16 e4m3 e5m2 (fp8: q bf16, tensor scales). hot: one input
  * set called again and again (K+V of kv_mb should fit the caches: the
  * kernels' compute rate); else sets rotated over >= 256 MiB (from memory).
- * FD_HUGE=1: K and V on transparent huge pages (madvise).
+ * FD_HUGE=1: K and V on transparent huge pages (madvise). MB_SPIN=n: n
+ * untimed calls before the timed ones (for perf record).
  * Median of 21 timed calls after the warm-up; prints us and GB/s of K+V,
  * by the wall clock and by the process's CPU time per thread.
  */
@@ -126,7 +127,8 @@ int main(int argc, char **argv) {
     if (es == 1) t[s].k_scale = &one, t[s].v_scale = &one;
   }
   void *ws = plan.workspace_size ? malloc(plan.workspace_size) : NULL;
-  const int warm = sets > 3 ? sets : 3, iters = 21;
+  /* MB_SPIN=n: n more untimed calls first (a profile's samples) */
+  const int warm = (sets > 3 ? sets : 3) + (getenv("MB_SPIN") ? atoi(getenv("MB_SPIN")) : 0), iters = 21;
   double us[64], cus[64];
   for (int i = 0; i < warm + iters; i++) {
     const double t0 = now(), c0 = cpu_now();

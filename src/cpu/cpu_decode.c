@@ -52,6 +52,10 @@
 #define FD_CPU_FOLD_BLOCKS 4
 /* Floats of q in one pass: heads * rows * head_dim (as many accumulators). */
 #define FD_CPU_PASS_FLOATS 4096
+/* Bytes of q packed by the kernels' pack_q for one pass (a pass whose heads
+ * need more runs unpacked: the AMX packing of 4096 floats in two bf16
+ * pieces, 64-byte headers and row-chunk padding stays below it). */
+#define FD_CPU_QT_BYTES (40 * 1024)
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
 #define FD_CPU_ITEM_OVERHEAD 32.0
 
@@ -74,6 +78,9 @@ typedef struct cpu_call {
   int heads_per_pass; /* kv heads run together */
   int tile_rows;      /* rows per head in a pass (group_rows unless it needs tiles) */
   int small;          /* run the kernels' small_* steps (head_dim <= small_head_dim) */
+  int prefetch_next;  /* before each kernel call, prefetch the next call's rows (16-bit
+                         and fp8 caches: a call's own loads then hit L1; measured faster
+                         there, not for float32) */
   int block;          /* keys per kernel call: FD_CPU_KEY_BLOCK, longer for the small steps */
 } cpu_call;
 
@@ -98,8 +105,9 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
  * continue with those of the next heads ([heads][rows]...; count too, when
  * set); k_head / v_head: bytes from one kv head's row to the next. */
 static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdiff_t k_head,
-                               ptrdiff_t v_head) {
+                               ptrdiff_t v_head, const void *const *qt) {
   fd_cpu_block blk = *pass;
+  blk.qt = qt ? qt[h] : NULL;
   blk.q += (ptrdiff_t)h * rows * pass->head_dim;
   blk.acc += (ptrdiff_t)h * rows * pass->head_dim;
   blk.m += h * rows;
@@ -136,12 +144,15 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
                           c->isa, e5m2);
     const int padded = (n + 31) & ~31;
     for (int j = 0; j < padded; j++) wide_rows[j] = w16 + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
+    const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * 2 : 0;
     if (values) {
       blk->values = wide_rows;
       blk->value_off = 0;
+      blk->value_step = step;
     } else {
       blk->keys = wide_rows;
       blk->key_off = 0;
+      blk->key_step = step;
       if (plan->problem.kv_scale != FD_KV_SCALE_NONE)
         blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
     }
@@ -164,13 +175,22 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
                    head_dim, c->fp8_lut, per_token, s, c->isa, e5m2);
   const int padded = (n + 31) & ~31;
   for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
+  const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * 4 : 0;
   if (values) {
     blk->values = wide_rows;
     blk->value_off = 0;
+    blk->value_step = step;
   } else {
     blk->keys = wide_rows;
     blk->key_off = 0;
+    blk->key_step = step;
   }
+}
+
+/* Asks L1 for the `bytes` bytes at rows[j] + off, j < n. */
+static void prefetch_rows(const void *const *rows, ptrdiff_t off, int n, int bytes) {
+  for (int j = 0; j < n; j++)
+    for (int x = 0; x < bytes; x += 64) __builtin_prefetch((const char *)rows[j] + off + x, 0, 3);
 }
 
 /* Adds a key block's float sums (acc, l, relative to the running max m) into
@@ -289,15 +309,38 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   }
   if (tile_begin > tile_end) tile_begin = tile_end;
   for (int r = 0; r < rows; r++) windowed |= limit[r] > lower[r] && lower[r] > tile_begin;
+  /* q packed for the kernels' scores (pack_q), per head; qt_head NULL when
+   * the kernels have no pack_q or some head's rows did not pack */
+  _Alignas(64) unsigned char qt[FD_CPU_QT_BYTES];
+  const void *qt_ptr[FD_CPU_PASS_ROWS];
+  const void *const *qt_head = NULL;
+  size_t qt_used = 0;
+  int packed = c->kernels.pack_q != NULL;
   for (int h = 0; h < heads; h++) {
+    float *qh = q + (ptrdiff_t)h * rows * head_dim;
     for (int r = 0; r < rows; r++) {
       const int hq = (h0 + h) * group + (row0 + r) / q_len, tok = (row0 + r) % q_len;
       const int64_t q_off = (int64_t)b * t->q_strides[0] + (int64_t)tok * t->q_strides[1] +
                             (int64_t)hq * t->q_strides[2];
-      fd_cpu_load_row(q + (ptrdiff_t)(h * rows + r) * head_dim,
+      fd_cpu_load_row(qh + (ptrdiff_t)r * head_dim,
                       (const char *)t->q + q_off * (int64_t)c->elem_size, p->dtype, head_dim);
     }
+    if (packed) {
+      /* (GCC cannot see that the loop above wrote the rows pack_q reads) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+      const size_t n = c->kernels.pack_q(qh, rows, head_dim, qt + qt_used, sizeof qt - qt_used);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+      qt_ptr[h] = qt + qt_used;
+      qt_used += n;
+      packed = n > 0;
+    }
   }
+  if (packed) qt_head = qt_ptr;
   /* Two-level sums: the kernels add key blocks into acc and l (float), which
    * fd_cpu_fold() then adds into outer and l_out (double, relative to m_out)
    * and clears every FD_CPU_FOLD_BLOCKS blocks, so float sums never run over
@@ -348,6 +391,17 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       keys[j] = keys[nb - 1];
       values[j] = values[nb - 1];
     }
+    /* evenly spaced rows of a full block (fd_cpu_block.key_step): always in
+     * a contiguous cache, in a paged one when no page boundary breaks them */
+    ptrdiff_t key_step = 0, value_step = 0;
+    if (nb == FD_CPU_KEY_BLOCK) {
+      key_step = (const char *)keys[1] - (const char *)keys[0];
+      value_step = (const char *)values[1] - (const char *)values[0];
+      for (int j = 2; p->page_size != 0 && j < nb && (key_step || value_step); j++) {
+        if ((const char *)keys[j] != (const char *)keys[0] + j * key_step) key_step = 0;
+        if ((const char *)values[j] != (const char *)values[0] + j * value_step) value_step = 0;
+      }
+    }
     int every = 1; /* every row sees every key of the block */
     int masked = 0; /* some row's window starts inside the block */
     for (int r = 0; r < rows; r++) {
@@ -378,6 +432,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         .tree_off = prefix - j0,
         .keys = keys,
         .values = values,
+        .key_step = key_step,
+        .value_step = value_step,
         .scale = plan->softmax_scale,
         .soft_cap = p->logits_soft_cap,
         .rows = rows,
@@ -391,7 +447,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
       for (int i = rows; masked && i < all_rows; i++) first[i] = first[i % rows];
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 0, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_scores(&blk);
         fd_cpu_adjust_scores(&blk, blk.stride);
@@ -402,7 +458,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       all.keys = all.values = NULL;
       c->kernels.small_softmax(&all);
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
@@ -411,10 +467,20 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
     for (int step = 0; step < 2; step++) {
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head);
+        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
         if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
+        if (c->prefetch_next) {
+          /* the next call's rows: head h + 1's of this step; after the last
+           * head's scores head 0's values (the next block's keys: measured
+           * no faster) */
+          if (h + 1 < heads)
+            prefetch_rows(step ? values : keys, (step ? v_head : k_head) * (h + 1), nb,
+                          head_dim * (int)c->kv_elem_size);
+          else if (step == 0)
+            prefetch_rows(values, 0, nb, head_dim * (int)c->kv_elem_size);
+        }
         if (step == 0)
           c->kernels.scores(&blk);
         else
@@ -546,6 +612,7 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   c.t = t;
   c.isa = isa;
   c.small = c.kernels.small_head_dim > 0 && p->head_dim <= c.kernels.small_head_dim;
+  c.prefetch_next = !c.small && fd_dtype_size(p->kv_dtype) <= 2;
   c.elem_size = fd_dtype_size(p->dtype);
   c.kv_elem_size = fd_dtype_size(p->kv_dtype);
   const int32_t num_splits = plan->num_splits;
@@ -594,10 +661,16 @@ static fd_status run_isa(const fd_plan *plan, const fd_tensors *t, void *workspa
   if (threads == 1) {
     /* no parallel region: even an if(0) one costs libgomp a team
      * allocation and a futex call (~0.2 us, a tenth of a small call) */
+    if (c.kernels.start) c.kernels.start();
     run_share(&c, 0, 1, total);
+    if (c.kernels.finish) c.kernels.finish();
   } else {
 #pragma omp parallel num_threads((int)threads)
-    run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+    {
+      if (c.kernels.start) c.kernels.start();
+      run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+      if (c.kernels.finish) c.kernels.finish();
+    }
   }
 
   if (num_splits > 1) return fd_cpu_combine(plan, t, c.partial_o, c.partial_ml, err);

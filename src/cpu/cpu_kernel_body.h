@@ -270,6 +270,12 @@ FD_VFN void softmax_rows(const fd_cpu_block *b) {
 
 FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
   int r = 0;
+#if FD_V_AMX
+  if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles */
+    amx_scores(b);
+    r = b->rows;
+  } else
+#endif
 #if FD_V_PAIRED
   if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
     /* vdpbf16ps where q is bf16; the first row decides for the call whether
@@ -478,6 +484,12 @@ FD_VFN void values_body(const fd_cpu_block *b, fd_dtype dtype) {
     values_counted(b, dtype);
     return;
   }
+#if FD_V_AMX
+  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) { /* P.V on tiles */
+    amx_values(b);
+    return;
+  }
+#endif
 #if FD_V_PAIRED
   if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
     int r = 0;
@@ -669,11 +681,23 @@ FD_BODY_KERNELS(bf16, FD_DTYPE_BF16)
 
 FD_VKERNEL void small_softmax(const fd_cpu_block *b) { softmax_small(b); }
 
+#if FD_V_AMX
+FD_VKERNEL size_t pack_q_bf16(const float *q, int rows, int head_dim, void *dst, size_t cap) {
+  return amx_pack_q(q, rows, head_dim, dst, cap);
+}
+FD_VKERNEL void start_tiles(void) { amx_start(); }
+FD_VKERNEL void finish_tiles(void) { amx_release(); }
+#endif
+
 /* The getter's body (contract: fd_cpu_kernels_get). */
 static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
   k->small_softmax = small_softmax;
   k->small_head_dim = 8;
   k->paired = 0;
+#if FD_V_AMX
+  k->start = start_tiles;
+  k->finish = finish_tiles;
+#endif
   switch (dtype) {
     case FD_DTYPE_F32:
       k->scores = scores_f32, k->values = values_f32;
@@ -685,6 +709,9 @@ static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
       return 1;
     case FD_DTYPE_BF16:
       k->scores = scores_bf16, k->values = values_bf16, k->paired = FD_V_PAIRED;
+#if FD_V_AMX
+      k->pack_q = pack_q_bf16;
+#endif
       k->small_scores = small_scores_bf16, k->small_values = small_values_bf16;
       return 1;
     case FD_DTYPE_E4M3:

@@ -5,7 +5,8 @@
  * the small row helpers the CPU files share.
  *
  * Kernels read K and V in the plan's dtype and widen fp16/bf16 to float32
- * exactly; all arithmetic is float32.
+ * exactly; all arithmetic is float32. (The AMX kernels multiply bf16 K and V
+ * as stored, with q and P split into bf16 pieces; see cpu_simd_amx.h.)
  */
 #ifndef FD_CPU_KERNELS_H
 #define FD_CPU_KERNELS_H
@@ -22,8 +23,10 @@ typedef enum fd_cpu_isa {
   FD_CPU_ISA_SCALAR = 0, /* plain C: what non-x86 machines run */
   FD_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
   FD_CPU_ISA_AVX512 = 2, /* AVX-512 F, BW, VL (+ FMA, F16C) */
-  FD_CPU_ISA_AVX512_BF16 = 3 /* and AVX-512 BF16: bf16 scores by vdpbf16ps (AMD only:
-                                fd_cpu_isa_detect) */
+  FD_CPU_ISA_AVX512_BF16 = 3, /* and AVX-512 BF16: bf16 scores by vdpbf16ps (AMD only:
+                                 fd_cpu_isa_detect) */
+  FD_CPU_ISA_AMX = 4 /* AVX-512 + AVX-512 BF16 + AMX-BF16: bf16 (and fp8) caches' q.K and
+                        P.V on tiles (cpu_simd_amx.h); the OS must grant the tile state */
 } fd_cpu_isa;
 
 /* Keys per kernel call (the key block). */
@@ -81,6 +84,9 @@ typedef struct fd_cpu_block {
   const void *const *keys;   /* [num_keys padded], see above */
   const void *const *values; /* [num_keys padded] */
   ptrdiff_t key_off, value_off; /* bytes */
+  ptrdiff_t key_step, value_step; /* bytes from key (value) j to j + 1 when every entry
+                                     of the arrays is keys[0] + j * key_step (all 32 of a
+                                     full block), else 0 (a hint: kernels may ignore it) */
   const int *first;          /* [rows] first key of the block each row sees (keys
                                 before it are masked: a sliding window), or NULL: 0 */
   const uint64_t *tree;      /* [rows] tree masks (row_keys.h), or NULL: key j of the
@@ -88,6 +94,8 @@ typedef struct fd_cpu_block {
                                 is clear is masked */
   int tree_off;              /* the block index of draft key 0 (may be < 0 or past
                                 the block) */
+  const void *qt;            /* the rows of q as the kernels' pack_q wrote them, or
+                                NULL (not packed: the kernel reads q) */
   float scale;               /* softmax_scale */
   float soft_cap;            /* logits_soft_cap: s = cap * tanh(s / cap); 0 = off */
   int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
@@ -183,6 +191,20 @@ typedef struct fd_cpu_kernels {
    */
   fd_cpu_step_fn small_scores, small_softmax, small_values;
   int small_head_dim;
+  /*
+   * Optional (NULL: none): packs the `rows` query rows q [rows][head_dim]
+   * (float) into dst (64-byte aligned), at most `cap` bytes, in the layout
+   * the kernels' scores step reads through fd_cpu_block.qt (the driver packs
+   * once per pass, not per key block). Returns the bytes used, a multiple of
+   * 64; 0 when the rows cannot be packed exactly or do not fit (the kernels
+   * then read q).
+   */
+  size_t (*pack_q)(const float *q, int rows, int head_dim, void *dst, size_t cap);
+  /* Optional (NULL: none): what a thread calls before its first kernel call
+   * of a run (the AMX kernels configure the tiles; the steps need it), and
+   * after its last (they release the tile state). */
+  void (*start)(void);
+  void (*finish)(void);
 } fd_cpu_kernels;
 
 /* 1 when acc rows of `k` for dtype and head_dim are in the paired order. */
@@ -201,7 +223,8 @@ static inline void fd_cpu_unpair_row(float *dst, const float *src, int head_dim)
 }
 
 /* The instruction set fd_run takes by default: the best this machine (and
- * build) has, AVX-512 BF16 only on AMD. */
+ * build) has, AVX-512 BF16 without AMX only on AMD; AMX where the CPU has
+ * AMX-BF16 and the OS grants this process the tile state. */
 fd_cpu_isa fd_cpu_isa_detect(void);
 /* The widest set this machine can run (AVX-512 BF16 wherever the CPU has
  * it): what FD_CPU_ISA and fd_cpu_run_isa may force. */
@@ -216,6 +239,7 @@ int fd_cpu_kernels_scalar(fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_avx2(fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_avx512(fd_dtype dtype, fd_cpu_kernels *k);
 int fd_cpu_kernels_avx512_bf16(fd_dtype dtype, fd_cpu_kernels *k);
+int fd_cpu_kernels_amx(fd_dtype dtype, fd_cpu_kernels *k);
 
 /* fd_cpu_run with the instruction set forced (tests run every one).
  * FD_STATUS_UNSUPPORTED when the machine or the build lacks it. */

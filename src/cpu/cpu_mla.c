@@ -332,10 +332,16 @@ fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspa
   if (total <= 0.0) {
     /* no item holds keys (every split empty): the combine writes the rows */
   } else if (threads == 1) {
+    if (c.kernels.start) c.kernels.start();
     run_share(&c, 0, 1, total);
+    if (c.kernels.finish) c.kernels.finish();
   } else {
 #pragma omp parallel num_threads((int)threads)
-    run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+    {
+      if (c.kernels.start) c.kernels.start();
+      run_share(&c, omp_get_thread_num(), omp_get_num_threads(), total);
+      if (c.kernels.finish) c.kernels.finish(); /* (the AMX kernels' tile state) */
+    }
   }
   if (plan->num_splits > 1) return fd_cpu_combine(plan, t, c.partial_o, c.partial_ml, err);
   return fd_ok(err);

@@ -24,7 +24,14 @@
 #ifndef FD_V_DPBF16
 #define FD_V_DPBF16 0
 #endif
-#if FD_V_DPBF16
+/* FD_V_AMX 1 (cpu_kernels_amx.c): AMX-TILE and AMX-BF16 as well (the tile
+ * steps of cpu_simd_amx.h), with AVX-512 BF16 for their bf16 conversions. */
+#ifndef FD_V_AMX
+#define FD_V_AMX 0
+#endif
+#if FD_V_AMX
+#define FD_V_TARGET "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16"
+#elif FD_V_DPBF16
 #define FD_V_TARGET "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"
 #else
 #define FD_V_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
@@ -184,7 +191,7 @@ FD_VFN void v_split_pairs(vf lo, vf hi, vf *even, vf *odd) {
   *odd = _mm512_permutex2var_ps(lo, o, hi);
 }
 
-#if FD_V_DPBF16
+#if FD_V_DPBF16 || FD_V_AMX
 /* The 32 floats lo (columns 0..15), hi (16..31) as 32 bf16 in column order
  * (round to nearest even: exact for values that are bf16). */
 FD_VFN vi v_bf16_pack(vf lo, vf hi) { return (vi)_mm512_cvtne2ps_pbh(hi, lo); }

@@ -70,7 +70,7 @@ static void cpu_every_head_dim_and_ratio(void **state) {
 static void cpu_every_isa_every_head_dim(void **state) {
   const rel_env *env = REL_ENV(state);
   const fd_cpu_isa best = fd_cpu_isa_detect();
-  static fd_case cases[(FD_CPU_ISA_AVX512_BF16 + 1) * 256 * 3];
+  static fd_case cases[(FD_CPU_ISA_AMX + 1) * 256 * 3];
   int n = 0;
   for (int isa = FD_CPU_ISA_SCALAR; isa <= (int)best; isa++)
     for (int32_t d = 1; d <= 256; d++)
@@ -81,7 +81,8 @@ static void cpu_every_isa_every_head_dim(void **state) {
       }
   char what[64];
   snprintf(what, sizeof what, "CPU kernels scalar..%s, every head_dim x dtype",
-           best == FD_CPU_ISA_AVX512_BF16 ? "AVX-512 BF16"
+           best == FD_CPU_ISA_AMX           ? "AMX"
+           : best == FD_CPU_ISA_AVX512_BF16 ? "AVX-512 BF16"
            : best == FD_CPU_ISA_AVX512 ? "AVX-512"
            : best == FD_CPU_ISA_AVX2 ? "AVX2"
                                      : "scalar");
@@ -94,7 +95,7 @@ static void cpu_every_isa_every_head_dim(void **state) {
  * the best UNSUPPORTED; another name INVALID_ARGUMENT, naming the variable. */
 static void cpu_isa_environment_switch(void **state) {
   const rel_env *env = REL_ENV(state);
-  static const char *const names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+  static const char *const names[] = {"scalar", "avx2", "avx512", "avx512_bf16", "amx"};
   const fd_cpu_isa best = fd_cpu_isa_available();
   fd_problem p;
   memset(&p, 0, sizeof p);
@@ -110,7 +111,7 @@ static void cpu_isa_environment_switch(void **state) {
   unsetenv("FD_CPU_ISA");
   assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
   assert_int_equal(plan.cpu_isa, (int32_t)fd_cpu_isa_detect());
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     setenv("FD_CPU_ISA", names[i], 1);
     memset(&plan, 0xff, sizeof plan);
     const fd_status st = fd_plan_init(&plan, &p, &err);

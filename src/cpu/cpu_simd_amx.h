@@ -1,0 +1,272 @@
+/*
+ * cpu_simd_amx.h — the tile steps of the AMX kernels (cpu_kernels_amx.c):
+ * q.K and P.V of one key block of one kv head on AMX-BF16 tiles, for bf16
+ * keys and values (a bf16 cache, or an fp8 cache widened to bf16) with
+ * head_dim % 32 == 0. Included after cpu_simd_avx512.h (FD_V_AMX 1) and
+ * before cpu_kernel_body.h, whose scores and values steps call them; the
+ * online softmax between them is the body's.
+ *
+ * tdpbf16ps C[M][N] += sum_k A[M][2k..2k+1] . B[k][2n..2n+1] multiplies
+ * bf16 pairs exactly and adds in float32 (bf16 subnormal inputs count as 0,
+ * subnormal sums are flushed). Its inputs are 16 rows of 64 bytes at most:
+ *
+ * - Scores, transposed: A = 16 keys as stored (32 columns of each), B = q
+ *   packed once per pass by amx_pack_q ([column pair][row piece]), C =
+ *   [key][row piece] float32. A q that is not bf16 (fp16 q over an fp8 cache)
+ *   goes in as two pieces, hi = bf16(q) and lo = q - hi (both bf16: exact for
+ *   fp16 values), summed after the product; a q that two pieces do not hold
+ *   (float32) is not packed and the body's FMA scores run instead.
+ * - Values: B = 16 value rows as stored (32 columns: 16 column pairs), A =
+ *   [row, parity, piece][key pairs] with P's piece of key k in the pair's
+ *   even slot (parity 0) or odd slot (parity 1), the other slot 0: row
+ *   (r, 0) of C collects the even columns of 32, (r, 1) the odd ones, which
+ *   is the paired order of cpu_kernels.h. P (float32) goes in as two bf16
+ *   pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
+ *
+ * Key and value rows are read in place when the block's 32 rows are evenly
+ * spaced (the driver's key_step / value_step: a contiguous cache, a page
+ * holding the block, fp8 widened rows); else (a short block, a page
+ * boundary) they are copied to a local block first. The steps configure the tiles when the thread's configuration is
+ * not theirs (amx_configure); the driver releases them after a thread's last
+ * kernel call of a run (fd_cpu_kernels.finish), so no tile state outlives
+ * fd_run.
+ */
+#ifndef FD_CPU_SIMD_AMX_H
+#define FD_CPU_SIMD_AMX_H
+
+#include <string.h>
+
+#include "dtype.h"
+
+/* The tile configuration (palette 1) that ldtilecfg reads. */
+typedef struct amx_cfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg;
+
+/* Every tile of the kernels is 16 rows of 64 bytes (the largest operand):
+ * one configuration for both steps, loaded once per thread and run
+ * (fd_cpu_kernels.start) and released after (finish). Rows or columns past
+ * the ones a step uses hold whatever the loads bring in: a product's row m
+ * depends only on A's row m and its column n only on B's column n, so those
+ * results are discarded unread. */
+FD_VFN void amx_start(void) {
+  _Alignas(64) amx_cfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  /* ldtilecfg with the whole struct as its operand (GCC 12's
+   * _tile_loadconfig names only 8 bytes of it, so the stores above could be
+   * dropped as dead) */
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+/* amx_pack_q's header: the packed rows follow it. */
+typedef struct amx_qhdr {
+  int32_t pieces; /* bf16 pieces per q element: 1 (q is bf16) or 2 (hi, lo) */
+  int32_t cols;   /* B columns per row chunk: rows * pieces, at most 16 */
+  int32_t chunks; /* row chunks: rows / (cols / pieces) rounded up */
+  int32_t pad[13];
+} amx_qhdr;
+
+/* Bytes amx_pack_q writes for `rows` rows of head_dim columns (head_dim %
+ * 32 == 0) with `pieces`: a multiple of 64. */
+static inline size_t amx_q_bytes(int rows, int head_dim, int pieces) {
+  const int cols = rows * pieces < 16 ? rows * pieces : 16, per = cols / pieces;
+  const int chunks = (rows + per - 1) / per;
+  return sizeof(amx_qhdr) + (size_t)chunks * cols * head_dim * 2 + 64; /* 64: see amx_scores */
+}
+_Static_assert(sizeof(amx_qhdr) == 64, "the packed rows start 64-byte aligned");
+
+/* fd_cpu_kernels.pack_q for the AMX scores: q rows [rows][head_dim]
+ * (head_dim % 32 == 0) as B tiles [chunk][head_dim / 32][16 column pairs]
+ * [cols] of 32-bit (bf16 of column 2k, of 2k + 1), column (r % per) *
+ * pieces + piece of chunk r / per holding row r's piece (zero columns past
+ * the last row). Returns the bytes written (fd_cpu_kernels.pack_q). */
+FD_VFN size_t amx_pack_q(const float *q, int rows, int head_dim, void *dst, size_t cap) {
+  if (head_dim % 32 != 0) return 0;
+  int pieces = 1;
+  for (int i = 0; i < rows * head_dim; i += 16) {
+    const vf x = v_loadf(q + i);
+    if (!v_not_bf16(x)) continue;
+    pieces = 2; /* then the rest x - bf16(x) must be a bf16 value */
+    const __m256bh h = _mm512_cvtneps_pbh(x);
+    const vf hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
+    if (v_not_bf16(v_sub(x, hi))) return 0;
+  }
+  if (amx_q_bytes(rows, head_dim, pieces) > cap) return 0;
+  const int cols = rows * pieces < 16 ? rows * pieces : 16, per = cols / pieces;
+  const int chunks = (rows + per - 1) / per, steps = head_dim / 32;
+  amx_qhdr *h = (amx_qhdr *)dst;
+  memset(h, 0, amx_q_bytes(rows, head_dim, pieces));
+  h->pieces = pieces;
+  h->cols = cols;
+  h->chunks = chunks;
+  uint16_t *t = (uint16_t *)(h + 1);
+  for (int r = 0; r < rows; r++)
+    for (int d = 0; d < head_dim; d++) {
+      const float x = q[(ptrdiff_t)r * head_dim + d];
+      const uint16_t hi = fd_f32_to_bf16(x);
+      const uint16_t lo = fd_f32_to_bf16(x - fd_bf16_to_f32(hi));
+      const int chunk = r / per, col = (r % per) * pieces;
+      const ptrdiff_t i = (((ptrdiff_t)chunk * steps + d / 32) * 16 + (d % 32) / 2) * cols + col;
+      t[2 * i + (d & 1)] = hi;
+      if (pieces == 2) t[2 * (i + 1) + (d & 1)] = lo;
+    }
+  return amx_q_bytes(rows, head_dim, pieces);
+}
+
+/* The block's 32 rows (keys or values: `rows`, at byte offset off, each
+ * head_dim bf16) as base + j * *stride: in place when the driver says they
+ * are `even` bytes apart (fd_cpu_block.key_step / value_step, nonzero only
+ * for full blocks), else copied into buf [32][head_dim] (rows past n repeat
+ * row n - 1). */
+FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdiff_t even,
+                            int head_dim, uint16_t *buf, ptrdiff_t *stride) {
+  if (even != 0 && n == 32) {
+    *stride = even;
+    return (const char *)rows[0] + off;
+  }
+  for (int j = 0; j < 32; j++)
+    memcpy(buf + (ptrdiff_t)j * head_dim, (const char *)rows[j < n ? j : n - 1] + off,
+           (size_t)head_dim * 2);
+  *stride = (ptrdiff_t)head_dim * 2;
+  return (const char *)buf;
+}
+
+/* Scores of every row of the block into scratch (rows FD_CPU_KEY_BLOCK
+ * floats apart): s = scale * q . k by tiles (contract of the body's
+ * scores_tile; keys past num_keys are scored and ignored). b->qt is
+ * amx_pack_q's. */
+FD_VFN void amx_scores(const fd_cpu_block *b) {
+  const amx_qhdr *h = (const amx_qhdr *)b->qt;
+  const int head_dim = b->head_dim, steps = head_dim / 32, cols = h->cols, pieces = h->pieces;
+  const int per = cols / pieces;
+  _Alignas(64) uint16_t kbuf[32 * FD_MAX_ROW_DIM];
+  _Alignas(64) float st[32 * 16]; /* [key][column]: columns past cols discarded */
+  ptrdiff_t ks;
+  const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, head_dim, kbuf, &ks);
+  /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 (and below) */
+  const uint32_t *qt = (const uint32_t *)(h + 1);
+  const vf scale = v_set1(b->scale);
+  const __m512i key = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
+                                         208, 224, 240);
+  /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
+   * B: 4 and 7): each key tile loaded once for both, two independent
+   * product chains */
+  for (int c = 0; c < h->chunks; c += 2) {
+    const int pair = c + 1 < h->chunks;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (pair) {
+      _tile_zero(5);
+      _tile_zero(6);
+    }
+    for (int s = 0; s < steps; s++) {
+      /* q rows cols * 4 bytes apart, 64 read: columns past cols are the next
+       * rows' (64 bytes of slack after the last) */
+      _tile_loadd(4, qt + ((ptrdiff_t)c * steps + s) * 16 * cols, cols * 4);
+      _tile_loadd(2, k0 + 64 * s, ks);
+      _tile_loadd(3, k0 + 16 * ks + 64 * s, ks);
+      _tile_dpbf16ps(0, 2, 4);
+      _tile_dpbf16ps(1, 3, 4);
+      if (pair) {
+        _tile_loadd(7, qt + ((ptrdiff_t)(c + 1) * steps + s) * 16 * cols, cols * 4);
+        _tile_dpbf16ps(5, 2, 7);
+        _tile_dpbf16ps(6, 3, 7);
+      }
+    }
+    for (int u = 0; u <= pair; u++) {
+      if (u == 0) {
+        _tile_stored(0, st, 64);
+        _tile_stored(1, st + 16 * 16, 64);
+      } else {
+        _tile_stored(5, st, 64);
+        _tile_stored(6, st + 16 * 16, 64);
+      }
+      const int cu = c + u;
+      for (int i = 0; i < per && cu * per + i < b->rows; i++) {
+        float *out = b->scratch + (ptrdiff_t)(cu * per + i) * FD_CPU_KEY_BLOCK;
+        for (int half = 0; half < 2; half++) {
+          const float *base = st + half * 16 * 16 + i * pieces;
+          vf sc = _mm512_i32gather_ps(key, base, 4);
+          if (pieces == 2) sc = v_add(sc, _mm512_i32gather_ps(key, base + 1, 4));
+          v_storef(out + 16 * half, v_mul(sc, scale));
+        }
+      }
+    }
+  }
+}
+
+/* acc = alpha * acc + P V for every row of the block, all of which see every
+ * key (count NULL): the body's values step for bf16 in the paired order, P
+ * (scratch, 0 past num_keys) in two bf16 pieces. */
+FD_VFN void amx_values(const fd_cpu_block *b) {
+  enum { PIECES = 2, PER = 16 / (2 * PIECES) }; /* rows per A tile */
+  const int head_dim = b->head_dim, rows = b->rows;
+  _Alignas(64) uint16_t vbuf[32 * FD_MAX_ROW_DIM];
+  _Alignas(64) uint32_t a[2][16][16]; /* [key half][row, parity, piece][key] */
+  _Alignas(64) float ct[4][16][16];   /* [column chunk][row, parity, piece][column pair] */
+  ptrdiff_t vs;
+  const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
+
+  /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
+  for (int r0 = 0; r0 < rows; r0 += PER) {
+    const int nr = rows - r0 < PER ? rows - r0 : PER;
+    if (nr < PER) memset(a, 0, sizeof a);
+    for (int i = 0; i < nr; i++) {
+      const float *p = b->scratch + (ptrdiff_t)(r0 + i) * FD_CPU_KEY_BLOCK;
+      for (int half = 0; half < 2; half++) {
+        const vf x = v_loadf(p + 16 * half);
+        const __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
+        const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+        const __m256i lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
+        const __m512i h32 = _mm512_cvtepu16_epi32(hi), l32 = _mm512_cvtepu16_epi32(lo);
+        /* row (i, parity, piece) = (2 i + parity) * PIECES + piece */
+        _mm512_store_si512(a[half][4 * i + 0], h32);
+        _mm512_store_si512(a[half][4 * i + 1], l32);
+        _mm512_store_si512(a[half][4 * i + 2], _mm512_slli_epi32(h32, 16));
+        _mm512_store_si512(a[half][4 * i + 3], _mm512_slli_epi32(l32, 16));
+      }
+    }
+    _tile_loadd(4, a[0], 64);
+    _tile_loadd(5, a[1], 64);
+    for (int d0 = 0; d0 < head_dim; d0 += 128) {
+      const int nc = (head_dim - d0) / 32 < 4 ? (head_dim - d0) / 32 : 4;
+      const char *v = v0 + (ptrdiff_t)d0 * 2;
+#define FD_AMX_PV(C)                              \
+  do {                                            \
+    _tile_zero(C);                                \
+    _tile_loadd(6, v + 64 * (C), vs);             \
+    _tile_dpbf16ps(C, 4, 6);                      \
+    _tile_loadd(7, v + 16 * vs + 64 * (C), vs);   \
+    _tile_dpbf16ps(C, 5, 7);                      \
+  } while (0)
+      FD_AMX_PV(0);
+      if (nc > 1) FD_AMX_PV(1);
+      if (nc > 2) FD_AMX_PV(2);
+      if (nc > 3) FD_AMX_PV(3);
+#undef FD_AMX_PV
+      _tile_stored(0, ct[0], 64);
+      if (nc > 1) _tile_stored(1, ct[1], 64);
+      if (nc > 2) _tile_stored(2, ct[2], 64);
+      if (nc > 3) _tile_stored(3, ct[3], 64);
+      for (int i = 0; i < nr; i++) {
+        const vf al = v_set1(b->alpha[r0 + i]);
+        float *acc = b->acc + (ptrdiff_t)(r0 + i) * head_dim + d0;
+        for (int c = 0; c < nc; c++) {
+          const vf even = v_add(v_loadf(ct[c][4 * i + 0]), v_loadf(ct[c][4 * i + 1]));
+          const vf odd = v_add(v_loadf(ct[c][4 * i + 2]), v_loadf(ct[c][4 * i + 3]));
+          v_storef(acc + 32 * c, v_fma(v_loadf(acc + 32 * c), al, even));
+          v_storef(acc + 32 * c + 16, v_fma(v_loadf(acc + 32 * c + 16), al, odd));
+        }
+      }
+    }
+  }
+}
+
+/* Returns the thread's tiles to their initial state (fd_cpu_kernels.finish). */
+FD_VFN void amx_release(void) { _tile_release(); }
+
+#endif /* FD_CPU_SIMD_AMX_H */
