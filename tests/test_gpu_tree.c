@@ -61,6 +61,7 @@ static int plan_checks(void) {
   q.num_heads_kv = 1;
   q.head_dim = 512;
   q.rope_dim = 64;
+  q.softmax_scale = 0.0721687836f; /* 1/sqrt(192): MLA has no default */
   failed += refused("MLA", q, "tree_mask:");
   if (!failed) printf("tree plan checks: ok\n");
   return failed;
