@@ -200,6 +200,9 @@ def main(argv=None):
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--quick", action="store_true", help="two rows (a smoke test)")
     ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--only", default="",
+                    help="comma-separated parts of row names (tree-<model>-b<B>-p<k>k-t<T>): "
+                         "only the rows whose name holds one of them")
     ap.add_argument("--fi-wait-s", type=float, default=240.0,
                     help="how long to wait for FlashInfer's modules after our rows")
     args = ap.parse_args(argv)
@@ -216,7 +219,10 @@ def main(argv=None):
     results = {}  # (model, B, prefix, T) -> dict
     plain = {}    # (model, B, prefix) -> us
     t0 = time.monotonic()
+    only = [x for x in args.only.split(",") if x]
     for model, B, prefix, T in rows(args.quick):
+        if only and not any(x in row_name(model, B, prefix, T) for x in only):
+            continue
         Hq, Hkv, D = MODELS[model]
         kvb = 2 * B * (prefix + T) * Hkv * D * 2
         R = replicas_for(kvb)

@@ -386,7 +386,10 @@ typedef enum fd_kernel {
   FD_KERNEL_CUDA_MMA_LEAN = 6, /* 4 warps, 2 stages (GPUs with 99 KB a block) */
   FD_KERNEL_CUDA_ROWS = 7,  /* tensor cores, rows as the mma's M side: non-causal
                                calls with many query rows a kv head */
-  FD_KERNEL_CUDA_MLA = 8    /* CUDA: multi-head latent attention (rope_dim > 0) */
+  FD_KERNEL_CUDA_MLA = 8,   /* CUDA: multi-head latent attention (rope_dim > 0) */
+  FD_KERNEL_CUDA_ROWS_WGMMA = 9 /* ROWS on Hopper (compute capability 9.0, sm_90a
+                                   code) with warpgroup mma: more than 64 query
+                                   rows a kv head (trees of 16+ nodes at GQA) */
 } fd_kernel;
 
 /* The shapes a plan is made for. Zero-initialise, then set the fields; every

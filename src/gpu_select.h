@@ -55,9 +55,10 @@ typedef struct fd_gpu_budget {
                                  sm_80 SASS or compute_80 PTX, 90 for sm_90a);
                                  below 90: no programmatic dependent launch and
                                  no 8-warp config */
-  int32_t mla_wgmma;          /* 1: compute capability 9.0 and this build's
-                                 sm_90a code (the Hopper MLA kernel,
-                                 mla_wgmma_kernel.cu); 0 otherwise */
+  int32_t wgmma;              /* 1: compute capability 9.0 and this build's
+                                 sm_90a code (the Hopper kernels,
+                                 mla_wgmma_kernel.cu and
+                                 rows_wgmma_kernel.cu); 0 otherwise */
 } fd_gpu_budget;
 
 /* The tensor-core split kernel's configurations (values passed to
@@ -91,10 +92,25 @@ typedef enum fd_mma_config {
   (2 * (size_t)FD_ROWS_STAGES * FD_ROWS_KEYS * (D) * 2 + (size_t)16 * FD_ROWS_WARPS * (D) * 2 + \
    (size_t)FD_ROWS_STAGES * FD_ROWS_KEYS)
 
-/* Row tiles of the rows kernel for group * q_len rows a kv head. */
-static inline int32_t fd_rows_tiles(int32_t group, int32_t q_len) {
+/* The Hopper rows kernel (rows_wgmma_kernel.cu, sm_90a wgmma): the same
+ * problem with FD_ROWS_WG_GROUPS warpgroups of 64 rows a block sharing each
+ * 64-key K/V tile, FD_ROWS_WG_STAGES(D) cp.async stages. Its shared memory:
+ * Q [rows][D] | K and V stages [STAGES][64][D] each | key flags
+ * [STAGES][64] | 1024 bytes of alignment slack: 99,456 B (128), 83,200 B
+ * (64); two blocks an SM (registers: 128 a thread). */
+#define FD_ROWS_WG_GROUPS 2
+#define FD_ROWS_WG_ROWS (64 * FD_ROWS_WG_GROUPS)
+#define FD_ROWS_WG_STAGES(D) ((D) == 64 ? 4 : 2)
+#define FD_ROWS_WG_SMEM(D)                                                           \
+  ((size_t)FD_ROWS_WG_ROWS * (D) * 2 + 2 * (size_t)FD_ROWS_WG_STAGES(D) * 64 * (D) * 2 + \
+   (size_t)FD_ROWS_WG_STAGES(D) * 64 + 1024)
+
+/* Row tiles (blocks along y for each kv head) of a rows kernel whose
+ * blocks take block_rows rows (16 FD_ROWS_WARPS, or FD_ROWS_WG_ROWS), for
+ * group * q_len rows a kv head. */
+static inline int32_t fd_rows_tiles(int32_t group, int32_t q_len, int32_t block_rows) {
   const int64_t rows = (int64_t)group * q_len;
-  return (int32_t)((rows + 16 * FD_ROWS_WARPS - 1) / (16 * FD_ROWS_WARPS));
+  return (int32_t)((rows + block_rows - 1) / block_rows);
 }
 
 /* The shared-memory row width of a CUDA head_dim (80 and 96 live in 128-wide rows). */
@@ -170,7 +186,7 @@ static inline int64_t fd_mla_row_tiles(int rg, int64_t rows) {
 #define FD_MLA_WG_SMEM ((size_t)3 * 64 * 576 * 2 + 64 * 64 * 2 + 2 * 64 * 8 + 2 * 64 + 1024)
 
 /* 1 when the MLA plan on budget g runs the Hopper kernel instead of
- * mla_kernel.cu: sm_90a code on compute capability 9.0 (g->mla_wgmma),
+ * mla_kernel.cu: sm_90a code on compute capability 9.0 (g->wgmma),
  * head_dim 512, latent and rope caches of q's 16-bit dtype (kv_dtype and
  * rope_dtype as fd_problem: 0 = the one before), at least 64 query rows a
  * sequence (rows = num_heads_q x q_len: the compute-bound shapes; a block
@@ -180,8 +196,19 @@ static inline int fd_mla_wgmma_ok(const fd_gpu_budget *g, int32_t head_dim, int3
                                   int32_t kv_dtype, int32_t rope_dtype, int64_t rows) {
   const int32_t kv = kv_dtype == 0 ? dtype : kv_dtype;
   const int32_t rope = rope_dtype == 0 ? kv : rope_dtype;
-  return g->mla_wgmma && head_dim == 512 && kv == dtype && rope == dtype && rows >= 64 &&
+  return g->wgmma && head_dim == 512 && kv == dtype && rope == dtype && rows >= 64 &&
          fd_gpu_blocks_fit(g, FD_MLA_WG_SMEM) >= 1;
+}
+
+/* 1 when a rows-kernel problem (internal.h fd_rows_kernel_shape) on
+ * budget g runs the Hopper rows kernel instead of rows_mma_kernel.cu:
+ * sm_90a code on compute capability 9.0 (g->wgmma), more than 64 rows a
+ * kv head (rows = group x q_len: fewer leave a warpgroup idle, and are
+ * memory-bound, where rows_mma_kernel.cu's 3 stages keep more bytes in
+ * flight) and a block fits. Plan and backend both decide by it. */
+static inline int fd_rows_wgmma_ok(const fd_gpu_budget *g, int32_t head_dim, int64_t rows) {
+  return g->wgmma && (head_dim == 64 || head_dim == 128) && rows > 64 &&
+         fd_gpu_blocks_fit(g, FD_ROWS_WG_SMEM(head_dim)) >= 1;
 }
 
 /* The 4-warp config a device runs at head_dim: FD_MMA_4W where one block of

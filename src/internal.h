@@ -182,6 +182,9 @@ typedef struct fd_cuda_fit {
   int32_t rows_blocks;  /* the same for the rows kernel (asked for only for
                            fd_rows_kernel_shape problems); 0: it does not fit
                            or was not asked for */
+  int32_t rows_wg_blocks; /* the same for the Hopper rows kernel
+                           (rows_wgmma_kernel.cu), where the device runs it
+                           (gpu_select.h fd_rows_wgmma_ok); else 0 */
 } fd_cuda_fit;
 
 /* fd_plan_init with the CUDA device's facts given instead of read (`fit`
@@ -273,7 +276,8 @@ static inline int fd_cuda_wide_kernel(int64_t blocks, int32_t sm_count, int64_t 
 #define FD_ROWS_MIN 32
 /* Whether a resolved CUDA problem's shape runs the rows kernel: non-causal
  * with at least FD_ROWS_MIN rows a kv head, or a tree mask (the only CUDA
- * kernel that takes one); fp16 or bf16 q over a cache of the same dtype,
+ * kernels that take one; on Hopper, rows_wgmma_kernel.cu where
+ * fd_rows_wgmma_ok says so); fp16 or bf16 q over a cache of the same dtype,
  * head_dim 64 or 128, a grid within CUDA's 65535 blocks in y. The device
  * must hold its block too (fd_cuda_fit.rows_blocks); fd_plan_init decides,
  * and refuses a tree mask on CUDA without it. */
@@ -283,7 +287,8 @@ static inline int fd_rows_kernel_shape(const fd_problem *p) {
   return ((p->non_causal && rows >= FD_ROWS_MIN) || p->tree_mask) &&
          (p->dtype == FD_DTYPE_F16 || p->dtype == FD_DTYPE_BF16) && kv == p->dtype &&
          (p->head_dim == 64 || p->head_dim == 128) &&
-         (int64_t)p->num_heads_kv * fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len) <=
+         (int64_t)p->num_heads_kv *
+                 fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len, 16 * FD_ROWS_WARPS) <=
              65535;
 }
 /* fd_merge_states on device p->device (src/cuda/merge_backend.cu): checked

@@ -409,7 +409,9 @@ static fd_status check_cuda_tree(const fd_problem *p, fd_error *err) {
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "num_heads_kv: %d kv heads x %d row tiles exceed the CUDA grid's 65535 blocks "
                    "with tree_mask%s",
-                   p->num_heads_kv, fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len), cpu);
+                   p->num_heads_kv,
+                   fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len, 16 * FD_ROWS_WARPS),
+                   cpu);
   return FD_STATUS_OK;
 }
 
@@ -436,6 +438,14 @@ static fd_status choose_backend(fd_problem *p, const fd_cuda_fit *given, fd_erro
                    "head_dim: %d is not supported by the CUDA backend (64, 80, 96, 128 or 256)",
                    p->head_dim);
   return FD_STATUS_OK;
+}
+
+/* Whether a rows-kernel problem runs the Hopper rows kernel
+ * (rows_wgmma_kernel.cu) on the device of `fit`. */
+static int rows_wgmma(const fd_problem *p, const fd_cuda_fit *fit) {
+  return fd_rows_wgmma_ok(&fit->g, p->head_dim,
+                          (int64_t)(p->num_heads_q / p->num_heads_kv) * p->q_len) &&
+         fit->rows_wg_blocks > 0;
 }
 
 /* Step 4, the device: CUDA reads what its multiprocessors hold of each
@@ -466,7 +476,7 @@ static fd_status read_device(fd_problem *p, const fd_cuda_fit *given, fd_cuda_fi
         fd_cuda_device_fit(p->device, p->dtype, p->head_dim, fd_rows_kernel_shape(p), fit, err);
     if (st != FD_STATUS_OK) return st;
   }
-  if (p->tree_mask && fit->rows_blocks < 1)
+  if (p->tree_mask && fit->rows_blocks < 1 && !rows_wgmma(p, fit))
     return fd_fail(err, FD_STATUS_UNSUPPORTED,
                    "tree_mask: this device holds no block of the CUDA kernel that takes tree "
                    "masks (%zu bytes of shared memory at head_dim %d); plan with FD_BACKEND_CPU",
@@ -487,6 +497,7 @@ static fd_kernel choose_kernel(const fd_problem *p, const fd_cuda_fit *fit) {
   if (p->backend != FD_BACKEND_CUDA) return FD_KERNEL_CPU;
   if (p->rope_dim > 0) return choose_mla_kernel(p, fit);
   if (p->dtype == FD_DTYPE_F32) return FD_KERNEL_CUDA_F32;
+  if (fd_rows_kernel_shape(p) && rows_wgmma(p, fit)) return FD_KERNEL_CUDA_ROWS_WGMMA;
   if (fd_rows_kernel_shape(p) && fit->rows_blocks > 0) return FD_KERNEL_CUDA_ROWS;
   return fd_mma_config_4w(&fit->g, p->head_dim) == FD_MMA_LEAN ? FD_KERNEL_CUDA_MMA_LEAN
                                                                 : FD_KERNEL_CUDA_MMA_4W;
@@ -508,7 +519,9 @@ static plan_machine machine_for(const fd_problem *p, const fd_plan *plan, fd_ker
       m.row_tiles = (rows + 63) / 64;
     return m;
   }
-  m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS ? fit->rows_blocks : fit->split_blocks;
+  m.blocks_per_sm = kernel == FD_KERNEL_CUDA_ROWS          ? fit->rows_blocks
+                    : kernel == FD_KERNEL_CUDA_ROWS_WGMMA ? fit->rows_wg_blocks
+                                                          : fit->split_blocks;
   m.wide_ok = kernel == FD_KERNEL_CUDA_MMA_4W && p->kv_dtype == p->dtype &&
               fd_mma_wide_ok(&fit->g, p->head_dim);
   return m;
@@ -566,8 +579,10 @@ static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
                                            (double)fd_dtype_size(p->kv_dtype)
                                      : 2.0 * (double)len->total * p->num_heads_kv * p->head_dim *
                                            (double)fd_dtype_size(p->kv_dtype));
-  if (kernel == FD_KERNEL_CUDA_ROWS)
-    heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len);
+  if (kernel == FD_KERNEL_CUDA_ROWS || kernel == FD_KERNEL_CUDA_ROWS_WGMMA)
+    heads_per_item *= fd_rows_tiles(p->num_heads_q / p->num_heads_kv, p->q_len,
+                                    kernel == FD_KERNEL_CUDA_ROWS ? 16 * FD_ROWS_WARPS
+                                                                  : FD_ROWS_WG_ROWS);
   if (kernel == FD_KERNEL_CUDA_MLA) heads_per_item *= m.row_tiles; /* one block a row tile */
   int32_t splits = auto_splits(p, kernel, &m, (int64_t)p->batch * heads_per_item, hint_chunks);
   /* Ragged batches (the longest hint above 1.5x the mean): the longest

@@ -733,7 +733,7 @@ static void test_hopper(void **state) {
   memset(&g, 0, sizeof g);
   if (fd_cuda_device_budget(0, &g, &err) == FD_STATUS_OK)
     printf("hopper: device 0 %s the wgmma MLA kernel (compute capability %d.%d, code %d)\n",
-           g.mla_wgmma ? "runs" : "does not run", g.cc_major, g.cc_minor, g.code_arch);
+           g.wgmma ? "runs" : "does not run", g.cc_major, g.cc_minor, g.code_arch);
   const fd_dtype q[2] = {FD_DTYPE_BF16, FD_DTYPE_F16};
   const int heads[2] = {64, 128}, qlens[3] = {1, 2, 16};
   for (int qi = 0; qi < 2; qi++)

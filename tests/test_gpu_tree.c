@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "internal.h"
 
 #define MAX_CASES 96
 
@@ -45,6 +46,19 @@ static int plan_checks(void) {
   if (fd_plan_init(&plan, &p, &err) != FD_STATUS_OK || plan.kernel != FD_KERNEL_CUDA_ROWS) {
     fprintf(stderr, "FAIL plan: bf16 d128 tree: %s (kernel %d)\n", err.message, (int)plan.kernel);
     failed++;
+  }
+  /* 64 nodes x 4 heads = 256 rows a kv head: the wgmma rows kernel where the
+   * device runs sm_90a code (gpu_select.h fd_rows_wgmma_ok) */
+  fd_gpu_budget g;
+  if (fd_cuda_device_budget(0, &g, &err) == FD_STATUS_OK) {
+    fd_problem w = p;
+    w.q_len = 64;
+    const fd_kernel want = g.wgmma ? FD_KERNEL_CUDA_ROWS_WGMMA : FD_KERNEL_CUDA_ROWS;
+    if (fd_plan_init(&plan, &w, &err) != FD_STATUS_OK || plan.kernel != want) {
+      fprintf(stderr, "FAIL plan: bf16 d128 64-node tree: %s (kernel %d, want %d)\n", err.message,
+              (int)plan.kernel, (int)want);
+      failed++;
+    }
   }
   fd_problem q = p;
   q.dtype = FD_DTYPE_F32;

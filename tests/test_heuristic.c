@@ -354,8 +354,10 @@ static fd_cuda_fit fit_for(const fd_gpu_budget *g, const fd_problem *p) {
     assert_true(cfg >= 0);
     f.split_blocks = fd_gpu_blocks_fit(g, fd_mma_smem_bytes(p->head_dim, (fd_mma_config)cfg));
   }
-  if (p->head_dim == 64 || p->head_dim == 128)
+  if (p->head_dim == 64 || p->head_dim == 128) {
     f.rows_blocks = fd_gpu_blocks_fit(g, FD_ROWS_SMEM(p->head_dim));
+    if (g->wgmma) f.rows_wg_blocks = fd_gpu_blocks_fit(g, FD_ROWS_WG_SMEM(p->head_dim));
+  }
   return f;
 }
 
@@ -506,6 +508,20 @@ static void test_plan_kernel(void **state) {
     assert_int_equal(fd_plan_init_fit(&plan, &nc, &f, &err), FD_STATUS_OK);
     assert_int_not_equal(plan.kernel, FD_KERNEL_CUDA_ROWS);
   }
+  /* more than 64 rows a kv head on Hopper with sm_90a code: the wgmma rows
+   * kernel (128 rows a block: 2 x 8 x 1 row tiles); elsewhere the mma one */
+  nc.q_len = 32;
+  plan = plan_on(&H100, &nc);
+  EXPECT_KERNEL(plan, FD_KERNEL_CUDA_ROWS_WGMMA);
+  nc.head_dim = 128;
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_ROWS_WGMMA);
+  EXPECT_KERNEL(plan_on(&A100, &nc), FD_KERNEL_CUDA_ROWS);
+  EXPECT_KERNEL(plan_on(&H100_PTX80, &nc), FD_KERNEL_CUDA_ROWS);
+  nc.non_causal = 0, nc.tree_mask = 1; /* a tree of 32 nodes, 4 heads a kv head */
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_ROWS_WGMMA);
+  nc.q_len = 16; /* 64 rows: the mma rows kernel */
+  EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_ROWS);
+  nc.non_causal = 1, nc.tree_mask = 0;
   nc.head_dim = 96; /* no rows instance: the split kernel (2 x 8 x 8 splits fit the SMs) */
   EXPECT_KERNEL(plan_on(&H100, &nc), FD_KERNEL_CUDA_MMA_WIDE);
   nc.head_dim = 128;

@@ -159,7 +159,7 @@ static void query_device(int device, fd_device_facts *f) {
   }
   /* The Hopper MLA kernel: its body exists only in this build's sm_90a code,
    * which a 9.0 device loads (code_arch 90) when FD_CUDA_ARCHS names 90a. */
-  g->mla_wgmma = g->cc_major == 9 && g->cc_minor == 0 && g->code_arch >= 90 &&
+  g->wgmma = g->cc_major == 9 && g->cc_minor == 0 && g->code_arch >= 90 &&
                  strstr(FD_CUDA_ARCHS_STR, "90a") != nullptr;
   fd_gpu_budget_limit(g, FD_CUDA_SMEM_LIMIT_KB);
   f->status = FD_STATUS_OK;
@@ -256,6 +256,29 @@ static int32_t rows_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype, i
   return n < fit ? n : fit;
 }
 
+/* Blocks of the Hopper rows kernel (rows_wgmma_kernel.cu) a multiprocessor
+ * of budget g holds, where it runs it (g->wgmma); else 0. */
+static int32_t rows_wg_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype,
+                              int32_t head_dim) {
+  if (!g->wgmma || (dtype != FD_DTYPE_F16 && dtype != FD_DTYPE_BF16) ||
+      (head_dim != 64 && head_dim != 128))
+    return 0;
+  const int32_t fit = fd_gpu_blocks_fit(g, FD_ROWS_WG_SMEM(head_dim));
+  if (fit < 1) return 0;
+  int current = 0, n = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = fd_rows_wgmma_occupancy((int)dtype, head_dim, &n);
+    if (current != device) (void)cudaSetDevice(current);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n < fit ? n : fit;
+}
+
 extern "C" fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head_dim, int rows,
                                         fd_cuda_fit *fit, fd_error *err) {
   memset(fit, 0, sizeof *fit);
@@ -272,7 +295,10 @@ extern "C" fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head
                    "capability %d.%d) has %d a block and %d a multiprocessor%s",
                    head_dim, smem, device, g->cc_major, g->cc_minor, g->smem_block, g->smem_sm,
                    FD_CUDA_SMEM_LIMIT_KB > 0 ? " (capped by FD_CUDA_SMEM_LIMIT_KB)" : "");
-  if (rows) fit->rows_blocks = rows_blocks(device, g, dtype, head_dim);
+  if (rows) {
+    fit->rows_blocks = rows_blocks(device, g, dtype, head_dim);
+    fit->rows_wg_blocks = rows_wg_blocks(device, g, dtype, head_dim);
+  }
   return fd_ok(err);
 }
 
@@ -387,6 +413,10 @@ static bool kernel_runs(const fd_gpu_budget *g, const fd_plan *plan) {
     case FD_KERNEL_CUDA_F32: return pr->dtype == FD_DTYPE_F32;
     case FD_KERNEL_CUDA_ROWS:
       return fd_rows_kernel_shape(pr) && fd_gpu_blocks_fit(g, FD_ROWS_SMEM(pr->head_dim)) >= 1;
+    case FD_KERNEL_CUDA_ROWS_WGMMA:
+      return fd_rows_kernel_shape(pr) &&
+             fd_rows_wgmma_ok(g, pr->head_dim,
+                              (int64_t)(pr->num_heads_q / pr->num_heads_kv) * pr->q_len);
     case FD_KERNEL_CUDA_MMA_4W:
       return mma && fd_gpu_blocks_fit(g, fd_mma_smem_bytes(pr->head_dim, FD_MMA_4W)) >= 1;
     case FD_KERNEL_CUDA_MMA_LEAN:
@@ -464,6 +494,7 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
   switch (plan->kernel) {
     case FD_KERNEL_CUDA_F32: e = fd_split_launch(&kp, s); break;
     case FD_KERNEL_CUDA_ROWS: e = fd_rows_mma_launch(&kp, s); break;
+    case FD_KERNEL_CUDA_ROWS_WGMMA: e = fd_rows_wgmma_launch(&kp, s); break;
     case FD_KERNEL_CUDA_MMA_4W: e = fd_split_mma_launch(&kp, FD_MMA_4W, s); break;
     case FD_KERNEL_CUDA_MMA_WIDE: e = fd_split_mma_launch(&kp, FD_MMA_WIDE, s); break;
     case FD_KERNEL_CUDA_MMA_LEAN: e = fd_split_mma_launch(&kp, FD_MMA_LEAN, s); break;

@@ -125,6 +125,11 @@ cudaError_t fd_split_mma_launch_e5m2(const fd_kernel_params *p, int cfg, cudaStr
  * instance. Its blocks resident a multiprocessor: fd_rows_mma_occupancy. */
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream);
 cudaError_t fd_rows_mma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
+/* The Hopper rows kernel (rows_wgmma_kernel.cu: the same problem, sm_90a
+ * wgmma; where gpu_select.h fd_rows_wgmma_ok says so) and its blocks
+ * resident a multiprocessor. */
+cudaError_t fd_rows_wgmma_launch(const fd_kernel_params *p, cudaStream_t stream);
+cudaError_t fd_rows_wgmma_occupancy(int dtype, int head_dim, int *blocks_per_sm);
 
 /* Launch the MLA kernel (mla_kernel.cu) with `row_groups` (1, 2 or 4:
  * gpu_select.h, fd_mla_row_groups) for p->dtype (fp16, bf16), p->head_dim

@@ -76,6 +76,7 @@
 #include "kernel_params.cuh"
 #include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
+#include "rows_output.cuh"
 #include "split.h"
 
 template <int D>
@@ -99,54 +100,6 @@ struct fd_rows_cfg {
                     fd_mma_cfg<D, NW>::CH == CH,
                 "the loaders' tile");
 };
-
-/* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
- * o[n][e0], o[n][e0 + 1]); m in base 2, l the row's full sum, blown: its O
- * holds a NaN or Inf. */
-template <typename T, int D>
-static __device__ __forceinline__ void fd_rows_store(const fd_kernel_params &p, int b, int hk,
-                                                     int split, int row, const float (&o)[D / 8][4],
-                                                     int e0, float m, float l, bool blown) {
-  const int qd = (int)threadIdx.x & 3;
-  const int gi = row / p.q_len;
-  const int t = row - gi * p.q_len;
-  const int64_t h = (int64_t)hk * p.group + gi;
-  const float ln2 = 0.69314718055994531f;
-  const float l_out = blown ? __int_as_float(0x7fc00000) : l;
-  if (p.num_splits > 1) {
-    const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
-    float *dst = p.partial_o + (prow * p.num_splits + split) * D + 2 * qd;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++)
-      *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(o[n][e0], o[n][e0 + 1]);
-    if (qd == 0)
-      *reinterpret_cast<float2 *>(p.partial_ml + (prow * p.num_splits + split) * 2) =
-          make_float2(m * ln2, l_out); /* -inf stays -inf */
-    return;
-  }
-  const bool has_sink = p.sinks != nullptr;
-  const float sink = has_sink ? p.sinks[h] : 0.0f;
-  float inv = l > 0.0f ? 1.0f / l : 0.0f, lse;
-  if (has_sink) fd_finish_row(m * ln2, l, true, sink, &inv, &lse);
-  const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
-                      h * p.out_strides[2] + 2 * qd;
-#pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    const float x = o[n][e0] * inv, y = o[n][e0 + 1] * inv;
-    if (p.out_f32) {
-      *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + off + 8 * n) = make_float2(x, y);
-    } else {
-      const uint32_t v = fd_pack2<T>(x, y);
-      *reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + off + 8 * n) = v;
-    }
-  }
-  if (p.lse != nullptr && qd == 0) {
-    float scale_unused;
-    fd_finish_row(m * ln2, l_out, has_sink, sink, &scale_unused, &lse);
-    p.lse[(int64_t)b * p.lse_strides[0] + h * p.lse_strides[1] + (int64_t)t * p.lse_strides[2]] =
-        lse;
-  }
-}
 
 /* Shared memory: K stages [ST][KT][D] | V stages [ST][KT][D] | Q [BM][D] |
  * key flags [ST][KT]. */
@@ -304,15 +257,6 @@ static __device__ __forceinline__ void fd_rows_qk(uint32_t kt_u, int lane,
   }
 }
 
-/* A tree mask's view of one tile (flashdecode.h, TREE MASKS): on, when the
- * tile holds draft keys (block-uniform); d0, the draft index of its first key
- * (negative for prefix keys); m0 and m1, the masks of rows g and g + 8. */
-struct fd_rows_tree {
-  bool on;
-  int d0;
-  uint64_t m0, m1;
-};
-
 /* Scale, soft-cap, mask (keys past nk; keys on bad pages; draft keys a
  * row's tree mask hides). SPLIT (the contiguous loader's instances): a full
  * tile on good pages without draft keys (all but a split's last,
@@ -347,11 +291,7 @@ static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, f
       if (!full) {
         const int kl = 8 * n + 2 * qd + (e & 1);
         bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
-        if (tree.on) { /* draft index d: seen when d < 0 (prefix) or the row's bit d is set */
-          const int d = tree.d0 + kl;
-          const uint64_t m = e < 2 ? tree.m0 : tree.m1;
-          vis = vis && (d < 0 || (d < 64 && ((m >> d) & 1u) != 0));
-        }
+        if (tree.on) vis = vis && fd_rows_tree_sees(tree, kl, e);
         x = vis ? x : -INFINITY;
       }
       s[n][e] = x;
@@ -431,30 +371,6 @@ static __device__ __forceinline__ void fd_rows_pv(uint32_t vt_u, int lane,
   }
 }
 
-/* The epilogue: the rows' sums and NaN / Inf flags over their 4 lanes, then
- * rows g and g + 8 of the warp written (fd_rows_store). */
-template <typename T, int D>
-static __device__ __forceinline__ void fd_rows_finish(const fd_kernel_params &p, int b, int hk,
-                                                      int split, int row0, int rows_total,
-                                                      const float (&o)[D / 8][4], float m0,
-                                                      float m1, float l0, float l1) {
-  bool bad0 = false, bad1 = false;
-#pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
-    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
-    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
-  }
-  if (row0 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0, o, 0, m0, l0, bad0);
-  if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
-}
-
 template <typename T, int D, int PG>
 __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     fd_rows_mma_kernel(const __grid_constant__ fd_kernel_params p) {
@@ -503,16 +419,9 @@ __global__ void __launch_bounds__(32 * FD_ROWS_WARPS, 2)
     }
   }
 
-  /* a tree mask: the masks of rows g and g + 8 (0 past rows_total: no draft key) */
-  fd_rows_tree tree = {false, 0, 0, 0};
+  /* a tree mask: the masks of rows g and g + 8 */
+  fd_rows_tree tree = fd_rows_tree_load(p, b, row_base + warp * 16 + g, rows_total);
   const int prefix = kv - p.q_len; /* keys before it are seen by every tree row */
-  if (p.tree_mask != nullptr) {
-    const int r0 = row_base + warp * 16 + g;
-    const uint64_t *tm = p.tree_mask + (int64_t)b * p.tree_mask_stride;
-    if (r0 < rows_total) tree.m0 = __ldg(reinterpret_cast<const unsigned long long *>(tm + r0 % p.q_len));
-    if (r0 + 8 < rows_total)
-      tree.m1 = __ldg(reinterpret_cast<const unsigned long long *>(tm + (r0 + 8) % p.q_len));
-  }
 
   float o[C::ND][4];
 #pragma unroll
@@ -574,7 +483,7 @@ static cudaError_t fd_rows_mma_launch_layout(const fd_kernel_params *p, cudaStre
 
 cudaError_t fd_rows_mma_launch(const fd_kernel_params *p, cudaStream_t stream) {
   if (p->kv_dtype != 0 && p->kv_dtype != p->dtype) return cudaErrorInvalidValue;
-  const int64_t grid_y = (int64_t)p->num_heads_kv * fd_rows_tiles(p->group, p->q_len);
+  const int64_t grid_y = (int64_t)p->num_heads_kv * fd_rows_tiles(p->group, p->q_len, 16 * FD_ROWS_WARPS);
   if (grid_y > 65535) return cudaErrorInvalidValue;
   switch (p->dtype) {
     case FD_DTYPE_F16:

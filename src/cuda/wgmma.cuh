@@ -11,7 +11,10 @@
  * d[4 i + 2, 3] = D[16 w + g + 8][8 i + 2 q, + 1] (the mma.sync m16n8
  * accumulator layout, one 16-row slab a warp).
  *
- * Operands come from shared memory through 64-bit descriptors
+ * B operands (and A, except where a wrapper takes A from registers: the
+ * m16n8k16 A fragment of each warp's 16-row slab, which is how an S
+ * accumulator becomes P without shared memory) come from shared memory
+ * through 64-bit descriptors
  * (fd_wgmma_desc): the start address, the leading and stride byte offsets
  * (LBO, SBO) and the swizzle mode. Here every operand uses the 128-byte
  * swizzle: rows of 128 bytes (64 16-bit elements) in atoms of 8 rows (1024
@@ -174,5 +177,105 @@ static __device__ __forceinline__ void fd_wgmma_m64n256k16_tb(float (&d)[128], u
 
 #undef FD_WGMMA_ASM_M64N32K16
 #undef FD_WGMMA_ASM_M64N256K16_TB
+
+/* The instruction for element type TY ("bf16" or "f16"), operands as below. */
+#define FD_WGMMA_ASM_M64N64K16_SS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+      "{" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+/* The instruction for element type TY ("bf16" or "f16"), operands as below. */
+#define FD_WGMMA_ASM_M64N64K16_RS_TB(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+      "{" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+
+/* The instruction for element type TY ("bf16" or "f16"), operands as below. */
+#define FD_WGMMA_ASM_M64N128K16_RS_TB(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+      "{" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+      "%56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+      "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+      "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+      "+f"(d[63]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+
+
+/* d[32] (+)= A[64][16] B[16][64]; both K-major from shared memory (S = Q K^T
+ * for 64 keys). scale_d 0: d = A B. */
+template <typename T>
+static __device__ __forceinline__ void fd_wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a,
+                                                             uint64_t desc_b, int scale_d) {
+#if FD_WGMMA_ON
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    FD_WGMMA_ASM_M64N64K16_SS("bf16");
+  else
+    FD_WGMMA_ASM_M64N64K16_SS("f16");
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+#endif
+}
+
+/* d[N / 2] (+)= A[64][16] B[16][N], N = 64 or 128: A from registers (the
+ * m16n8k16 A fragment of the thread's warp slab: a[0] rows g, columns 2 q,
+ * + 1; a[1] rows g + 8; a[2], a[3] the same at columns + 8), B MN-major from
+ * shared memory (O += P V: V[keys][columns] read transposed). */
+template <typename T, int N>
+static __device__ __forceinline__ void fd_wgmma_m64k16_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                             uint64_t desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128, "N");
+#if FD_WGMMA_ON
+  if constexpr (N == 64) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+      FD_WGMMA_ASM_M64N64K16_RS_TB("bf16");
+    else
+      FD_WGMMA_ASM_M64N64K16_RS_TB("f16");
+  } else {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+      FD_WGMMA_ASM_M64N128K16_RS_TB("bf16");
+    else
+      FD_WGMMA_ASM_M64N128K16_RS_TB("f16");
+  }
+#else
+  (void)d, (void)a, (void)desc_b, (void)scale_d;
+#endif
+}
+
+#undef FD_WGMMA_ASM_M64N64K16_SS
+#undef FD_WGMMA_ASM_M64N64K16_RS_TB
+#undef FD_WGMMA_ASM_M64N128K16_RS_TB
 
 #endif /* FD_WGMMA_CUH */
