@@ -279,6 +279,11 @@ if [ "$MODE" = tree ] && step "test_gpu_tree, the Python tree tests on CUDA" 40;
   rc=$?; [ $rc -eq 0 ] || status=1
   echo "   test_gpu_tree rc $rc: $(grep -c '^\[       OK \]' "$OUT/gpu_tree.txt") OK, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tree.txt") FAILED lines"
   grep -E "FAIL|tree plan" "$OUT/gpu_tree.txt" | head -20
+  # the non-causal cases of the GPU grid: the rows kernels' other calls
+  (cd build && FD_TEST_FILTER='*noncausal*' timeout 120 ./tests/test_gpu_grid) \
+    >"$OUT/grid_noncausal.txt" 2>&1 || status=1
+  echo "   test_gpu_grid non-causal: $(grep -c '^\[       OK \]' "$OUT/grid_noncausal.txt") OK, $(grep -c '^\[  FAILED  \]' "$OUT/grid_noncausal.txt") FAILED lines"
+  grep -E "FAIL|reproduce" "$OUT/grid_noncausal.txt" | head -10
   timeout 60 python3 examples/tree_verify.py --device cuda --dtype bfloat16 2>&1 | tail -2 || status=1
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_tree.py \
     >"$OUT/py_tree.txt" 2>&1 || status=1
