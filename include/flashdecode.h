@@ -65,7 +65,11 @@
  *   prefix's packed batch) instead run a kernel that puts the rows on the
  *   tensor cores' M side, 64 rows a block sharing each K/V tile (the
  *   FlashAttention-2 orientation); the plan counts its row tiles when it
- *   chooses num_splits. Same results within the documented accuracy.
+ *   chooses num_splits. On Hopper (compute capability 9.0, a build with
+ *   sm_90a code) calls of more than 64 such rows a kv head run its
+ *   warpgroup-mma version, 128 rows a block, whose softmax weights enter
+ *   P.V rounded once to q's 16-bit dtype (as in FlashAttention). Same
+ *   results within the documented accuracy.
  *
  * FP8 KV CACHE
  *   k_cache and v_cache may hold 8-bit floats (fd_problem.kv_dtype) while q
@@ -175,7 +179,7 @@
  *   tree mask are refused with FD_STATUS_UNSUPPORTED naming the argument:
  *   plan with FD_BACKEND_CPU. Both read each K/V block once for all rows
  *   of a kv head (CUDA: up to 64 rows a block on the tensor cores' M side,
- *   rows_mma_kernel.cu); the mask only sets the scores of hidden draft
+ *   rows_mma_kernel.cu; 128 on Hopper, rows_wgmma_kernel.cu); the mask only sets the scores of hidden draft
  *   keys to -inf (weight zero; a NaN or Inf in a hidden key's V may still
  *   give a NaN row, as with other masked keys, see fd_run).
  *
@@ -221,7 +225,8 @@
  *   Results differ (different summation orders, all within the documented
  *   accuracy) between backends, between deterministic and default plans,
  *   and on CUDA between GPUs whose shared memory holds different kernels
- *   (the many-rows kernel, HOW below, needs ~115 KB a block at head_dim 128).
+ *   (the many-rows kernel, HOW below, needs ~115 KB a block at head_dim 128;
+ *   Hopper runs its warpgroup version for more than 64 rows a kv head).
  *
  * THREAD SAFETY
  *   The library has no mutable global state. A plan is immutable after

@@ -87,19 +87,13 @@ struct rw {
   static constexpr int USED = OFF_F + ST * KT;
   static_assert(USED + 1024 == FD_ROWS_WG_SMEM(D), "gpu_select.h sizes the kernel the same way");
   static_assert(D == 64 || D == 128, "head_dim");
+  static_assert(OFF_Q == 0 && OFF_K % 1024 == 0 && OFF_V % 1024 == 0,
+                "operand tiles start on swizzle atoms");
   static_assert(KPT >= 1 && KPT * THREADS == KT * 8, "8 threads a key");
   static_assert(ST >= 2 && ST <= 8, "stages (one bit each in the bad-page queue)");
 };
 
 #if FD_WGMMA_ON
-/* Where thread t's keys of a tile live: element offsets of the K and V rows
- * (head hk, chunk s of the row) of keys key0 + t / 8 + j THREADS / 8, or -1
- * for a key on a bad page; keys at or past n are not read. */
-template <typename T, int D>
-struct rw_keys {
-  int64_t k[rw<D>::KPT], v[rw<D>::KPT];
-};
-
 /* The page ids of the thread's keys of the tile at key0 (n keys before the
  * split's end): read here, used by rw_issue a tile later. */
 template <int D>
@@ -225,7 +219,7 @@ __global__ void __launch_bounds__(rw<D>::THREADS, 2)
   /* Prologue: Q with tile 0 in copy group 0, tiles 1 .. ST - 2 a group each;
    * the page ids of tile ST - 1 read. badq bit j: a key of tile i + j on a
    * bad page (i: the loop's tile). */
-  rw_load_q<T, D>(p, b, hk, row_base, rows_total, sm);
+  rw_load_q<T, D>(p, b, hk, row_base, rows_total, sm + C::OFF_Q);
   int pg[C::KPT];
 #pragma unroll
   for (int j = 0; j < C::KPT; j++) pg[j] = 0;
@@ -378,6 +372,9 @@ cudaError_t rw_launch(const fd_kernel_params *p, cudaStream_t stream) {
   const size_t smem = FD_ROWS_WG_SMEM(D);
   cudaError_t e = cudaFuncSetAttribute(fd_rows_wgmma_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(fd_rows_wgmma_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   const int64_t grid_y =
       (int64_t)p->num_heads_kv * fd_rows_tiles(p->group, p->q_len, FD_ROWS_WG_ROWS);
