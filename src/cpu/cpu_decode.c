@@ -280,6 +280,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
+  const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys (contiguous caches) */
   /* fp8 caches: one head's keys or values of the block, widened */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
   const void *wide_rows[FD_CPU_SMALL_BLOCK];
@@ -473,13 +474,31 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
         if (c->prefetch_next) {
           /* the next call's rows: head h + 1's of this step; after the last
-           * head's scores head 0's values (the next block's keys: measured
-           * no faster) */
+           * head's scores head 0's values; kernels that spread the
+           * prefetches through their work (spreads_next) also get, after the
+           * last head's values, the next block's keys of head 0 (contiguous
+           * caches; before the kernels spread them: measured no faster) */
+          const void *const *next = NULL;
+          ptrdiff_t next_off = 0;
+          int next_n = nb;
           if (h + 1 < heads)
-            prefetch_rows(step ? values : keys, (step ? v_head : k_head) * (h + 1), nb,
-                          head_dim * (int)c->kv_elem_size);
+            next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
           else if (step == 0)
-            prefetch_rows(values, 0, nb, head_dim * (int)c->kv_elem_size);
+            next = values;
+          else if (c->kernels.spreads_next && p->page_size == 0 && j0 + nb < tile_end) {
+            next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
+            for (int j = 0; j < next_n; j++) next_keys[j] = k_first + (ptrdiff_t)(j0 + nb + j) * k_pos;
+            next = next_keys;
+          }
+          const int bytes = head_dim * (int)c->kv_elem_size;
+          if (next && c->kernels.spreads_next) {
+            blk.next = next;
+            blk.next_off = next_off;
+            blk.next_n = next_n;
+            blk.next_bytes = bytes;
+          } else if (next) {
+            prefetch_rows(next, next_off, next_n, bytes);
+          }
         }
         if (step == 0)
           c->kernels.scores(&blk);

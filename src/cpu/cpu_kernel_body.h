@@ -271,13 +271,15 @@ FD_VFN void softmax_rows(const fd_cpu_block *b) {
 FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
   int r = 0;
 #if FD_V_AMX
-  if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles */
+  if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles, which
+                                             prefetch b->next through their work */
     amx_scores(b);
     r = b->rows;
-  } else
+  }
 #endif
+  if (r == 0) fd_cpu_prefetch_next(b, 0, 1); /* the vector paths: all before their work */
 #if FD_V_PAIRED
-  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+  if (r == 0 && dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
     /* vdpbf16ps where q is bf16; the first row decides for the call whether
      * to try (an fp16 q over an fp8 cache skips the packing) */
 #if FD_V_DPBF16
@@ -480,16 +482,18 @@ FD_VFN void values_counted(const fd_cpu_block *b, fd_dtype dtype) {
 
 /* The values step after the softmax. */
 FD_VFN void values_body(const fd_cpu_block *b, fd_dtype dtype) {
-  if (b->count) {
-    values_counted(b, dtype);
-    return;
-  }
 #if FD_V_AMX
-  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) { /* P.V on tiles */
+  if (!b->count && dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) { /* P.V on tiles,
+                                              which prefetch b->next through their work */
     amx_values(b);
     return;
   }
 #endif
+  fd_cpu_prefetch_next(b, 0, 1); /* the vector paths: all before the work */
+  if (b->count) {
+    values_counted(b, dtype);
+    return;
+  }
 #if FD_V_PAIRED
   if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
     int r = 0;
@@ -711,6 +715,7 @@ static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
       k->scores = scores_bf16, k->values = values_bf16, k->paired = FD_V_PAIRED;
 #if FD_V_AMX
       k->pack_q = pack_q_bf16;
+      k->spreads_next = 1;
 #endif
       k->small_scores = small_scores_bf16, k->small_values = small_values_bf16;
       return 1;

@@ -155,6 +155,8 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
   /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
    * B: 4 and 7): each key tile loaded once for both, two independent
    * product chains */
+  /* the next call's rows, a part after each step's products */
+  const int parts = (h->chunks + 1) / 2 * steps;
   for (int c = 0; c < h->chunks; c += 2) {
     const int pair = c + 1 < h->chunks;
     _tile_zero(0);
@@ -176,6 +178,7 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
         _tile_dpbf16ps(5, 2, 7);
         _tile_dpbf16ps(6, 3, 7);
       }
+      fd_cpu_prefetch_next(b, c / 2 * steps + s, parts);
     }
     for (int u = 0; u <= pair; u++) {
       if (u == 0) {
@@ -211,6 +214,9 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
   ptrdiff_t vs;
   const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
 
+  /* the next call's rows, a part after each 32 columns' products */
+  const int parts = (rows + PER - 1) / PER * (head_dim / 32);
+  int part = 0;
   /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
   for (int r0 = 0; r0 < rows; r0 += PER) {
     const int nr = rows - r0 < PER ? rows - r0 : PER;
@@ -242,6 +248,7 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
     _tile_dpbf16ps(C, 4, 6);                      \
     _tile_loadd(7, v + 16 * vs + 64 * (C), vs);   \
     _tile_dpbf16ps(C, 5, 7);                      \
+    fd_cpu_prefetch_next(b, part++, parts);       \
   } while (0)
       FD_AMX_PV(0);
       if (nc > 1) FD_AMX_PV(1);
