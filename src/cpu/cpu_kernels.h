@@ -293,7 +293,7 @@ void fd_cpu_emit_row(const fd_plan *plan, const fd_tensors *t, float *partial_o,
                      float *partial_ml, int32_t b, int hq, int tok, int32_t split, float *natural,
                      float *a, float m, double l, int has_sink, double sink);
 void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
-                 int all_rows, int head_dim);
+                 int all_rows, int head_dim, fd_cpu_isa isa);
 
 /* MLA (rope_dim > 0) on instruction set `isa` (cpu_mla.c): fd_cpu_run's
  * contract. */
