@@ -275,7 +275,7 @@ FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
 #if FD_V_AMX
   if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles, which
                                              prefetch b->next through their work */
-    amx_scores(b);
+    if (amx_scores(b)) return; /* the softmax too */
     r = b->rows;
   }
 #endif
