@@ -201,8 +201,10 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
   /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
    * B: 4 and 7): each key tile loaded once for both, two independent
    * product chains */
-  /* the next call's rows, a part after each step's products */
-  const int parts = (h->chunks + 1) / 2 * steps;
+  /* the next call's rows: a part before the first step, a part after each
+   * step's products */
+  const int parts = (h->chunks + 1) / 2 * steps + 1;
+  fd_cpu_prefetch_next(b, 0, parts);
   for (int c = 0; c < h->chunks; c += 2) {
     const int pair = c + 1 < h->chunks;
     _tile_zero(0);
@@ -224,7 +226,7 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
         _tile_dpbf16ps(5, 2, 7);
         _tile_dpbf16ps(6, 3, 7);
       }
-      fd_cpu_prefetch_next(b, c / 2 * steps + s, parts);
+      fd_cpu_prefetch_next(b, c / 2 * steps + s + 1, parts);
     }
     for (int u = 0; u <= pair; u++) {
       if (u == 0) {
@@ -262,9 +264,11 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
   ptrdiff_t vs;
   const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
 
-  /* the next call's rows, a part after each 32 columns' products */
-  const int parts = (rows + PER - 1) / PER * (head_dim / 32);
+  /* the next call's rows: a part before the first products, a part after
+   * each 32 columns' products */
+  const int parts = (rows + PER - 1) / PER * (head_dim / 32) + 1;
   int part = 0;
+  fd_cpu_prefetch_next(b, part++, parts);
   /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
   for (int r0 = 0; r0 < rows; r0 += PER) {
     const int nr = rows - r0 < PER ? rows - r0 : PER;
