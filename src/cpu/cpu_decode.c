@@ -101,24 +101,24 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
   return (const char *)cache + off * (int64_t)c->kv_elem_size;
 }
 
-/* The block of head h of a pass: `pass` describes head 0, whose arrays
- * continue with those of the next heads ([heads][rows]...; count too, when
- * set); k_head / v_head: bytes from one kv head's row to the next. */
-static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdiff_t k_head,
-                               ptrdiff_t v_head, const void *const *qt) {
-  fd_cpu_block blk = *pass;
-  blk.qt = qt ? qt[h] : NULL;
-  blk.q += (ptrdiff_t)h * rows * pass->head_dim;
-  blk.acc += (ptrdiff_t)h * rows * pass->head_dim;
-  blk.m += h * rows;
-  blk.l += h * rows;
-  blk.alpha += h * rows;
-  blk.scratch += (ptrdiff_t)h * rows * pass->stride;
-  if (blk.count) blk.count += h * rows;
-  if (blk.first) blk.first += h * rows;
-  blk.key_off = h * k_head;
-  blk.value_off = h * v_head;
-  return blk;
+/* *blk = the block of head h of a pass: `pass` describes head 0, whose
+ * arrays continue with those of the next heads ([heads][rows]...; count too,
+ * when set); k_head / v_head: bytes from one kv head's row to the next.
+ * (Written in place: a returned copy cost store-forwarding stalls.) */
+static void head_block(fd_cpu_block *blk, const fd_cpu_block *pass, int h, int rows,
+                       ptrdiff_t k_head, ptrdiff_t v_head, const void *const *qt) {
+  *blk = *pass;
+  blk->qt = qt ? qt[h] : NULL;
+  blk->q += (ptrdiff_t)h * rows * pass->head_dim;
+  blk->acc += (ptrdiff_t)h * rows * pass->head_dim;
+  blk->m += h * rows;
+  blk->l += h * rows;
+  blk->alpha += h * rows;
+  blk->scratch += (ptrdiff_t)h * rows * pass->stride;
+  if (blk->count) blk->count += h * rows;
+  if (blk->first) blk->first += h * rows;
+  blk->key_off = h * k_head;
+  blk->value_off = h * v_head;
 }
 
 /* Most floats of one head's widened fp8 key block: c->block * head_dim. */
@@ -474,7 +474,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
       for (int i = rows; masked && i < all_rows; i++) first[i] = first[i % rows];
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 0, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_scores(&blk);
         fd_cpu_adjust_scores(&blk, blk.stride);
@@ -485,7 +486,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       all.keys = all.values = NULL;
       c->kernels.small_softmax(&all);
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
@@ -494,7 +496,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
     for (int step = 0; step < 2; step++) {
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
         if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
