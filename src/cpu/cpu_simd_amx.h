@@ -4,7 +4,11 @@
  * keys and values (a bf16 cache, or an fp8 cache widened to bf16) with
  * head_dim % 32 == 0. Included after cpu_simd_avx512.h (FD_V_AMX 1) and
  * before cpu_kernel_body.h, whose scores and values steps call them; the
- * online softmax between them is the body's.
+ * online softmax between them is the body's, except for blocks of whole
+ * 16-row chunks with q in one piece (MQA-like groups), which amx_scores
+ * runs on the transposed scores (amx_softmax_t). The steps ask L1 for the
+ * driver's next call's rows (fd_cpu_block.next) a part at a time through
+ * their work.
  *
  * tdpbf16ps C[M][N] += sum_k A[M][2k..2k+1] . B[k][2n..2n+1] multiplies
  * bf16 pairs exactly and adds in float32 (bf16 subnormal inputs count as 0,
@@ -198,13 +202,13 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
   const vf scale = v_set1(b->scale);
   const __m512i key = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
                                          208, 224, 240);
-  /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
-   * B: 4 and 7): each key tile loaded once for both, two independent
-   * product chains */
   /* the next call's rows: a part before the first step, a part after each
    * step's products */
   const int parts = (h->chunks + 1) / 2 * steps + 1;
   fd_cpu_prefetch_next(b, 0, parts);
+  /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
+   * B: 4 and 7): each key tile loaded once for both, two independent
+   * product chains */
   for (int c = 0; c < h->chunks; c += 2) {
     const int pair = c + 1 < h->chunks;
     _tile_zero(0);
