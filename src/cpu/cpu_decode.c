@@ -101,24 +101,24 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
   return (const char *)cache + off * (int64_t)c->kv_elem_size;
 }
 
-/* The block of head h of a pass: `pass` describes head 0, whose arrays
- * continue with those of the next heads ([heads][rows]...; count too, when
- * set); k_head / v_head: bytes from one kv head's row to the next. */
-static fd_cpu_block head_block(const fd_cpu_block *pass, int h, int rows, ptrdiff_t k_head,
-                               ptrdiff_t v_head, const void *const *qt) {
-  fd_cpu_block blk = *pass;
-  blk.qt = qt ? qt[h] : NULL;
-  blk.q += (ptrdiff_t)h * rows * pass->head_dim;
-  blk.acc += (ptrdiff_t)h * rows * pass->head_dim;
-  blk.m += h * rows;
-  blk.l += h * rows;
-  blk.alpha += h * rows;
-  blk.scratch += (ptrdiff_t)h * rows * pass->stride;
-  if (blk.count) blk.count += h * rows;
-  if (blk.first) blk.first += h * rows;
-  blk.key_off = h * k_head;
-  blk.value_off = h * v_head;
-  return blk;
+/* *blk = the block of head h of a pass: `pass` describes head 0, whose
+ * arrays continue with those of the next heads ([heads][rows]...; count too,
+ * when set); k_head / v_head: bytes from one kv head's row to the next.
+ * (Written in place: a returned copy cost store-forwarding stalls.) */
+static void head_block(fd_cpu_block *blk, const fd_cpu_block *pass, int h, int rows,
+                       ptrdiff_t k_head, ptrdiff_t v_head, const void *const *qt) {
+  *blk = *pass;
+  blk->qt = qt ? qt[h] : NULL;
+  blk->q += (ptrdiff_t)h * rows * pass->head_dim;
+  blk->acc += (ptrdiff_t)h * rows * pass->head_dim;
+  blk->m += h * rows;
+  blk->l += h * rows;
+  blk->alpha += h * rows;
+  blk->scratch += (ptrdiff_t)h * rows * pass->stride;
+  if (blk->count) blk->count += h * rows;
+  if (blk->first) blk->first += h * rows;
+  blk->key_off = h * k_head;
+  blk->value_off = h * v_head;
 }
 
 /* Most floats of one head's widened fp8 key block: c->block * head_dim. */
@@ -193,19 +193,45 @@ static void prefetch_rows(const void *const *rows, ptrdiff_t off, int n, int byt
     for (int x = 0; x < bytes; x += 64) __builtin_prefetch((const char *)rows[j] + off + x, 0, 3);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FD_FOLD_AVX512 1
+/* o[d] = o[d] * f + a[d], then a[d] = 0, for d < n (a multiple of 8), 8
+ * doubles a step: the scalar loop's arithmetic (a product rounded, then a
+ * sum), so the same bits. */
+__attribute__((target("avx512f"))) static void fold_row_avx512(double *o, float *a, double f,
+                                                               int n) {
+  const __m512d fv = _mm512_set1_pd(f);
+  for (int d = 0; d < n; d += 8) {
+    const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(a + d));
+    _mm512_storeu_pd(o + d, _mm512_add_pd(_mm512_mul_pd(_mm512_loadu_pd(o + d), fv), x));
+    _mm256_storeu_ps(a + d, _mm256_setzero_ps());
+  }
+}
+#endif
+
 /* Adds a key block's float sums (acc, l, relative to the running max m) into
  * the double ones (outer, l_out, relative to m_out), then clears the float
  * sums and moves m_out to m. Rows without a key yet (m = -inf, l = 0) are
- * left; all-NaN scores leave m = -inf with l = NaN, which is folded. */
+ * left; all-NaN scores leave m = -inf with l = NaN, which is folded. isa:
+ * the run's instruction set (AVX-512 folds 8 doubles a step). */
 void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
-                 int all_rows, int head_dim) {
+                 int all_rows, int head_dim, fd_cpu_isa isa) {
+  (void)isa;
   for (int i = 0; i < all_rows; i++) {
     if (m[i] == -INFINITY && l[i] == 0.0f) continue; /* (a NaN l with m = -inf is folded) */
     /* m_out = -inf (the first fold): nothing to rescale; m_out <= m else */
     const double f = m_out[i] == -INFINITY ? 0.0 : exp((double)m_out[i] - (double)m[i]);
     double *o = outer + (ptrdiff_t)i * head_dim;
     float *a = acc + (ptrdiff_t)i * head_dim;
-    for (int d = 0; d < head_dim; d++) {
+    int d = 0;
+#ifdef FD_FOLD_AVX512
+    if (isa >= FD_CPU_ISA_AVX512) {
+      d = head_dim & ~7;
+      fold_row_avx512(o, a, f, d);
+    }
+#endif
+    for (; d < head_dim; d++) {
       o[d] = o[d] * f + (double)a[d];
       a[d] = 0.0f;
     }
@@ -280,6 +306,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
+  const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys (contiguous caches) */
   /* fp8 caches: one head's keys or values of the block, widened */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
   const void *wide_rows[FD_CPU_SMALL_BLOCK];
@@ -447,7 +474,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       for (int i = rows; !every && i < all_rows; i++) count[i] = count[i % rows];
       for (int i = rows; masked && i < all_rows; i++) first[i] = first[i % rows];
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 0, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_scores(&blk);
         fd_cpu_adjust_scores(&blk, blk.stride);
@@ -458,28 +486,48 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       all.keys = all.values = NULL;
       c->kernels.small_softmax(&all);
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         if (c->fp8_lut) widen_block(c, &blk, 1, b, j0, h0 + h, wide, wide_rows);
         c->kernels.small_values(&blk);
       }
-      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim, c->isa);
       continue;
     }
     for (int step = 0; step < 2; step++) {
       for (int h = 0; h < heads; h++) {
-        fd_cpu_block blk = head_block(&pass, h, rows, k_head, v_head, qt_head);
+        fd_cpu_block blk;
+        head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
         if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
         if (c->prefetch_next) {
           /* the next call's rows: head h + 1's of this step; after the last
-           * head's scores head 0's values (the next block's keys: measured
-           * no faster) */
+           * head's scores head 0's values; kernels that spread the
+           * prefetches through their work (spreads_next) also get, after the
+           * last head's values, the next block's keys of head 0 (contiguous
+           * caches; before the kernels spread them: measured no faster) */
+          const void *const *next = NULL;
+          ptrdiff_t next_off = 0;
+          int next_n = nb;
           if (h + 1 < heads)
-            prefetch_rows(step ? values : keys, (step ? v_head : k_head) * (h + 1), nb,
-                          head_dim * (int)c->kv_elem_size);
+            next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
           else if (step == 0)
-            prefetch_rows(values, 0, nb, head_dim * (int)c->kv_elem_size);
+            next = values;
+          else if (c->kernels.spreads_next && p->page_size == 0 && j0 + nb < tile_end) {
+            next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
+            for (int j = 0; j < next_n; j++) next_keys[j] = k_first + (ptrdiff_t)(j0 + nb + j) * k_pos;
+            next = next_keys;
+          }
+          const int bytes = head_dim * (int)c->kv_elem_size;
+          if (next && c->kernels.spreads_next) {
+            blk.next = next;
+            blk.next_off = next_off;
+            blk.next_n = next_n;
+            blk.next_bytes = bytes;
+          } else if (next) {
+            prefetch_rows(next, next_off, next_n, bytes);
+          }
         }
         if (step == 0)
           c->kernels.scores(&blk);
@@ -488,11 +536,11 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       }
     }
     if (++pending == FD_CPU_FOLD_BLOCKS) {
-      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim, c->isa);
       pending = 0;
     }
   }
-  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim);
+  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim, c->isa);
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, head_dim);
   float natural[256]; /* [head_dim] one row of acc in column order */

@@ -56,7 +56,10 @@ static int cpu_has_amx(void) {
  * the OS saves tile state (XCR0 bits 17, 18) and grants the permission. */
 static int amx_usable(void) {
 #if defined(__linux__) && defined(__x86_64__)
-  if (!cpu_has_amx() || !__builtin_cpu_supports("avx512bf16")) return 0;
+  /* (the AMX set's fp8 widening uses AVX-512 VBMI, which every AMX CPU has) */
+  if (!cpu_has_amx() || !__builtin_cpu_supports("avx512bf16") ||
+      !__builtin_cpu_supports("avx512vbmi"))
+    return 0;
   unsigned lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0)); /* OSXSAVE: implied by AVX2 use */
   if ((lo & (3u << 17)) != (3u << 17)) return 0;

@@ -17,9 +17,10 @@
  * Without per-token scales the driver widens to bf16 instead (exact, no
  * scale: it folds k_scale into the softmax scale and v_scale into the
  * output) and runs the bf16 kernels, which read half the bytes of the
- * float32 ones; fd_cpu_widen_fp8_bf16 does that step: with AVX-512 BW a
- * table lookup, 32 codes by two vpermi2w (the table's 128 sign-less
- * entries in four registers); with AVX2 the fp16 path above.
+ * float32 ones; fd_cpu_widen_fp8_bf16 does that step: on the AMX set (whose
+ * CPUs have AVX-512 VBMI) two byte-table vpermi2b per 64 codes; with
+ * AVX-512 BW a table lookup, 32 codes by two vpermi2w (the table's 128
+ * sign-less entries in four registers); with AVX2 the fp16 path above.
  */
 #include <math.h>
 
@@ -131,6 +132,70 @@ __attribute__((target("avx512f,avx512bw"))) static void widen_row_e4m3_avx512(fl
   }
 }
 
+/* widen_row_bf16_avx512 for the first n32 (a multiple of 32) codes of each
+ * of n rows (rows[j] + off into dst + j * head_dim), the table loaded once
+ * and the rows' chunks back to back. */
+__attribute__((target("avx512f,avx512bw"))) static void widen_rows_bf16_avx512(
+    uint16_t *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim, int n32,
+    const uint16_t *lut16) {
+  __m512i t[4];
+  for (int i = 0; i < 4; i++) t[i] = _mm512_loadu_si512((const void *)(lut16 + 32 * i));
+  const __m512i bit6 = _mm512_set1_epi16(0x40), sign = _mm512_set1_epi16((short)0x8000);
+  for (int j = 0; j < n; j++) {
+    const uint8_t *src = (const uint8_t *)rows[j] + off;
+    uint16_t *o = dst + (ptrdiff_t)j * head_dim;
+    for (int d = 0; d < n32; d += 32) {
+      const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + d)));
+      const __m512i lo = _mm512_permutex2var_epi16(t[0], w, t[1]);
+      const __m512i hi = _mm512_permutex2var_epi16(t[2], w, t[3]);
+      const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, bit6), lo, hi);
+      _mm512_storeu_si512((void *)(o + d),
+                          _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), sign, 0xF8));
+    }
+  }
+}
+
+/* The same for head_dim % 64 == 0 with AVX-512 VBMI (FD_CPU_ISA_AMX): the
+ * low and high bytes of lut16[0..127] as two 128-byte tables, looked up 64
+ * codes at a time by one vpermi2b each (index bit 7, the sign, ignored),
+ * the sign or-ed into the high bytes, and the two byte vectors interleaved
+ * into 16-bit words by vpunpck{l,h}bw, with the codes permuted first (one
+ * vpermb) so that the words come out in column order. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void widen_rows_bf16_vbmi(
+    uint16_t *dst, const void *const *rows, ptrdiff_t off, int n, int head_dim,
+    const uint16_t *lut16) {
+  /* bytes 64 i + k of the tables: entry 32 w + k of lut16 register w = 2 i, 2 i + 1 */
+  __m512i lo_t[2], hi_t[2];
+  for (int i = 0; i < 2; i++) {
+    const __m512i a = _mm512_loadu_si512((const void *)(lut16 + 64 * i));
+    const __m512i b = _mm512_loadu_si512((const void *)(lut16 + 64 * i + 32));
+    lo_t[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)),
+                                 _mm512_cvtepi16_epi8(b), 1);
+    hi_t[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(a, 8))),
+                                 _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8)), 1);
+  }
+  const __m512i lo_a = lo_t[0], lo_b = lo_t[1], hi_a = hi_t[0], hi_b = hi_t[1];
+  /* byte 16 L + b of the permuted codes: code 8 L + b (b < 8), 32 + 8 L + b - 8 (b >= 8) */
+  static const uint8_t perm[64] = {
+      0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,
+      8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,
+      16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
+      24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+  const __m512i order = _mm512_loadu_si512(perm), sign = _mm512_set1_epi8((char)0x80);
+  for (int j = 0; j < n; j++) {
+    const uint8_t *src = (const uint8_t *)rows[j] + off;
+    uint16_t *o = dst + (ptrdiff_t)j * head_dim;
+    for (int d = 0; d < head_dim; d += 64) {
+      const __m512i c = _mm512_permutexvar_epi8(order, _mm512_loadu_si512((const void *)(src + d)));
+      const __m512i lo = _mm512_permutex2var_epi8(lo_a, c, lo_b);
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, c, hi_b), c, sign,
+                                                   0xF8); /* hi | (c & sign) */
+      _mm512_storeu_si512((void *)(o + d), _mm512_unpacklo_epi8(lo, hi));
+      _mm512_storeu_si512((void *)(o + d + 32), _mm512_unpackhi_epi8(lo, hi));
+    }
+  }
+}
+
 #endif
 
 void fd_cpu_fp8_table_bf16(const float lut[256], uint16_t lut16[256]) {
@@ -146,6 +211,14 @@ void fd_cpu_widen_fp8_bf16(uint16_t *dst, const void *const *rows, ptrdiff_t off
   (void)isa, (void)e5m2;
 #ifdef FD_FP8_AVX2
   const int wide = isa >= FD_CPU_ISA_AVX512 && head_dim >= 32; /* AVX-512 F + BW */
+  if (isa >= FD_CPU_ISA_AMX && head_dim % 64 == 0) { /* (AMX machines have VBMI: dispatch) */
+    widen_rows_bf16_vbmi(dst, rows, off, n, head_dim, lut16);
+    return;
+  }
+  if (wide && head_dim % 32 == 0) { /* every row whole: one pass over the block */
+    widen_rows_bf16_avx512(dst, rows, off, n, head_dim, head_dim, lut16);
+    return;
+  }
 #endif
   for (int j = 0; j < n; j++) {
     const uint8_t *src = (const uint8_t *)rows[j] + off;

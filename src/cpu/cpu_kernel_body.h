@@ -69,6 +69,8 @@ FD_VFN void scores_tile(const fd_cpu_block *b, int r0, const int RT, fd_dtype dt
     if (FD_V_PREFETCH)
       for (int i = 0; i < KT && j0 + KT + i < nk; i++)
         v_prefetch_row(key_at(b, j0 + KT + i), head_dim * elem_bytes(dtype));
+    if (r0 == 0) /* b->next, a part per KT keys of the first tile */
+      fd_cpu_prefetch_next(b, j0 / KT, (nk + KT - 1) / KT);
     vf acc[FD_V_W];
     for (int i = 0; i < FD_V_W; i++) acc[i] = v_zero();
     for (int d = 0; d < full; d += FD_V_W) {
@@ -271,13 +273,15 @@ FD_VFN void softmax_rows(const fd_cpu_block *b) {
 FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
   int r = 0;
 #if FD_V_AMX
-  if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles */
-    amx_scores(b);
+  if (dtype == FD_DTYPE_BF16 && b->qt) { /* q packed by pack_q: q.K on tiles, which
+                                             prefetch b->next through their work */
+    if (amx_scores(b)) return; /* the softmax too */
     r = b->rows;
-  } else
+  }
 #endif
 #if FD_V_PAIRED
-  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+  if (r == 0 && dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+    fd_cpu_prefetch_next(b, 0, 1); /* all before the work */
     /* vdpbf16ps where q is bf16; the first row decides for the call whether
      * to try (an fp16 q over an fp8 cache skips the packing) */
 #if FD_V_DPBF16
@@ -290,7 +294,7 @@ FD_VFN void scores_body(const fd_cpu_block *b, fd_dtype dtype) {
     for (; r < b->rows; r++) scores_tile_bf16(b, r, 1, dp);
   } else
 #endif
-  {
+  { /* (scores_tile spreads b->next through its first tile) */
     for (; r + 4 <= b->rows; r += 4) scores_tile(b, r, 4, dtype);
     for (; r + 2 <= b->rows; r += 2) scores_tile(b, r, 2, dtype);
     for (; r < b->rows; r++) scores_tile(b, r, 1, dtype);
@@ -331,6 +335,8 @@ FD_VFN void values_cols(const fd_cpu_block *b, int r0, int d0, const int RT, con
   const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * elem;
   int j = 0;
   for (; j + U <= nk; j += U) {
+    if (r0 == 0 && d0 == 0) /* b->next, a part per U keys of the first tile */
+      fd_cpu_prefetch_next(b, j / U, nk / U);
     for (int u = 0; u < U; u++) {
       const char *v = (const char *)b->values[j + u] + off;
       if (FD_V_PREFETCH && j + u + FD_VALUE_PREFETCH < nk)
@@ -480,18 +486,21 @@ FD_VFN void values_counted(const fd_cpu_block *b, fd_dtype dtype) {
 
 /* The values step after the softmax. */
 FD_VFN void values_body(const fd_cpu_block *b, fd_dtype dtype) {
-  if (b->count) {
-    values_counted(b, dtype);
-    return;
-  }
 #if FD_V_AMX
-  if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) { /* P.V on tiles */
+  if (!b->count && dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) { /* P.V on tiles,
+                                              which prefetch b->next through their work */
     amx_values(b);
     return;
   }
 #endif
+  if (b->count) {
+    fd_cpu_prefetch_next(b, 0, 1); /* all before the work */
+    values_counted(b, dtype);
+    return;
+  }
 #if FD_V_PAIRED
   if (dtype == FD_DTYPE_BF16 && b->head_dim % 32 == 0) {
+    fd_cpu_prefetch_next(b, 0, 1); /* all before the work */
     int r = 0;
     for (; r + 4 <= b->rows; r += 4) values_pairs_tile(b, r, 4, 2);
     for (; r + 2 <= b->rows; r += 2) values_pairs_tile(b, r, 2, 4);
@@ -499,6 +508,7 @@ FD_VFN void values_body(const fd_cpu_block *b, fd_dtype dtype) {
     return;
   }
 #endif
+  /* (values_cols spreads b->next through its first tile) */
   if (b->head_dim <= FD_V_W)
     values_rows(b, 1, dtype);
   else if (FD_V_VALUE_DT <= 2 || b->head_dim <= 2 * FD_V_W)
@@ -705,12 +715,16 @@ static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
       return 1;
     case FD_DTYPE_F16:
       k->scores = scores_f16, k->values = values_f16;
+#if FD_V_AMX
+      k->spreads_next = 1;
+#endif
       k->small_scores = small_scores_f16, k->small_values = small_values_f16;
       return 1;
     case FD_DTYPE_BF16:
       k->scores = scores_bf16, k->values = values_bf16, k->paired = FD_V_PAIRED;
 #if FD_V_AMX
       k->pack_q = pack_q_bf16;
+      k->spreads_next = 1;
 #endif
       k->small_scores = small_scores_bf16, k->small_values = small_values_bf16;
       return 1;

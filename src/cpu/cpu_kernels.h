@@ -96,6 +96,10 @@ typedef struct fd_cpu_block {
                                 the block) */
   const void *qt;            /* the rows of q as the kernels' pack_q wrote them, or
                                 NULL (not packed: the kernel reads q) */
+  const void *const *next;   /* rows the step asks L1 for while it runs (the driver's
+                                next call's, kernels with spreads_next), or NULL */
+  ptrdiff_t next_off;        /* bytes: row j is at (const char *)next[j] + next_off */
+  int next_n, next_bytes;    /* rows, bytes of each */
   float scale;               /* softmax_scale */
   float soft_cap;            /* logits_soft_cap: s = cap * tanh(s / cap); 0 = off */
   int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
@@ -205,7 +209,21 @@ typedef struct fd_cpu_kernels {
    * after its last (they release the tile state). */
   void (*start)(void);
   void (*finish)(void);
+  /* 1: the steps prefetch fd_cpu_block.next themselves, a part at a time
+   * through their work (fd_cpu_prefetch_next), so that waits for fill
+   * buffers overlap the work instead of preceding it; 0: the driver
+   * prefetches before the call. */
+  int spreads_next;
 } fd_cpu_kernels;
+
+/* Asks L1 for part `part` of `parts` of the rows b->next (none when NULL). */
+static inline void fd_cpu_prefetch_next(const fd_cpu_block *b, int part, int parts) {
+  if (!b->next) return;
+  const int j1 = (int)((int64_t)b->next_n * (part + 1) / parts);
+  for (int j = (int)((int64_t)b->next_n * part / parts); j < j1; j++)
+    for (int x = 0; x < b->next_bytes; x += 64)
+      __builtin_prefetch((const char *)b->next[j] + b->next_off + x, 0, 3);
+}
 
 /* 1 when acc rows of `k` for dtype and head_dim are in the paired order. */
 static inline int fd_cpu_acc_paired(const fd_cpu_kernels *k, fd_dtype dtype, int head_dim) {
@@ -275,7 +293,7 @@ void fd_cpu_emit_row(const fd_plan *plan, const fd_tensors *t, float *partial_o,
                      float *partial_ml, int32_t b, int hq, int tok, int32_t split, float *natural,
                      float *a, float m, double l, int has_sink, double sink);
 void fd_cpu_fold(float *acc, float *l, const float *m, double *outer, double *l_out, float *m_out,
-                 int all_rows, int head_dim);
+                 int all_rows, int head_dim, fd_cpu_isa isa);
 
 /* MLA (rope_dim > 0) on instruction set `isa` (cpu_mla.c): fd_cpu_run's
  * contract. */

@@ -225,11 +225,11 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     c->kernels.scores(&scores);
     c->kernels.values(&values);
     if (++pending == FD_CPU_MLA_FOLD_BLOCKS) {
-      fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
+      fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D, c->isa);
       pending = 0;
     }
   }
-  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D);
+  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D, c->isa);
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, D);
   float natural[FD_MAX_MLA_HEAD_DIM];

@@ -4,7 +4,11 @@
  * keys and values (a bf16 cache, or an fp8 cache widened to bf16) with
  * head_dim % 32 == 0. Included after cpu_simd_avx512.h (FD_V_AMX 1) and
  * before cpu_kernel_body.h, whose scores and values steps call them; the
- * online softmax between them is the body's.
+ * online softmax between them is the body's, except for blocks of whole
+ * 16-row chunks with q in one piece (MQA-like groups), which amx_scores
+ * runs on the transposed scores (amx_softmax_t). The steps ask L1 for the
+ * driver's next call's rows (fd_cpu_block.next) a part at a time through
+ * their work.
  *
  * tdpbf16ps C[M][N] += sum_k A[M][2k..2k+1] . B[k][2n..2n+1] multiplies
  * bf16 pairs exactly and adds in float32 (bf16 subnormal inputs count as 0,
@@ -135,14 +139,60 @@ FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdi
   return (const char *)buf;
 }
 
+/* The online softmax (the body's softmax_rows) of the 16 rows r0 .. r0 + 15,
+ * every one seeing every key, on their unscaled scores st [key][row] (32
+ * keys: the two C tiles of amx_scores with one column a row): 16 rows a
+ * vector, so no horizontal reductions and one vector exp for the rows'
+ * alpha. Leaves p (0 past num_keys) in st, [key][row]. */
+FD_VFN void amx_softmax_t(const fd_cpu_block *b, float *st, int r0) {
+  const vf scale = v_set1(b->scale);
+  const int nk = b->num_keys;
+  vf mx = v_set1(-INFINITY), mx2 = mx; /* two chains */
+  int k = 0;
+  for (; k + 2 <= nk; k += 2) {
+    mx = v_max(v_mul(v_loadf(st + 16 * k), scale), mx);
+    mx2 = v_max(v_mul(v_loadf(st + 16 * (k + 1)), scale), mx2);
+  }
+  if (k < nk) mx = v_max(v_mul(v_loadf(st + 16 * k), scale), mx);
+  const vf m_old = _mm512_loadu_ps(b->m + r0);
+  /* m' = max(block max, m): a NaN score leaves m (the scalar form's rule) */
+  const vf m_new = v_max(v_max(mx, mx2), m_old);
+  const vf m_use = v_ninf_to_zero(m_new); /* never (-inf) - (-inf) */
+  vf sum = v_zero(), sum2 = v_zero();
+  for (k = 0; k + 2 <= nk; k += 2) {
+    const vf p0 = v_exp(v_sub(v_mul(v_loadf(st + 16 * k), scale), m_use));
+    const vf p1 = v_exp(v_sub(v_mul(v_loadf(st + 16 * (k + 1)), scale), m_use));
+    v_storef(st + 16 * k, p0);
+    v_storef(st + 16 * (k + 1), p1);
+    sum = v_add(sum, p0);
+    sum2 = v_add(sum2, p1);
+  }
+  if (k < nk) {
+    const vf p0 = v_exp(v_sub(v_mul(v_loadf(st + 16 * k), scale), m_use));
+    v_storef(st + 16 * k, p0);
+    sum = v_add(sum, p0);
+    k++;
+  }
+  for (; k < FD_CPU_KEY_BLOCK; k++) v_storef(st + 16 * k, v_zero());
+  const vf alpha = v_exp(v_sub(m_old, m_use)); /* m = -inf: 0 */
+  _mm512_storeu_ps(b->alpha + r0, alpha);
+  _mm512_storeu_ps(b->l + r0, v_fma(_mm512_loadu_ps(b->l + r0), alpha, v_add(sum, sum2)));
+  _mm512_storeu_ps(b->m + r0, m_new);
+}
+
 /* Scores of every row of the block into scratch (rows FD_CPU_KEY_BLOCK
  * floats apart): s = scale * q . k by tiles (contract of the body's
  * scores_tile; keys past num_keys are scored and ignored). b->qt is
- * amx_pack_q's. */
-FD_VFN void amx_scores(const fd_cpu_block *b) {
+ * amx_pack_q's. Returns 1 when it ran the online softmax as well (then
+ * scratch holds p, and m, l, alpha are updated: amx_softmax_t, for q in one
+ * piece, whole 16-row chunks, every row seeing every key and no score
+ * adjustments), else 0. */
+FD_VFN int amx_scores(const fd_cpu_block *b) {
   const amx_qhdr *h = (const amx_qhdr *)b->qt;
   const int head_dim = b->head_dim, steps = head_dim / 32, cols = h->cols, pieces = h->pieces;
   const int per = cols / pieces;
+  const int fused = pieces == 1 && b->rows % 16 == 0 && !b->count && b->soft_cap == 0.0f &&
+                    !b->first && !b->tree;
   _Alignas(64) uint16_t kbuf[32 * FD_MAX_ROW_DIM];
   _Alignas(64) float st[32 * 16]; /* [key][column]: columns past cols discarded */
   ptrdiff_t ks;
@@ -152,6 +202,10 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
   const vf scale = v_set1(b->scale);
   const __m512i key = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
                                          208, 224, 240);
+  /* the next call's rows: a part before the first step, a part after each
+   * step's products */
+  const int parts = (h->chunks + 1) / 2 * steps + 1;
+  fd_cpu_prefetch_next(b, 0, parts);
   /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
    * B: 4 and 7): each key tile loaded once for both, two independent
    * product chains */
@@ -176,6 +230,7 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
         _tile_dpbf16ps(5, 2, 7);
         _tile_dpbf16ps(6, 3, 7);
       }
+      fd_cpu_prefetch_next(b, c / 2 * steps + s + 1, parts);
     }
     for (int u = 0; u <= pair; u++) {
       if (u == 0) {
@@ -186,17 +241,19 @@ FD_VFN void amx_scores(const fd_cpu_block *b) {
         _tile_stored(6, st + 16 * 16, 64);
       }
       const int cu = c + u;
+      if (fused) amx_softmax_t(b, st, cu * per);
       for (int i = 0; i < per && cu * per + i < b->rows; i++) {
         float *out = b->scratch + (ptrdiff_t)(cu * per + i) * FD_CPU_KEY_BLOCK;
         for (int half = 0; half < 2; half++) {
           const float *base = st + half * 16 * 16 + i * pieces;
           vf sc = _mm512_i32gather_ps(key, base, 4);
           if (pieces == 2) sc = v_add(sc, _mm512_i32gather_ps(key, base + 1, 4));
-          v_storef(out + 16 * half, v_mul(sc, scale));
+          v_storef(out + 16 * half, fused ? sc : v_mul(sc, scale));
         }
       }
     }
   }
+  return fused;
 }
 
 /* acc = alpha * acc + P V for every row of the block, all of which see every
@@ -211,6 +268,11 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
   ptrdiff_t vs;
   const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
 
+  /* the next call's rows: a part before the first products, a part after
+   * each 32 columns' products */
+  const int parts = (rows + PER - 1) / PER * (head_dim / 32) + 1;
+  int part = 0;
+  fd_cpu_prefetch_next(b, part++, parts);
   /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
   for (int r0 = 0; r0 < rows; r0 += PER) {
     const int nr = rows - r0 < PER ? rows - r0 : PER;
@@ -242,6 +304,7 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
     _tile_dpbf16ps(C, 4, 6);                      \
     _tile_loadd(7, v + 16 * vs + 64 * (C), vs);   \
     _tile_dpbf16ps(C, 5, 7);                      \
+    fd_cpu_prefetch_next(b, part++, parts);       \
   } while (0)
       FD_AMX_PV(0);
       if (nc > 1) FD_AMX_PV(1);
