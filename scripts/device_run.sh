@@ -11,6 +11,9 @@
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla]
+#   treexp: a variant against this tree: FD_XP=<name> builds .xp/<name> (carried) beside this
+#   one, runs its test_gpu_tree, then bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on both
+#   builds, alternating twice.
 #   tree: build, test_gpu_tree, the Python tree tests, compute-sanitizer on tree cases, every
 #   other GPU test (FD_TREE_GPU_TESTS=0: not), bench/bench_tree.py (FD_TREE_BENCH_ARGS) with
 #   FlashInfer's masked prefill from .whl/.
@@ -94,6 +97,17 @@ if [ "$MODE" = ab ]; then
      -DFD_BUILD_CLI=OFF "${DEPFLAGS[@]}" && cmake --build .base/build -j "$(( $(nproc) / 2 ))") \
     >/tmp/fd-build-base.txt 2>&1 &
   BASE_PID=$!
+fi
+if [ "$MODE" = treexp ]; then
+  # a variant's tree (.xp/<FD_XP>: `git archive <branch> | tar -x -C .xp/<name>`, carried) built
+  # beside this one: its library and test_gpu_tree
+  XP=".xp/${FD_XP:?treexp: set FD_XP to a folder under .xp}"
+  [ -f "$XP/CMakeLists.txt" ] || { echo "treexp: no $XP carried"; exit 1; }
+  (cmake -S "$XP" -B "$XP/build" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
+     ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" &&
+   cmake --build "$XP/build" -j "$(( $(nproc) / 2 ))" --target flashdecode test_gpu_tree) \
+    >/tmp/fd-build-xp.txt 2>&1 &
+  XP_PID=$!
 fi
 if [ "$MODE" != ampere ] && [ "$MODE" != final ]; then
 step build 60 || exit 1
@@ -268,6 +282,26 @@ if [ "$MODE" = release ] && step "compute-sanitizer memcheck + racecheck, two ML
     for t in memcheck racecheck; do
       echo "   $t $f: $(cd build && FD_TEST_QUICK=1 FD_TEST_FILTER=$f timeout 60 compute-sanitizer \
         --tool $t ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -1)"
+    done
+  done
+fi
+
+# ---- treexp: a variant (.xp/$FD_XP) against this tree: the variant's test_gpu_tree, then
+# bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on this build and the variant, alternating ----
+if [ "$MODE" = treexp ] && step "the variant's build and test_gpu_tree" 60; then
+  wait "$XP_PID" || { echo "variant BUILD FAILED"; tail -40 /tmp/fd-build-xp.txt; exit 1; }
+  grep -E "rows_wgmma|C75[0-9]+" /tmp/fd-build-xp.txt | grep -E "Used|spill|C75" | sort | uniq -c | head -8
+  (cd "$XP/build" && timeout 120 ./tests/test_gpu_tree) >"$OUT/xp_gpu_tree.txt" 2>&1 || status=1
+  echo "   variant test_gpu_tree: $(grep -c '^\[       OK \]' "$OUT/xp_gpu_tree.txt") OK, $(grep -c '^\[  FAILED  \]' "$OUT/xp_gpu_tree.txt") FAILED lines"
+fi
+if [ "$MODE" = treexp ] && step "bench_tree.py: this build and the variant, alternating" 40; then
+  for round in 1 2; do
+    for lib in build "$XP/build"; do
+      echo "   round $round, $lib:"
+      # shellcheck disable=SC2086
+      FLASHDECODE_LIBRARY="$PWD/$lib/libflashdecode.so" PYTHONPATH="$PWD/python:$PWD/bench" \
+        timeout 120 python3 bench/bench_tree.py --no-flashinfer --out-dir "/tmp/fd-xp-$round" \
+        --commit "$(basename "$lib" | tr / -)" ${FD_TREE_BENCH_ARGS:-} 2>&1 | grep -E "^tree-" || status=1
     done
   done
 fi
