@@ -76,7 +76,7 @@
 #include "kernel_params.cuh"
 #include "mma_loaders.cuh"
 #include "mma_primitives.cuh"
-#include "rows_output.cuh"
+#include "rows_common.cuh"
 #include "split.h"
 
 template <int D>
@@ -253,91 +253,6 @@ static __device__ __forceinline__ void fd_rows_qk(uint32_t kt_u, int lane,
       fd_ldmatrix_x4(kb, kt_u + fd_swz<D>(np * 16 + k_row, 2 * ks + (mi & 1)));
       fd_mma16816<T>(s[2 * np], qa[ks], kb[0], kb[1]);
       fd_mma16816<T>(s[2 * np + 1], qa[ks], kb[2], kb[3]);
-    }
-  }
-}
-
-/* Scale, soft-cap, mask (keys past nk; keys on bad pages; draft keys a
- * row's tree mask hides). SPLIT (the contiguous loader's instances): a full
- * tile on good pages without draft keys (all but a split's last,
- * block-uniform) takes its own path, with no per-score test; the paged
- * instances keep one loop, which keeps their larger code within the bounds
- * of tests/check_code_size.sh. */
-template <int D, bool SPLIT>
-static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, float scale,
-                                                    bool capped, int qd, int nk, bool bad_tile,
-                                                    const unsigned char *tValid,
-                                                    const fd_rows_tree &tree,
-                                                    float (&s)[fd_rows_cfg<D>::NK][4]) {
-  using C = fd_rows_cfg<D>;
-  const bool full = nk == C::KT && !bad_tile && !tree.on; /* block-uniform */
-  if (SPLIT && full) {
-#pragma unroll
-    for (int n = 0; n < C::NK; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[n][e] * scale;
-        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
-        s[n][e] = x;
-      }
-    return;
-  }
-#pragma unroll
-  for (int n = 0; n < C::NK; n++) {
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x = s[n][e] * scale;
-      if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
-      if (!full) {
-        const int kl = 8 * n + 2 * qd + (e & 1);
-        bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
-        if (tree.on) vis = vis && fd_rows_tree_sees(tree, kl, e);
-        x = vis ? x : -INFINITY;
-      }
-      s[n][e] = x;
-    }
-  }
-}
-
-/* Online softmax, rows g (e 0, 1) and g + 8 (e 2, 3): a row's max over its
- * 4 lanes; s becomes p; O rescaled unless no row max of the warp moved. */
-template <int D>
-static __device__ __forceinline__ void fd_rows_softmax(float (&s)[fd_rows_cfg<D>::NK][4],
-                                                       float (&o)[D / 8][4], float &m0, float &m1,
-                                                       float &l0, float &l1) {
-  using C = fd_rows_cfg<D>;
-  float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-  for (int n = 0; n < C::NK; n++) {
-    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-  }
-  float mu0, mu1;
-  const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-  float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-  for (int n = 0; n < C::NK; n++) {
-    s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
-    s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
-    s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
-    s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
-    ps0 += s[n][0] + s[n][1];
-    ps1 += s[n][2] + s[n][3];
-  }
-  l0 = l0 * a0 + ps0;
-  l1 = l1 * a1 + ps1;
-  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-    for (int n = 0; n < C::ND; n++) {
-      o[n][0] *= a0;
-      o[n][1] *= a0;
-      o[n][2] *= a1;
-      o[n][3] *= a1;
     }
   }
 }

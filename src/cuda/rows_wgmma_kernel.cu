@@ -18,7 +18,7 @@
  *   nothing). Its warp w4 holds 16 of them, lane (g, qd) rows g and g + 8 of
  *   the warp's (the m16n8 accumulator layout, wgmma.cuh). Every row sees
  *   every key of the split, or, with a tree mask, every prefix key and the
- *   draft keys its mask names (rows_output.cuh).
+ *   draft keys its mask names (rows_common.cuh).
  *
  * SHARED MEMORY  (1024-byte aligned; 128-byte swizzle, wgmma.cuh) Q [rows]
  *   [D] as D / 64 atom columns of 64 elements a warpgroup, STAGES stages of
@@ -45,7 +45,7 @@
  *     in place (the m16n8 C layout is the A fragment layout), 4 wgmma
  *     m64nDk16 with A from registers and V read as a transposed operand.
  *
- * OUTPUT  As rows_mma_kernel.cu (rows_output.cuh fd_rows_finish): num_splits
+ * OUTPUT  As rows_mma_kernel.cu (rows_common.cuh fd_rows_finish): num_splits
  *   > 1: unnormalised O, (m ln 2, l) into the partials for the combine;
  *   empty splits exit at once. num_splits == 1: out = O / l (the sink joining
  *   l), lse. A row whose O holds a NaN or Inf gets l = NaN.
@@ -63,7 +63,7 @@
 #include "gpu_select.h"
 #include "kernel_params.cuh"
 #include "mma_primitives.cuh"
-#include "rows_output.cuh"
+#include "rows_common.cuh"
 #include "split.h"
 #include "wgmma.cuh"
 
@@ -87,6 +87,7 @@ struct rw {
   static constexpr int USED = OFF_F + ST * KT;
   static_assert(USED + 1024 == FD_ROWS_WG_SMEM(D), "gpu_select.h sizes the kernel the same way");
   static_assert(D == 64 || D == 128, "head_dim");
+  static_assert(KT == FD_ROWS_KEYS, "rows_common.cuh's tile");
   static_assert(OFF_Q == 0 && OFF_K % 1024 == 0 && OFF_V % 1024 == 0,
                 "operand tiles start on swizzle atoms");
   static_assert(KPT >= 1 && KPT * THREADS == KT * 8, "8 threads a key");
@@ -285,63 +286,14 @@ __global__ void __launch_bounds__(rw<D>::THREADS, 2)
     fd_wgmma_wait<0>();
     fd_wgmma_hold(s);
 
-    /* scale, soft-cap, mask (only tiles that need it: block-uniform) */
+    /* scale, soft-cap, mask (only tiles that need it); online softmax, O rescaled */
     const int key0 = begin + i * KT;
     const int nk = min(KT, end - key0);
     tree.on = p.tree_mask != nullptr && key0 + nk > prefix;
     tree.d0 = key0 - prefix;
-    const bool full = nk == KT && !bad_tile && !tree.on;
-    const unsigned char *tF = sF + stage * KT;
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[4 * n + e] * scale;
-        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
-        if (!full) {
-          const int kl = 8 * n + 2 * qd + (e & 1);
-          bool vis = kl < nk && (!bad_tile || tF[kl] != 0);
-          if (tree.on) vis = vis && fd_rows_tree_sees(tree, kl, e);
-          x = vis ? x : -INFINITY;
-        }
-        s[4 * n + e] = x;
-      }
-
-    /* online softmax, rows row0 (e 0, 1) and row0 + 8 (e 2, 3) */
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      mx0 = fmaxf(mx0, fmaxf(s[4 * n], s[4 * n + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * n + 2], s[4 * n + 3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    float mu0, mu1;
-    const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      s[4 * n + 0] = fd_exp2_ftz(s[4 * n + 0] - mu0);
-      s[4 * n + 1] = fd_exp2_ftz(s[4 * n + 1] - mu0);
-      s[4 * n + 2] = fd_exp2_ftz(s[4 * n + 2] - mu1);
-      s[4 * n + 3] = fd_exp2_ftz(s[4 * n + 3] - mu1);
-      ps0 += s[4 * n] + s[4 * n + 1];
-      ps1 += s[4 * n + 2] + s[4 * n + 3];
-    }
-    l0 = l0 * a0 + ps0;
-    l1 = l1 * a1 + ps1;
-    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < D / 8; n++) {
-        o[4 * n + 0] *= a0;
-        o[4 * n + 1] *= a0;
-        o[4 * n + 2] *= a1;
-        o[4 * n + 3] *= a1;
-      }
-    }
+    float(&s4)[KT / 8][4] = *reinterpret_cast<float(*)[KT / 8][4]>(s);
+    fd_rows_mask<D, false>(p, scale, capped, qd, nk, bad_tile, sF + stage * KT, tree, s4);
+    fd_rows_softmax<D>(s4, *reinterpret_cast<float(*)[D / 8][4]>(o), m0, m1, l0, l1);
 
     /* O += P V: P's A fragments for keys 16 kk .. + 15 are S's n-tiles 2 kk, 2 kk + 1 */
     uint32_t pa[4][4];

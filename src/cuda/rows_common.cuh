@@ -1,20 +1,22 @@
 /*
- * rows_output.cuh — what the two rows kernels (rows_mma_kernel.cu: mma.sync,
+ * rows_common.cuh — what the two rows kernels (rows_mma_kernel.cu: mma.sync,
  * every GPU; rows_wgmma_kernel.cu: Hopper wgmma) share: a tree mask's view
- * of one key tile, and the epilogue that writes a thread's two rows.
+ * of one key tile, the masking and online softmax of a tile's scores, and the
+ * epilogue that writes a thread's two rows.
  *
- * Both hold O in the m16n8 accumulator layout: lane (g, qd) = (lane / 4,
+ * Both hold S and O in the m16n8 accumulator layout: lane (g, qd) = (lane / 4,
  * lane % 4) of a warp's 16-row slab holds rows g and g + 8, columns
  * 8 n + 2 qd, + 1 of each 8-column n-tile (o[n][0..1] row g, o[n][2..3]
  * row g + 8).
  */
-#ifndef FD_ROWS_OUTPUT_CUH
-#define FD_ROWS_OUTPUT_CUH
+#ifndef FD_ROWS_COMMON_CUH
+#define FD_ROWS_COMMON_CUH
 
 #include <math.h>
 #include <stdint.h>
 
 #include "device_util.cuh"
+#include "gpu_select.h"
 #include "kernel_params.cuh"
 #include "mma_primitives.cuh"
 
@@ -48,6 +50,90 @@ static __device__ __forceinline__ bool fd_rows_tree_sees(const fd_rows_tree &t, 
   const int d = t.d0 + kl;
   const uint64_t m = e < 2 ? t.m0 : t.m1;
   return d < 0 || (d < 64 && ((m >> d) & 1u) != 0);
+}
+
+/* A tile of FD_ROWS_KEYS keys, scores s[n][e] (n-tile n: keys 8 n + 2 qd
+ * + (e & 1) of row g (e < 2) or g + 8): scale, soft-cap, mask (keys past nk; keys on bad pages; draft keys a
+ * row's tree mask hides). SPLIT (the contiguous loader's instances): a full
+ * tile on good pages without draft keys (all but a split's last,
+ * block-uniform) takes its own path, with no per-score test; the paged
+ * instances keep one loop, which keeps their larger code within the bounds
+ * of tests/check_code_size.sh. */
+template <int D, bool SPLIT>
+static __device__ __forceinline__ void fd_rows_mask(const fd_kernel_params &p, float scale,
+                                                    bool capped, int qd, int nk, bool bad_tile,
+                                                    const unsigned char *tValid,
+                                                    const fd_rows_tree &tree,
+                                                    float (&s)[FD_ROWS_KEYS / 8][4]) {
+  const bool full = nk == FD_ROWS_KEYS && !bad_tile && !tree.on; /* block-uniform */
+  if (SPLIT && full) {
+#pragma unroll
+    for (int n = 0; n < FD_ROWS_KEYS / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = s[n][e] * scale;
+        if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
+        s[n][e] = x;
+      }
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < FD_ROWS_KEYS / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = s[n][e] * scale;
+      if (capped) x = fd_soft_cap_fast(x, p.cap_in, p.cap_out);
+      if (!full) {
+        const int kl = 8 * n + 2 * qd + (e & 1);
+        bool vis = kl < nk && (!bad_tile || tValid[kl] != 0);
+        if (tree.on) vis = vis && fd_rows_tree_sees(tree, kl, e);
+        x = vis ? x : -INFINITY;
+      }
+      s[n][e] = x;
+    }
+  }
+}
+
+/* Online softmax, rows g (e 0, 1) and g + 8 (e 2, 3): a row's max over its
+ * 4 lanes; s becomes p; O rescaled unless no row max of the warp moved. */
+template <int D>
+static __device__ __forceinline__ void fd_rows_softmax(float (&s)[FD_ROWS_KEYS / 8][4],
+                                                       float (&o)[D / 8][4], float &m0, float &m1,
+                                                       float &l0, float &l1) {
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < FD_ROWS_KEYS / 8; n++) {
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  float mu0, mu1;
+  const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
+  float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < FD_ROWS_KEYS / 8; n++) {
+    s[n][0] = fd_exp2_ftz(s[n][0] - mu0);
+    s[n][1] = fd_exp2_ftz(s[n][1] - mu0);
+    s[n][2] = fd_exp2_ftz(s[n][2] - mu1);
+    s[n][3] = fd_exp2_ftz(s[n][3] - mu1);
+    ps0 += s[n][0] + s[n][1];
+    ps1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * a0 + ps0;
+  l1 = l1 * a1 + ps1;
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] *= a0;
+      o[n][1] *= a0;
+      o[n][2] *= a1;
+      o[n][3] *= a1;
+    }
+  }
 }
 
 /* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
@@ -122,4 +208,4 @@ static __device__ __forceinline__ void fd_rows_finish(const fd_kernel_params &p,
   if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
 }
 
-#endif /* FD_ROWS_OUTPUT_CUH */
+#endif /* FD_ROWS_COMMON_CUH */
