@@ -234,42 +234,22 @@ static int32_t split_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype, 
   return n < fit ? n : fit;
 }
 
-/* Blocks of the rows kernel (fp16/bf16, head_dim 64 or 128) a
- * multiprocessor of budget g holds: shared memory and the occupancy
- * calculator; 0 when none fits or the query fails (then it is not run). */
-static int32_t rows_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype, int32_t head_dim) {
+/* Blocks of a rows kernel (fp16/bf16, head_dim 64 or 128; shared memory
+ * smem a block, `occupancy` its occupancy query) a multiprocessor of budget
+ * g holds: shared memory and the occupancy calculator; 0 when none fits or
+ * the query fails (then it is not run). */
+static int32_t rows_kernel_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype,
+                                  int32_t head_dim, size_t smem,
+                                  cudaError_t (*occupancy)(int, int, int *)) {
   if ((dtype != FD_DTYPE_F16 && dtype != FD_DTYPE_BF16) || (head_dim != 64 && head_dim != 128))
     return 0;
-  const int32_t fit = fd_gpu_blocks_fit(g, FD_ROWS_SMEM(head_dim));
+  const int32_t fit = fd_gpu_blocks_fit(g, smem);
   if (fit < 1) return 0;
   int current = 0, n = 0;
   cudaError_t e = cudaGetDevice(&current);
   if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
   if (e == cudaSuccess) {
-    e = fd_rows_mma_occupancy((int)dtype, head_dim, &n);
-    if (current != device) (void)cudaSetDevice(current);
-  }
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n < fit ? n : fit;
-}
-
-/* Blocks of the Hopper rows kernel (rows_wgmma_kernel.cu) a multiprocessor
- * of budget g holds, where it runs it (g->wgmma); else 0. */
-static int32_t rows_wg_blocks(int device, const fd_gpu_budget *g, fd_dtype dtype,
-                              int32_t head_dim) {
-  if (!g->wgmma || (dtype != FD_DTYPE_F16 && dtype != FD_DTYPE_BF16) ||
-      (head_dim != 64 && head_dim != 128))
-    return 0;
-  const int32_t fit = fd_gpu_blocks_fit(g, FD_ROWS_WG_SMEM(head_dim));
-  if (fit < 1) return 0;
-  int current = 0, n = 0;
-  cudaError_t e = cudaGetDevice(&current);
-  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
-  if (e == cudaSuccess) {
-    e = fd_rows_wgmma_occupancy((int)dtype, head_dim, &n);
+    e = occupancy((int)dtype, head_dim, &n);
     if (current != device) (void)cudaSetDevice(current);
   }
   if (e != cudaSuccess) {
@@ -296,8 +276,12 @@ extern "C" fd_status fd_cuda_device_fit(int device, fd_dtype dtype, int32_t head
                    head_dim, smem, device, g->cc_major, g->cc_minor, g->smem_block, g->smem_sm,
                    FD_CUDA_SMEM_LIMIT_KB > 0 ? " (capped by FD_CUDA_SMEM_LIMIT_KB)" : "");
   if (rows) {
-    fit->rows_blocks = rows_blocks(device, g, dtype, head_dim);
-    fit->rows_wg_blocks = rows_wg_blocks(device, g, dtype, head_dim);
+    fit->rows_blocks = rows_kernel_blocks(device, g, dtype, head_dim, FD_ROWS_SMEM(head_dim),
+                                          fd_rows_mma_occupancy);
+    /* the Hopper rows kernel, where the device runs it */
+    if (g->wgmma)
+      fit->rows_wg_blocks = rows_kernel_blocks(device, g, dtype, head_dim,
+                                               FD_ROWS_WG_SMEM(head_dim), fd_rows_wgmma_occupancy);
   }
   return fd_ok(err);
 }
