@@ -166,6 +166,25 @@ if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py -
   (cd /tmp/fd-ab && tar czf "$OUT/ab-runs.tgz" *.csv *.json 2>/dev/null)
   for f in /tmp/fd-ab-*.txt; do { echo "---- $f"; cat "$f"; } >>"$OUT/full-logs.txt"; done
 fi
+# FD_AB_NCU=<row>: Nsight Compute on that row's split kernel, base then new
+# (one launch each, after 20), $OUT/ab-ncu-{base,new}.txt
+if [ "$MODE" = ab ] && [ -n "${FD_AB_NCU:-}" ] && step "A/B Nsight Compute: $FD_AB_NCU" 60; then
+  for which in base new; do
+    if [ $which = base ]; then dir=.base; else dir=.; fi
+    (cd $dir && FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python" \
+      FD_READ_PROBE_LIBRARY="$OLDPWD/build/libfd_read_probe.so" timeout 150 \
+      ncu -k regex:fd_split_mma_kernel --launch-skip 20 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+        --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+        --section InstructionStats --print-details all \
+        python3 bench/bench_gpu.py --no-peers --no-sweep --shapes "$FD_AB_NCU" \
+        --out-dir /tmp/fd-ab-ncu-$which --traces "$OLDPWD/bench/data" --ceiling-reps 1) \
+      >"$OUT/ab-ncu-$which.txt" 2>&1
+    echo "   [$which]"
+    grep -E "Duration|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
+      "$OUT/ab-ncu-$which.txt" | head -24 | sed 's/^/     /'
+  done
+fi
 
 if want test && step "python tests and the SDPA-swap example" 70; then
   python3 -m pytest -q -p no:cacheprovider tests/python >/tmp/fd-pytest.txt 2>&1; rc=$?
