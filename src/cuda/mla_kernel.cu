@@ -119,6 +119,9 @@ struct fd_mla_cfg {
   static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
   static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
   static constexpr bool FP8 = KV8 != 0;
+  static constexpr bool E5M2 = KV8 == 2;          /* the fp8 format */
+  using QT = T;                                   /* the q dtype */
+  using PT = typename std::conditional<FP8, __half, T>::type; /* P's and V's mma type */
   static constexpr int LB = FP8 ? 512 : 2 * D;    /* latent bytes a tile row */
   static constexpr int RB = 128;                  /* rope bytes a tile row */
   static constexpr int QLB = 2 * D;               /* latent bytes a Q row */
@@ -171,9 +174,11 @@ static __device__ __forceinline__ uint32_t fd_mla_pswz(int r, int c) {
   else return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
 }
 
-/* bar.sync on a named barrier of `threads` threads (the warps of a row group). */
-static __device__ __forceinline__ void fd_mla_group_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+/* bar.sync on named barrier `bar` (1 + rg for row group rg; barrier 0 is
+ * __syncthreads') for the group's CPW warps. */
+template <int CPW>
+static __device__ __forceinline__ void fd_mla_group_sync(int bar) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(32 * CPW) : "memory");
 }
 
 /* ---- Loads ---- */
@@ -575,8 +580,8 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     fd_mla_kernel(const __grid_constant__ fd_kernel_params p) {
   using C = fd_mla_cfg<T, D, RG, KV8>;
   constexpr int KT = C::KT, ST = C::ST;
-  constexpr bool FP8 = C::FP8, E5M2 = KV8 == 2;
-  using PT = typename std::conditional<FP8, __half, T>::type; /* P's and V's mma type */
+  constexpr bool FP8 = C::FP8, E5M2 = C::E5M2;
+  using PT = typename C::PT; /* P's and V's mma type */
   extern __shared__ __align__(128) unsigned char fd_mla_smem[];
   fd_pdl_wait();
   fd_pdl_launch_dependents();
@@ -702,7 +707,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
   const uint32_t sQR_u = (uint32_t)__cvta_generic_to_shared(sQR);
   const uint32_t sPh_u = (uint32_t)__cvta_generic_to_shared(sPh);
   const uint32_t sPl_u = (uint32_t)__cvta_generic_to_shared(sPl);
-  const int group_bar = 1 + rg, group_threads = 32 * C::CPW;
+  const int group_bar = 1 + rg;
 
   for (int i = 0; i < num_tiles; i++) {
     const int stage = i % ST;
@@ -812,7 +817,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
       sX[warp * 16 + g] = make_float2(mx0, se0);
       sX[warp * 16 + g + 8] = make_float2(mx1, se1);
     }
-    fd_mla_group_sync(group_bar, group_threads);
+    fd_mla_group_sync<C::CPW>(group_bar);
 #pragma unroll
     for (int k = 0; k < C::CPW; k++) {
       const float2 a = sX[(rg * C::CPW + k) * 16 + g];
@@ -867,7 +872,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     }
     l0 = l0 * a0 + ps0;
     l1 = l1 * a1 + ps1;
-    fd_mla_group_sync(group_bar, group_threads);
+    fd_mla_group_sync<C::CPW>(group_bar);
 
     /* O rescaled, O += P V for the warp's columns */
     if (__any_sync(0xffffffffu, fo0 != 1.0f || fo1 != 1.0f)) {
@@ -927,7 +932,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     sX[warp * 16 + g] = make_float2(l0, bad0 ? 1.0f : 0.0f);
     sX[warp * 16 + g + 8] = make_float2(l1, bad1 ? 1.0f : 0.0f);
   }
-  fd_mla_group_sync(group_bar, group_threads);
+  fd_mla_group_sync<C::CPW>(group_bar);
   float lt0 = 0.0f, lt1 = 0.0f;
   bool blown0 = false, blown1 = false;
 #pragma unroll
