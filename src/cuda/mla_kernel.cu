@@ -30,17 +30,25 @@
  *   K tile's first D columns: no second copy. fp32 O a lane: 32 registers
  *   (RG 1), 64 (RG 2) or 128 (RG 4, D 512).
  *
- * TILE STEPS  (per tile; one block barrier and two row-group barriers)
- *   wait for the tile's copies, block barrier, issue the copies of tile
- *   i + ST - 1 into the stage tile i - 1 used (ST stages: 3 at RG 1, 5 at
- *   RG 1 over fp8 (4 at D 448), else 2; ST - 1 tiles in flight while one
- *   is computed);
- *   S (latent and rope k-steps); scale, mask
- *   (causal bound of the lane's rows, key flags); row maxima -> shared
- *   memory, group barrier; online softmax in base 2 (a row whose max is
- *   still -inf subtracts 0), P -> shared memory, group barrier; O rescaled,
- *   O += P V; the byte offsets of tile i + 2's keys -> shared memory (their
- *   block_table entries were loaded at the top of the tile).
+ * TILE STEPS  (per tile i; one block barrier and two row-group barriers;
+ *   each a named step of the kernel's tile loop)
+ *   fd_mla_wait_tile: wait for the tile's copies, block barrier;
+ *   fd_mla_refill: issue the copies of tile i + ST - 1 into the stage tile
+ *   i - 1 used (ST stages: 3 at RG 1, 5 at RG 1 over fp8 (4 at D 448),
+ *   else 2; ST - 1 tiles in flight while one is computed);
+ *   fd_mla_page_ahead: load the block_table entries of tile i + 2 ST - 1;
+ *   fd_mla_scores: S (latent and rope k-steps);
+ *   fd_mla_mask: scale, mask (causal bound of the lane's rows, key flags);
+ *   fd_mla_group_max: row maxima -> shared memory, group barrier;
+ *   fd_mla_softmax: online softmax in base 2 (a row whose max is still
+ *   -inf subtracts 0), P -> shared memory; group barrier;
+ *   fd_mla_rescale_o, fd_mla_pv: O rescaled, O += P V;
+ *   fd_mla_offsets_ahead: the byte offsets of tile i + ST's keys -> shared
+ *   memory (their block_table entries were loaded ST - 1 tiles earlier).
+ *   Before the loop: fd_mla_prologue (the offsets of tiles 0 .. ST - 1,
+ *   the copies of tiles 0 .. ST - 2), fd_mla_load_q (RG 1 then
+ *   fd_mla_q_frags); after it: fd_mla_finish_o, fd_mla_group_sums,
+ *   fd_mla_write_rows (OUTPUT).
  *
  * LOADS  Thread t < KT turns key t of a tile into byte offsets of its c_kv
  *   and k_pe rows (and its token scale's index), through the block_table
@@ -119,6 +127,9 @@ struct fd_mla_cfg {
   static constexpr int KPW = KT / CPW;            /* keys of a warp's S */
   static constexpr int NG = KPW / 8;              /* S n-tiles a warp */
   static constexpr bool FP8 = KV8 != 0;
+  static constexpr bool E5M2 = KV8 == 2;          /* the fp8 format */
+  using QT = T;                                   /* the q dtype */
+  using PT = typename std::conditional<FP8, __half, T>::type; /* P's and V's mma type */
   static constexpr int LB = FP8 ? 512 : 2 * D;    /* latent bytes a tile row */
   static constexpr int RB = 128;                  /* rope bytes a tile row */
   static constexpr int QLB = 2 * D;               /* latent bytes a Q row */
@@ -171,9 +182,11 @@ static __device__ __forceinline__ uint32_t fd_mla_pswz(int r, int c) {
   else return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
 }
 
-/* bar.sync on a named barrier of `threads` threads (the warps of a row group). */
-static __device__ __forceinline__ void fd_mla_group_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+/* bar.sync on named barrier `bar` (1 + rg for row group rg; barrier 0 is
+ * __syncthreads') for the group's CPW warps. */
+template <int CPW>
+static __device__ __forceinline__ void fd_mla_group_sync(int bar) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(32 * CPW) : "memory");
 }
 
 /* ---- Loads ---- */
@@ -570,17 +583,19 @@ static __device__ __forceinline__ void fd_mla_put2(unsigned char *dst, bool as_t
     *reinterpret_cast<float2 *>(dst + 4 * d) = make_float2(x * mul, y * mul);
 }
 
-template <typename T, int D, int RG, int KV8>
-__global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
-    fd_mla_kernel(const __grid_constant__ fd_kernel_params p) {
-  using C = fd_mla_cfg<T, D, RG, KV8>;
-  constexpr int KT = C::KT, ST = C::ST;
-  constexpr bool FP8 = C::FP8, E5M2 = KV8 == 2;
-  using PT = typename std::conditional<FP8, __half, T>::type; /* P's and V's mma type */
-  extern __shared__ __align__(128) unsigned char fd_mla_smem[];
-  fd_pdl_wait();
-  fd_pdl_launch_dependents();
+/* ---- The kernel, step by step ---- */
 
+/* The block's work: sequence b (kv its clamped kv_len), split `split` over
+ * keys [begin, end) in num_tiles tiles, block rows row_base .. + ROWS - 1
+ * of the sequence's rows_total. */
+typedef struct fd_mla_work {
+  int b, split, kv, begin, end, num_tiles, row_base, rows_total;
+} fd_mla_work;
+
+/* The block's work into *w; false for an empty split past the last key
+ * (num_splits > 1: the combine skips it), which has nothing to do. */
+template <typename C>
+static __device__ __forceinline__ bool fd_mla_work_of(const fd_kernel_params &p, fd_mla_work *w) {
   const int rows_total = p.num_heads_q * p.q_len;
   const int split = blockIdx.x;
   const int row_base = blockIdx.y * C::ROWS;
@@ -590,38 +605,134 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
   int begin, end;
   fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                &begin, &end);
-  if (p.num_splits > 1 && begin >= end) return; /* past the last key: the combine skips it */
+  if (p.num_splits > 1 && begin >= end) return false;
+  w->b = b;
+  w->split = split;
+  w->kv = kv;
+  w->begin = begin;
+  w->end = end;
+  w->num_tiles = (end - begin + C::KT - 1) / C::KT;
+  w->row_base = row_base;
+  w->rows_total = rows_total;
+  return true;
+}
 
-  unsigned char *const sK = fd_mla_smem;
-  unsigned char *const sQ = fd_mla_smem + C::OFF_Q;
-  unsigned char *const sQR = fd_mla_smem + C::OFF_QR;
-  unsigned char *const sPh = fd_mla_smem + C::OFF_P;
-  unsigned char *const sPl = sPh + C::P_BYTES;
-  float2 *const sX = reinterpret_cast<float2 *>(fd_mla_smem + C::OFF_X);
-  int64_t *const sOffs = reinterpret_cast<int64_t *>(fd_mla_smem + C::OFF_OFFS);
-  float *const sTok = reinterpret_cast<float *>(fd_mla_smem + C::OFF_TOK);
-  float *const sQs = reinterpret_cast<float *>(fd_mla_smem + C::OFF_QS);
-  unsigned char *const sFlags = fd_mla_smem + C::OFF_FLAGS;
+/* Shared memory of a block (SHARED MEMORY; fd_mla_cfg's OFF_*), and as
+ * shared-space addresses (the ldmatrix operands). */
+typedef struct fd_mla_bufs {
+  unsigned char *k;       /* [ST] stages: [KT][LB] latent rows, then [KT][RB] rope rows */
+  unsigned char *q, *qr;  /* Q: latent [ROWS][QLB], rope [ROWS][RB] */
+  unsigned char *ph, *pl; /* P: [ROWS][PRB] each, the 16-bit part and the lo part */
+  float2 *x;              /* [NW][16]: the row-group exchanges (maxima, sums) */
+  int64_t *offs;          /* [ST][KT][3]: the keys' offsets (fd_mla_key_store) */
+  float *tok;             /* [ST][KT]: TOKEN scales */
+  float *qs;              /* [ROWS]: Q's row scales (fd_mla_load_q) */
+  unsigned char *flags;   /* [ST][KT]: key flags */
+  uint32_t k_u, q_u, qr_u, ph_u, pl_u;
+} fd_mla_bufs;
 
+template <typename C>
+static __device__ __forceinline__ void fd_mla_carve(unsigned char *smem, fd_mla_bufs *s) {
+  s->k = smem;
+  s->q = smem + C::OFF_Q;
+  s->qr = smem + C::OFF_QR;
+  s->ph = smem + C::OFF_P;
+  s->pl = s->ph + C::P_BYTES;
+  s->x = reinterpret_cast<float2 *>(smem + C::OFF_X);
+  s->offs = reinterpret_cast<int64_t *>(smem + C::OFF_OFFS);
+  s->tok = reinterpret_cast<float *>(smem + C::OFF_TOK);
+  s->qs = reinterpret_cast<float *>(smem + C::OFF_QS);
+  s->flags = smem + C::OFF_FLAGS;
+  s->k_u = (uint32_t)__cvta_generic_to_shared(s->k);
+  s->q_u = (uint32_t)__cvta_generic_to_shared(s->q);
+  s->qr_u = (uint32_t)__cvta_generic_to_shared(s->qr);
+  s->ph_u = (uint32_t)__cvta_generic_to_shared(s->ph);
+  s->pl_u = (uint32_t)__cvta_generic_to_shared(s->pl);
+}
+
+/* A thread's place (WARPS): warp (rg, cw); lane (g, qd): accumulator rows
+ * qr0 + g, qr0 + g + 8, columns 2 qd, 2 qd + 1 of each n-tile. */
+typedef struct fd_mla_thread {
+  int tid, lane, warp, g, qd, rg, cw;
+  int qr0; /* the group's first row in the block */
+  int kw0; /* the warp's first key of a tile (S) */
+  int c0w; /* the warp's first 16-column chunk (O) */
+  int bar; /* the row group's named barrier (fd_mla_group_sync): 1 + rg */
+} fd_mla_thread;
+
+template <typename C>
+static __device__ __forceinline__ void fd_mla_thread_of(fd_mla_thread *t) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, qd = lane & 3;
   const int rg = warp / C::CPW, cw = warp % C::CPW;
-  const int qr0 = rg * 16;     /* the group's first row in the block */
-  const int kw0 = cw * C::KPW; /* the warp's first key of a tile (S) */
-  const int c0w = cw * C::NCW; /* the warp's first 16-column chunk (O) */
+  t->tid = tid;
+  t->lane = lane;
+  t->warp = warp;
+  t->g = lane >> 2;
+  t->qd = lane & 3;
+  t->rg = rg;
+  t->cw = cw;
+  t->qr0 = rg * 16;
+  t->kw0 = cw * C::KPW;
+  t->c0w = cw * C::NCW;
+  t->bar = 1 + rg;
+}
 
-  const bool rope8 = FP8 && (p.rope_dtype == FD_DTYPE_E4M3 || p.rope_dtype == FD_DTYPE_E5M2);
-  const int kesz = FP8 ? 1 : 2, resz = rope8 ? 1 : 2;
-  const int rope_chunks = rope8 ? 4 : 8;
-  const bool tok = FP8 && p.kv_scale == FD_KV_SCALE_TOKEN;
-  float kmul = 1.0f; /* TENSOR / HEAD: k_scale (one kv head) */
-  if (FP8 && (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD))
+/* What the call sets for every block: the cache's formats and scales. */
+typedef struct fd_mla_call {
+  bool rope8;      /* an fp8 rope part (beside an fp8 latent) */
+  int kesz, resz;  /* bytes an element of c_kv, of k_pe */
+  int rope_chunks; /* 16-byte chunks of a key's rope row */
+  bool tok;        /* fp8 with TOKEN scales */
+  float kmul;      /* fp8 TENSOR / HEAD: k_scale (one kv head); else 1 */
+  float scale;     /* softmax_scale log2(e) */
+  bool p_lo;       /* P as a hi and a lo part (16-bit cache, fp32 out) */
+} fd_mla_call;
+
+template <typename C>
+static __device__ __forceinline__ void fd_mla_call_of(const fd_kernel_params &p, fd_mla_call *c) {
+  const bool rope8 = C::FP8 && (p.rope_dtype == FD_DTYPE_E4M3 || p.rope_dtype == FD_DTYPE_E5M2);
+  float kmul = 1.0f;
+  if (C::FP8 && (p.kv_scale == FD_KV_SCALE_TENSOR || p.kv_scale == FD_KV_SCALE_HEAD))
     kmul = __ldg(p.k_scale);
-  const float scale = p.scale_log2;
+  c->rope8 = rope8;
+  c->kesz = C::FP8 ? 1 : 2;
+  c->resz = rope8 ? 1 : 2;
+  c->rope_chunks = rope8 ? 4 : 8;
+  c->tok = C::FP8 && p.kv_scale == FD_KV_SCALE_TOKEN;
+  c->kmul = kmul;
+  c->scale = p.scale_log2;
+  c->p_lo = !C::FP8 && p.out_f32;
+}
 
-  const int num_tiles = (end - begin + KT - 1) / KT;
+/* The online softmax's state of a lane's rows g (0) and g + 8 (1). */
+typedef struct fd_mla_run {
+  float m0, m1; /* running max (base 2) */
+  float u0, u1; /* TOKEN: running max of s + e */
+  float l0, l1; /* this lane's part of the sums */
+} fd_mla_run;
 
-  /* Prologue: the offsets of tiles 0 .. ST-1, tiles 0 .. ST-2 copied, Q. */
+/* A tile's row maxima, rows g (0) and g + 8 (1): of the scores (mx) and,
+ * TOKEN, of s + e (se). */
+typedef struct fd_mla_max {
+  float mx0, mx1, se0, se1;
+} fd_mla_max;
+
+/* Pipeline prologue: the offsets of tiles 0 .. ST-1, the block barrier,
+ * tiles 0 .. ST-2 copied (a commit group each, empty or not), and the page
+ * ids of tiles ST .. ST + PL - 1 loaded into ring. Page ids (block_table
+ * entries, key tid of a tile) are loaded PL = ST - 1 tiles before the
+ * offsets are stored: the load waits behind the copies this multiprocessor
+ * has in flight, so it gets ST - 1 tiles of time. ring[k] holds tile
+ * i + ST + k's at the top of tile i. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_prologue(const fd_kernel_params &p,
+                                                       const fd_mla_work &w,
+                                                       const fd_mla_call &cl,
+                                                       const fd_mla_bufs &sm,
+                                                       int (&ring)[C::ST - 1]) {
+  constexpr int KT = C::KT, ST = C::ST, PL = ST - 1;
+  const int tid = threadIdx.x;
+  const int b = w.b, begin = w.begin, end = w.end, num_tiles = w.num_tiles;
   if (tid < KT) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
@@ -629,7 +740,8 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
         const int key0 = begin + s * KT;
         const bool in = tid < end - key0;
         const int j = key0 + tid;
-        fd_mla_key_store(p, b, j, in, fd_mla_key_page(p, b, j, in), kesz, resz, sOffs + (s * KT + tid) * 3);
+        fd_mla_key_store(p, b, j, in, fd_mla_key_page(p, b, j, in), cl.kesz, cl.resz,
+                         sm.offs + (s * KT + tid) * 3);
       }
     }
   }
@@ -637,16 +749,10 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
 #pragma unroll
   for (int s = 0; s < ST - 1; s++) {
     if (s < num_tiles)
-      fd_mla_issue<C>(p, sOffs + s * KT * 3, rope_chunks, tok, sK + s * C::STAGE, sFlags + s * KT,
-                      sTok + s * KT);
+      fd_mla_issue<C>(p, sm.offs + s * KT * 3, cl.rope_chunks, cl.tok, sm.k + s * C::STAGE,
+                      sm.flags + s * KT, sm.tok + s * KT);
     fd_cp_async_commit();
   }
-  /* Page ids (block_table entries, key tid of a tile) are loaded PL tiles
-   * before the offsets are stored: the load waits behind the copies this
-   * multiprocessor has in flight, so it gets ST - 1 tiles of time. ring[k]
-   * holds tile i + ST + k's at the top of iteration i. */
-  constexpr int PL = ST - 1;
-  int ring[PL];
 #pragma unroll
   for (int k = 0; k < PL; k++) {
     const int t = ST + k;
@@ -654,267 +760,359 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     const int key0 = has ? begin + t * KT : begin; /* no overflow past the last tile */
     ring[k] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
   }
-  fd_mla_load_q<T, C>(p, b, row_base, rows_total, rope8, sQ, sQR, sQs);
+}
 
-  /* RG 1: Q's A fragments (latent k-steps, then the rope's 4) stay in
-   * registers for the whole split (qf[0] unused otherwise); Q's shared
-   * memory is the last stage, first copied to after the loop's first block
-   * barrier, which every warp reaches after its reads here. */
+/* RG 1: Q's A fragments (latent k-steps, then the rope's 4) into registers
+ * for the whole split, after a block barrier (every warp's Q rows stored).
+ * Q's shared memory is the last stage, first copied to after the tile
+ * loop's first block barrier, which every warp reaches after its reads
+ * here. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_q_frags(const fd_mla_bufs &sm, bool rope8, int qr0,
+                                                      int lane, uint32_t (*qf)[4]) {
+  __syncthreads();
+  if constexpr (C::FP8) {
+    fd_mla_qfrag8<C::KSL, C::QLB>(sm.q, qr0, lane, qf);
+    if (rope8) fd_mla_qfrag8<4, C::RB>(sm.qr, qr0, lane, qf + C::KSL);
+    else fd_mla_qfrag16<4, C::RB>(sm.qr_u, qr0, lane, qf + C::KSL);
+  } else {
+    fd_mla_qfrag16<C::KSL, C::QLB>(sm.q_u, qr0, lane, qf);
+    fd_mla_qfrag16<4, C::RB>(sm.qr_u, qr0, lane, qf + C::KSL);
+  }
+}
+
+/* The upper bounds of the keys of the lane's rows qr0 + g, qr0 + g + 8
+ * (*hi0, *hi1; begin for a row past the last). */
+static __device__ __forceinline__ void fd_mla_row_bounds(const fd_kernel_params &p,
+                                                         const fd_mla_work &w,
+                                                         const fd_mla_thread &th, int *hi0,
+                                                         int *hi1) {
+  int lo;
+  const int r0 = w.row_base + th.qr0 + th.g, r1 = r0 + 8;
+  *hi0 = w.begin;
+  *hi1 = w.begin;
+  if (r0 < w.rows_total)
+    fd_row_keys(r0 % p.q_len, p.q_len, w.kv, p.window_left, p.non_causal, w.begin, w.end, &lo, hi0);
+  if (r1 < w.rows_total)
+    fd_row_keys(r1 % p.q_len, p.q_len, w.kv, p.window_left, p.non_causal, w.begin, w.end, &lo, hi1);
+}
+
+/* The top of a tile: this thread's copies of it landed, then the block
+ * barrier (everyone's; the stage the previous tile used is free). */
+template <int ST>
+static __device__ __forceinline__ void fd_mla_wait_tile(void) {
+  fd_cp_async_wait<ST - 2>();
+  __syncthreads();
+}
+
+/* The copies of tile nt (i + ST - 1 at tile i: into the stage tile i - 1
+ * used), if it exists; a commit group either way. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_refill(const fd_kernel_params &p,
+                                                     const fd_mla_call &cl, const fd_mla_bufs &sm,
+                                                     int nt, int num_tiles) {
+  constexpr int KT = C::KT;
+  const int st = nt % C::ST;
+  if (nt < num_tiles)
+    fd_mla_issue<C>(p, sm.offs + st * KT * 3, cl.rope_chunks, cl.tok, sm.k + st * C::STAGE,
+                    sm.flags + st * KT, sm.tok + st * KT);
+  fd_cp_async_commit();
+}
+
+/* The page-id ring a tile on (fd_mla_prologue): returns tile i + ST's page
+ * id of key tid (loaded PL tiles ago), loads tile i + ST + PL's. */
+template <typename C>
+static __device__ __forceinline__ int fd_mla_page_ahead(const fd_kernel_params &p,
+                                                        const fd_mla_work &w, int i,
+                                                        int (&ring)[C::ST - 1]) {
+  constexpr int KT = C::KT, ST = C::ST, PL = ST - 1;
+  const int tid = threadIdx.x;
+  const int begin = w.begin, end = w.end, num_tiles = w.num_tiles;
+  const int page = ring[0];
+#pragma unroll
+  for (int k = 0; k + 1 < PL; k++) ring[k] = ring[k + 1];
+  const bool has = i + ST + PL < num_tiles;
+  const int key0 = has ? begin + (i + ST + PL) * KT : begin; /* no overflow past the last tile */
+  ring[PL - 1] = fd_mla_key_page(p, w.b, key0 + tid, tid < KT && has && tid < end - key0);
+  return page;
+}
+
+/* The offsets of key tid of tile i + ST (its page id `page`, from
+ * fd_mla_page_ahead) into the slot tile i's used. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_offsets_ahead(const fd_kernel_params &p,
+                                                            const fd_mla_work &w,
+                                                            const fd_mla_call &cl, int i, int page,
+                                                            int64_t *offs) {
+  constexpr int KT = C::KT, ST = C::ST;
+  const int tid = threadIdx.x;
+  const int begin = w.begin, end = w.end, num_tiles = w.num_tiles;
+  const bool next = i + ST < num_tiles;
+  const int key0 = next ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
+  const bool in = tid < KT && next && tid < end - key0;
+  if (tid < KT && next)
+    fd_mla_key_store(p, w.b, key0 + tid, in, page, cl.kesz, cl.resz,
+                     offs + ((i + ST) % ST * KT + tid) * 3);
+}
+
+/* S = Q K^T of the tile at st_u for the warp's KPW keys (acc[n]: keys
+ * kw0 + 8 n .. + 7): the latent k-steps, then the rope's 4 into acc as
+ * well, or (a 16-bit rope beside an fp8 latent) into accr, in the q
+ * dtype. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_scores(uint32_t st_u, const fd_mla_bufs &sm,
+                                                     const uint32_t (*qf)[4], bool rope8,
+                                                     int kw0, int qr0, int lane,
+                                                     float (&acc)[C::NG][4],
+                                                     float (&accr)[C::NG][4]) {
+  using T = typename C::QT;
   constexpr bool QREG = C::QIN;
-  uint32_t qf[QREG ? C::KSL + 4 : 1][4];
-  if constexpr (QREG) {
-    __syncthreads(); /* every warp's Q rows stored */
-    const uint32_t q_u = (uint32_t)__cvta_generic_to_shared(sQ);
-    const uint32_t qr_u = (uint32_t)__cvta_generic_to_shared(sQR);
-    if constexpr (FP8) {
-      fd_mla_qfrag8<C::KSL, C::QLB>(sQ, qr0, lane, qf);
-      if (rope8) fd_mla_qfrag8<4, C::RB>(sQR, qr0, lane, qf + C::KSL);
-      else fd_mla_qfrag16<4, C::RB>(qr_u, qr0, lane, qf + C::KSL);
-    } else {
-      fd_mla_qfrag16<C::KSL, C::QLB>(q_u, qr0, lane, qf);
-      fd_mla_qfrag16<4, C::RB>(qr_u, qr0, lane, qf + C::KSL);
-    }
-  }
-  /* P as one 16-bit part, or (16-bit cache, fp32 out) a hi and a lo part */
-  const bool p_lo = !FP8 && p.out_f32;
-
-  /* the lane's rows qr0 + g, qr0 + g + 8: their keys' upper bounds */
-  int hi0 = begin, hi1 = begin;
-  {
-    int lo;
-    const int r0 = row_base + qr0 + g, r1 = r0 + 8;
-    if (r0 < rows_total)
-      fd_row_keys(r0 % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi0);
-    if (r1 < rows_total)
-      fd_row_keys(r1 % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi1);
-  }
-
-  float o[C::NT][4];
+  const uint32_t rope_u = st_u + (uint32_t)(C::KT * C::LB);
+  const uint32_t(*qfr)[4] = qf + (QREG ? C::KSL : 0);
 #pragma unroll
-  for (int n = 0; n < C::NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY; /* rows g, g + 8: running max (base 2) */
-  float u0 = -INFINITY, u1 = -INFINITY; /* TOKEN: running max of s + e */
-  float l0 = 0.0f, l1 = 0.0f;           /* this lane's part of the sums */
-  float sr0 = 1.0f, sr1 = 1.0f;         /* the rows' score scales (after barrier A of tile 0) */
-
-  const uint32_t sK_u = (uint32_t)__cvta_generic_to_shared(sK);
-  const uint32_t sQ_u = (uint32_t)__cvta_generic_to_shared(sQ);
-  const uint32_t sQR_u = (uint32_t)__cvta_generic_to_shared(sQR);
-  const uint32_t sPh_u = (uint32_t)__cvta_generic_to_shared(sPh);
-  const uint32_t sPl_u = (uint32_t)__cvta_generic_to_shared(sPl);
-  const int group_bar = 1 + rg, group_threads = 32 * C::CPW;
-
-  for (int i = 0; i < num_tiles; i++) {
-    const int stage = i % ST;
-    const int key0 = begin + i * KT;
-    fd_cp_async_wait<ST - 2>(); /* this thread's copies of tile i landed */
-    __syncthreads();            /* everyone's; the stage of tile i - 1 is free */
-    if (i == 0) {
-      sr0 = scale * sQs[qr0 + g];
-      sr1 = scale * sQs[qr0 + g + 8];
-    }
-    {
-      const int nt = i + ST - 1;
-      if (nt < num_tiles)
-        fd_mla_issue<C>(p, sOffs + (nt % ST) * KT * 3, rope_chunks, tok, sK + (nt % ST) * C::STAGE,
-                        sFlags + (nt % ST) * KT, sTok + (nt % ST) * KT);
-      fd_cp_async_commit();
-    }
-    /* the block_table entry of key tid of tile i + ST (loaded PL tiles ago,
-     * stored at the end); tile i + ST + PL's loaded now */
-    const bool pnext = i + ST < num_tiles;
-    const int pkey0 = pnext ? begin + (i + ST) * KT : begin; /* no overflow past the last tile */
-    const bool pin = tid < KT && pnext && tid < end - pkey0;
-    const int ppage = ring[0];
+  for (int n = 0; n < C::NG; n++)
 #pragma unroll
-    for (int k = 0; k + 1 < PL; k++) ring[k] = ring[k + 1];
-    {
-      const bool has = i + ST + PL < num_tiles;
-      const int key0 = has ? begin + (i + ST + PL) * KT : begin;
-      ring[PL - 1] = fd_mla_key_page(p, b, key0 + tid, tid < KT && has && tid < end - key0);
-    }
-
-    /* S for the warp's KPW keys */
-    const uint32_t st_u = sK_u + (uint32_t)(stage * C::STAGE);
-    const uint32_t rope_u = st_u + (uint32_t)(KT * C::LB);
-    float acc[C::NG][4], accr[C::NG][4];
-#pragma unroll
-    for (int n = 0; n < C::NG; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[n][e] = accr[n][e] = 0.0f;
-    if constexpr (!FP8) {
-      fd_mla_qk16<T, C::NG, C::KSL, C::LB, C::QLB, QREG>(st_u, sQ_u, qf, kw0, qr0, lane, acc);
-      fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sQR_u, qf + (QREG ? C::KSL : 0), kw0,
-                                                   qr0, lane, acc);
-    } else {
-      fd_mla_qk8<C::NG, C::KSL, C::LB, C::QLB, E5M2, QREG>(st_u, sQ, qf, kw0, qr0, lane, acc);
-      if (rope8)
-        fd_mla_qk8<C::NG, 4, C::RB, C::RB, E5M2, QREG>(rope_u, sQR, qf + (QREG ? C::KSL : 0), kw0,
-                                                       qr0, lane, acc);
-      else
-        fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sQR_u, qf + (QREG ? C::KSL : 0), kw0,
-                                                     qr0, lane, accr);
-    }
-
-    /* scale, mask; the warp's row maxima (and TOKEN: of s + e) */
-    const unsigned char *tFlags = sFlags + stage * KT;
-    const float *tTok = sTok + stage * KT;
-    const int hl0 = hi0 - key0, hl1 = hi1 - key0; /* tile-local bounds (no overflow) */
-    float x[C::NG][4], ee[C::NG][2], ff[C::NG][2];
-    float mx0 = -INFINITY, mx1 = -INFINITY, se0 = -INFINITY, se1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < C::NG; n++) {
-#pragma unroll
-      for (int c = 0; c < 2; c++) {
-        const int kl = kw0 + 8 * n + 2 * qd + c;
-        const bool fl = tFlags[kl] != 0;
-        float km = kmul;
-        ee[n][c] = 0.0f;
-        ff[n][c] = 1.0f;
-        if (FP8 && tok) {
-          const float ks = tTok[kl];
-          km = ks;
-          float f;
-          ee[n][c] = (float)fd_frac_exp(ks, &f);
-          ff[n][c] = f;
-        }
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-          const int e = c + 2 * hh;
-          float v;
-          if constexpr (FP8)
-            v = (acc[n][e] * (hh ? sr1 : sr0)) * km + accr[n][e] * scale;
-          else
-            v = acc[n][e] * scale;
-          const bool vis = fl && kl < (hh ? hl1 : hl0);
-          v = vis ? v : -INFINITY;
-          x[n][e] = v;
-          if (hh) {
-            mx1 = fmaxf(mx1, v);
-            se1 = fmaxf(se1, v + ee[n][c]);
-          } else {
-            mx0 = fmaxf(mx0, v);
-            se0 = fmaxf(se0, v + ee[n][c]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      if (FP8 && tok) {
-        se0 = fmaxf(se0, __shfl_xor_sync(0xffffffffu, se0, off));
-        se1 = fmaxf(se1, __shfl_xor_sync(0xffffffffu, se1, off));
-      }
-    }
-    if (qd == 0) {
-      sX[warp * 16 + g] = make_float2(mx0, se0);
-      sX[warp * 16 + g + 8] = make_float2(mx1, se1);
-    }
-    fd_mla_group_sync(group_bar, group_threads);
-#pragma unroll
-    for (int k = 0; k < C::CPW; k++) {
-      const float2 a = sX[(rg * C::CPW + k) * 16 + g];
-      const float2 c = sX[(rg * C::CPW + k) * 16 + g + 8];
-      mx0 = fmaxf(mx0, a.x);
-      se0 = fmaxf(se0, a.y);
-      mx1 = fmaxf(mx1, c.x);
-      se1 = fmaxf(se1, c.y);
-    }
-
-    /* online softmax: every warp of the group computes the same m */
-    float mu0, mu1;
-    const float a0 = fd_softmax_step(m0, mx0, &mu0), a1 = fd_softmax_step(m1, mx1, &mu1);
-    float fo0 = a0, fo1 = a1; /* O's factors */
-    float uu0 = 0.0f, uu1 = 0.0f;
-    if (FP8 && tok) {
-      fo0 = fd_softmax_step(u0, se0, &uu0);
-      fo1 = fd_softmax_step(u1, se1, &uu1);
-    }
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < C::NG; n++) {
-      float pp[4], pv[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        pp[e] = fd_exp2_ftz(x[n][e] - ((e >> 1) ? mu1 : mu0));
-        pv[e] = pp[e];
-        if (FP8 && tok)
-          pv[e] = fd_exp2_ftz((x[n][e] + ee[n][e & 1]) - ((e >> 1) ? uu1 : uu0)) * ff[n][e & 1];
-      }
-      ps0 += pp[0] + pp[1];
-      ps1 += pp[2] + pp[3];
-      /* P: rows qr0 + g (pv 0, 1), + 8 (pv 2, 3), keys kw0 + 8 n + 2 qd, + 1 */
-      const int kc = (kw0 + 8 * n) >> 3;
-      const uint32_t o0 = fd_mla_pswz<C::PRB>(qr0 + g, kc) + 4 * qd;
-      const uint32_t o1 = fd_mla_pswz<C::PRB>(qr0 + g + 8, kc) + 4 * qd;
-      if constexpr (FP8) {
-        *reinterpret_cast<uint32_t *>(sPh + o0) = fd_pack2<__half>(pv[0], pv[1]);
-        *reinterpret_cast<uint32_t *>(sPh + o1) = fd_pack2<__half>(pv[2], pv[3]);
-      } else if (p_lo) {
-        uint32_t h, l;
-        fd_pack2_split<T>(pv[0], pv[1], h, l);
-        *reinterpret_cast<uint32_t *>(sPh + o0) = h;
-        *reinterpret_cast<uint32_t *>(sPl + o0) = l;
-        fd_pack2_split<T>(pv[2], pv[3], h, l);
-        *reinterpret_cast<uint32_t *>(sPh + o1) = h;
-        *reinterpret_cast<uint32_t *>(sPl + o1) = l;
-      } else {
-        *reinterpret_cast<uint32_t *>(sPh + o0) = fd_pack2<T>(pv[0], pv[1]);
-        *reinterpret_cast<uint32_t *>(sPh + o1) = fd_pack2<T>(pv[2], pv[3]);
-      }
-    }
-    l0 = l0 * a0 + ps0;
-    l1 = l1 * a1 + ps1;
-    fd_mla_group_sync(group_bar, group_threads);
-
-    /* O rescaled, O += P V for the warp's columns */
-    if (__any_sync(0xffffffffu, fo0 != 1.0f || fo1 != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < C::NT; n++) {
-        o[n][0] *= fo0;
-        o[n][1] *= fo0;
-        o[n][2] *= fo1;
-        o[n][3] *= fo1;
-      }
-    }
-    if constexpr (FP8)
-      fd_mla_pv8<C, E5M2>(st_u, sPh_u, qr0, c0w, lane, o);
-    else if (p_lo)
-      fd_mla_pv16<PT, C, true>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
+    for (int e = 0; e < 4; e++) acc[n][e] = accr[n][e] = 0.0f;
+  if constexpr (!C::FP8) {
+    fd_mla_qk16<T, C::NG, C::KSL, C::LB, C::QLB, QREG>(st_u, sm.q_u, qf, kw0, qr0, lane, acc);
+    fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sm.qr_u, qfr, kw0, qr0, lane, acc);
+  } else {
+    fd_mla_qk8<C::NG, C::KSL, C::LB, C::QLB, C::E5M2, QREG>(st_u, sm.q, qf, kw0, qr0, lane, acc);
+    if (rope8)
+      fd_mla_qk8<C::NG, 4, C::RB, C::RB, C::E5M2, QREG>(rope_u, sm.qr, qfr, kw0, qr0, lane, acc);
     else
-      fd_mla_pv16<PT, C, false>(st_u, sPh_u, sPl_u, qr0, c0w, lane, o);
-
-    /* the offsets of tile i + ST into the slot tile i's offsets used */
-    if (tid < KT && pnext)
-      fd_mla_key_store(p, b, pkey0 + tid, pin, ppage, kesz, resz, sOffs + ((i + ST) % ST * KT + tid) * 3);
+      fd_mla_qk16<T, C::NG, 4, C::RB, C::RB, QREG>(rope_u, sm.qr_u, qfr, kw0, qr0, lane, accr);
   }
-  fd_cp_async_wait<0>(); /* only empty groups can remain */
+}
 
-  /* Epilogue: O to the rows' max m (TOKEN: from 2^u; TENSOR / HEAD: times
-   * k_scale), the NaN / Inf flags and l summed over the group's warps. */
-  float f0 = kmul, f1 = kmul;
+/* Scale and mask (TILE MATH): x, the scores in base 2, -inf for a key the
+ * row does not see (at or past its bound hl0 / hl1, tile-local; a flagged
+ * key); sr0, sr1: the rows' score scales. TOKEN: a key's v-scale f 2^e as
+ * ee = e, ff = f. Returns the row maxima over this lane's keys. */
+template <typename C>
+static __device__ __forceinline__ fd_mla_max fd_mla_mask(
+    const fd_mla_call &cl, const unsigned char *tFlags, const float *tTok, int hl0, int hl1,
+    int kw0, int qd, float sr0, float sr1, const float (&acc)[C::NG][4],
+    const float (&accr)[C::NG][4], float (&x)[C::NG][4], float (&ee)[C::NG][2],
+    float (&ff)[C::NG][2]) {
+  constexpr bool FP8 = C::FP8;
+  fd_mla_max mx = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < C::NG; n++) {
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const int kl = kw0 + 8 * n + 2 * qd + c;
+      const bool fl = tFlags[kl] != 0;
+      float km = cl.kmul;
+      ee[n][c] = 0.0f;
+      ff[n][c] = 1.0f;
+      if (FP8 && cl.tok) {
+        const float ks = tTok[kl];
+        km = ks;
+        float f;
+        ee[n][c] = (float)fd_frac_exp(ks, &f);
+        ff[n][c] = f;
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const int e = c + 2 * hh;
+        float v;
+        if constexpr (FP8)
+          v = (acc[n][e] * (hh ? sr1 : sr0)) * km + accr[n][e] * cl.scale;
+        else
+          v = acc[n][e] * cl.scale;
+        const bool vis = fl && kl < (hh ? hl1 : hl0);
+        v = vis ? v : -INFINITY;
+        x[n][e] = v;
+        if (hh) {
+          mx.mx1 = fmaxf(mx.mx1, v);
+          mx.se1 = fmaxf(mx.se1, v + ee[n][c]);
+        } else {
+          mx.mx0 = fmaxf(mx.mx0, v);
+          mx.se0 = fmaxf(mx.se0, v + ee[n][c]);
+        }
+      }
+    }
+  }
+  return mx;
+}
+
+/* The row maxima over the row group: over the lane quad by shuffles, then
+ * over the group's warps through sX, one group barrier between (every warp
+ * of the group then holds the same values). */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_group_max(float2 *sX, const fd_mla_thread &th,
+                                                        bool tok, fd_mla_max &mx) {
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx.mx0 = fmaxf(mx.mx0, __shfl_xor_sync(0xffffffffu, mx.mx0, off));
+    mx.mx1 = fmaxf(mx.mx1, __shfl_xor_sync(0xffffffffu, mx.mx1, off));
+    if (C::FP8 && tok) {
+      mx.se0 = fmaxf(mx.se0, __shfl_xor_sync(0xffffffffu, mx.se0, off));
+      mx.se1 = fmaxf(mx.se1, __shfl_xor_sync(0xffffffffu, mx.se1, off));
+    }
+  }
+  if (th.qd == 0) {
+    sX[th.warp * 16 + th.g] = make_float2(mx.mx0, mx.se0);
+    sX[th.warp * 16 + th.g + 8] = make_float2(mx.mx1, mx.se1);
+  }
+  fd_mla_group_sync<C::CPW>(th.bar);
+#pragma unroll
+  for (int k = 0; k < C::CPW; k++) {
+    const float2 a = sX[(th.rg * C::CPW + k) * 16 + th.g];
+    const float2 c = sX[(th.rg * C::CPW + k) * 16 + th.g + 8];
+    mx.mx0 = fmaxf(mx.mx0, a.x);
+    mx.se0 = fmaxf(mx.se0, a.y);
+    mx.mx1 = fmaxf(mx.mx1, c.x);
+    mx.se1 = fmaxf(mx.se1, c.y);
+  }
+}
+
+/* One n-tile of P into the P buffers at byte o0 (row g: pv 0, 1) and o1
+ * (row g + 8: pv 2, 3): fp16 (fp8 cache), or the q dtype, or (p_lo) a hi
+ * and a lo part. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_put_p(const fd_mla_bufs &sm, bool p_lo, uint32_t o0,
+                                                    uint32_t o1, const float (&pv)[4]) {
+  using T = typename C::QT;
+  if constexpr (C::FP8) {
+    *reinterpret_cast<uint32_t *>(sm.ph + o0) = fd_pack2<__half>(pv[0], pv[1]);
+    *reinterpret_cast<uint32_t *>(sm.ph + o1) = fd_pack2<__half>(pv[2], pv[3]);
+  } else if (p_lo) {
+    uint32_t h, l;
+    fd_pack2_split<T>(pv[0], pv[1], h, l);
+    *reinterpret_cast<uint32_t *>(sm.ph + o0) = h;
+    *reinterpret_cast<uint32_t *>(sm.pl + o0) = l;
+    fd_pack2_split<T>(pv[2], pv[3], h, l);
+    *reinterpret_cast<uint32_t *>(sm.ph + o1) = h;
+    *reinterpret_cast<uint32_t *>(sm.pl + o1) = l;
+  } else {
+    *reinterpret_cast<uint32_t *>(sm.ph + o0) = fd_pack2<T>(pv[0], pv[1]);
+    *reinterpret_cast<uint32_t *>(sm.ph + o1) = fd_pack2<T>(pv[2], pv[3]);
+  }
+}
+
+/* Online softmax in base 2 (a row whose max is still -inf subtracts 0;
+ * every warp of the group computes the same m): P = 2^(x - m), TOKEN
+ * 2^((x + e) - u) f, into the P buffers, the rows' sums l updated. Returns
+ * O's factors in *fo0, *fo1. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_softmax(const fd_mla_max &mx,
+                                                      const float (&x)[C::NG][4],
+                                                      const float (&ee)[C::NG][2],
+                                                      const float (&ff)[C::NG][2], bool tok,
+                                                      bool p_lo, const fd_mla_bufs &sm,
+                                                      const fd_mla_thread &th, fd_mla_run &run,
+                                                      float *fo0, float *fo1) {
+  constexpr bool FP8 = C::FP8;
+  float mu0, mu1;
+  const float a0 = fd_softmax_step(run.m0, mx.mx0, &mu0);
+  const float a1 = fd_softmax_step(run.m1, mx.mx1, &mu1);
+  *fo0 = a0;
+  *fo1 = a1;
+  float uu0 = 0.0f, uu1 = 0.0f;
   if (FP8 && tok) {
-    f0 = m0 == -INFINITY ? 0.0f : exp2f(0.5f * (u0 - m0));
-    f1 = m1 == -INFINITY ? 0.0f : exp2f(0.5f * (u1 - m1));
+    *fo0 = fd_softmax_step(run.u0, mx.se0, &uu0);
+    *fo1 = fd_softmax_step(run.u1, mx.se1, &uu1);
   }
-  bool bad0 = false, bad1 = false;
+  float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < C::NG; n++) {
+    float pp[4], pv[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      pp[e] = fd_exp2_ftz(x[n][e] - ((e >> 1) ? mu1 : mu0));
+      pv[e] = pp[e];
+      if (FP8 && tok)
+        pv[e] = fd_exp2_ftz((x[n][e] + ee[n][e & 1]) - ((e >> 1) ? uu1 : uu0)) * ff[n][e & 1];
+    }
+    ps0 += pp[0] + pp[1];
+    ps1 += pp[2] + pp[3];
+    /* P: rows qr0 + g, + 8, keys kw0 + 8 n + 2 qd, + 1 */
+    const int kc = (th.kw0 + 8 * n) >> 3;
+    fd_mla_put_p<C>(sm, p_lo, fd_mla_pswz<C::PRB>(th.qr0 + th.g, kc) + 4 * th.qd,
+                    fd_mla_pswz<C::PRB>(th.qr0 + th.g + 8, kc) + 4 * th.qd, pv);
+  }
+  run.l0 = run.l0 * a0 + ps0;
+  run.l1 = run.l1 * a1 + ps1;
+}
+
+/* O rescaled by the rows' factors fo0 (row g), fo1 (g + 8), unless no
+ * lane's factor moved. */
+template <int NT>
+static __device__ __forceinline__ void fd_mla_rescale_o(float (&o)[NT][4], float fo0, float fo1) {
+  if (__any_sync(0xffffffffu, fo0 != 1.0f || fo1 != 1.0f)) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+      o[n][0] *= fo0;
+      o[n][1] *= fo0;
+      o[n][2] *= fo1;
+      o[n][3] *= fo1;
+    }
+  }
+}
+
+/* O += P V for the warp's columns, V the tile at v_u (fd_mla_pv8,
+ * fd_mla_pv16). */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_pv(uint32_t v_u, const fd_mla_bufs &sm, bool p_lo,
+                                                 const fd_mla_thread &th,
+                                                 float (&o)[C::NT][4]) {
+  using PT = typename C::PT;
+  if constexpr (C::FP8)
+    fd_mla_pv8<C, C::E5M2>(v_u, sm.ph_u, th.qr0, th.c0w, th.lane, o);
+  else if (p_lo)
+    fd_mla_pv16<PT, C, true>(v_u, sm.ph_u, sm.pl_u, th.qr0, th.c0w, th.lane, o);
+  else
+    fd_mla_pv16<PT, C, false>(v_u, sm.ph_u, sm.pl_u, th.qr0, th.c0w, th.lane, o);
+}
+
+/* After the last tile: O to the rows' max m (TOKEN: from 2^u, as two equal
+ * factors, each a normal float; TENSOR / HEAD: times k_scale). *bad0,
+ * *bad1: whether row g, g + 8 holds a NaN or Inf in the lane's columns. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_finish_o(float (&o)[C::NT][4], const fd_mla_run &run,
+                                                       const fd_mla_call &cl, bool *bad0,
+                                                       bool *bad1) {
+  constexpr bool FP8 = C::FP8;
+  float f0 = cl.kmul, f1 = cl.kmul;
+  if (FP8 && cl.tok) {
+    f0 = run.m0 == -INFINITY ? 0.0f : exp2f(0.5f * (run.u0 - run.m0));
+    f1 = run.m1 == -INFINITY ? 0.0f : exp2f(0.5f * (run.u1 - run.m1));
+  }
+  bool b0 = false, b1 = false;
 #pragma unroll
   for (int n = 0; n < C::NT; n++) {
     o[n][0] *= f0;
     o[n][1] *= f0;
     o[n][2] *= f1;
     o[n][3] *= f1;
-    if (FP8 && tok) { /* 2^(u - m) as two equal factors, each a normal float */
+    if (FP8 && cl.tok) {
       o[n][0] *= f0;
       o[n][1] *= f0;
       o[n][2] *= f1;
       o[n][3] *= f1;
     }
-    bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
-    bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
+    b0 = b0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
+    b1 = b1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
   }
+  *bad0 = b0;
+  *bad1 = b1;
+}
+
+/* The rows' sums and NaN / Inf flags over the row group. */
+typedef struct fd_mla_sums {
+  float l0, l1;
+  bool blown0, blown1;
+} fd_mla_sums;
+
+/* l and the flags over the lane quad by shuffles, then over the group's
+ * warps through sX, in warp order (deterministic). sX is free: the group's
+ * last reads of it came before the last P barrier. */
+template <typename C>
+static __device__ __forceinline__ fd_mla_sums fd_mla_group_sums(float2 *sX,
+                                                                const fd_mla_thread &th, float l0,
+                                                                float l1, bool bad0, bool bad1) {
 #pragma unroll
   for (int off = 1; off < 4; off <<= 1) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);
@@ -922,37 +1120,47 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
     bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
   }
-  /* sX is free: the group's last reads of it came before the last P barrier */
-  if (qd == 0) {
-    sX[warp * 16 + g] = make_float2(l0, bad0 ? 1.0f : 0.0f);
-    sX[warp * 16 + g + 8] = make_float2(l1, bad1 ? 1.0f : 0.0f);
+  if (th.qd == 0) {
+    sX[th.warp * 16 + th.g] = make_float2(l0, bad0 ? 1.0f : 0.0f);
+    sX[th.warp * 16 + th.g + 8] = make_float2(l1, bad1 ? 1.0f : 0.0f);
   }
-  fd_mla_group_sync(group_bar, group_threads);
-  float lt0 = 0.0f, lt1 = 0.0f;
-  bool blown0 = false, blown1 = false;
+  fd_mla_group_sync<C::CPW>(th.bar);
+  fd_mla_sums s = {0.0f, 0.0f, false, false};
 #pragma unroll
   for (int k = 0; k < C::CPW; k++) {
-    const float2 a = sX[(rg * C::CPW + k) * 16 + g];
-    const float2 c = sX[(rg * C::CPW + k) * 16 + g + 8];
-    lt0 += a.x;
-    lt1 += c.x;
-    blown0 = blown0 || a.y != 0.0f;
-    blown1 = blown1 || c.y != 0.0f;
+    const float2 a = sX[(th.rg * C::CPW + k) * 16 + th.g];
+    const float2 c = sX[(th.rg * C::CPW + k) * 16 + th.g + 8];
+    s.l0 += a.x;
+    s.l1 += c.x;
+    s.blown0 = s.blown0 || a.y != 0.0f;
+    s.blown1 = s.blown1 || c.y != 0.0f;
   }
+  return s;
+}
 
-  const int row0 = row_base + qr0 + g, row1 = row0 + 8;
-  const bool live0 = row0 < rows_total, live1 = row1 < rows_total;
-  /* partials: O as is; out: O / l (0 for a row without keys) */
+/* The lane's rows out (OUTPUT): O in the warp's columns (partials: as is;
+ * out: O / l, 0 for a row without keys), and from warp 0 of the group each
+ * live row's (m, l), l NaN for a row whose O holds a NaN or Inf. */
+template <typename C>
+static __device__ __forceinline__ void fd_mla_write_rows(const fd_kernel_params &p,
+                                                         const fd_mla_work &w,
+                                                         const fd_mla_thread &th,
+                                                         const float (&o)[C::NT][4], float m0,
+                                                         float m1, const fd_mla_sums &s) {
+  using T = typename C::QT;
+  const int row0 = w.row_base + th.qr0 + th.g, row1 = row0 + 8;
+  const bool live0 = row0 < w.rows_total, live1 = row1 < w.rows_total;
   const bool partial = p.num_splits > 1, as_t = !partial && !p.out_f32;
-  const float mul0 = partial ? 1.0f : (lt0 > 0.0f ? 1.0f / lt0 : 0.0f);
-  const float mul1 = partial ? 1.0f : (lt1 > 0.0f ? 1.0f / lt1 : 0.0f);
-  unsigned char *const dst0 = fd_mla_row_dst<T>(p, b, split, row0, live0);
-  unsigned char *const dst1 = fd_mla_row_dst<T>(p, b, split, row1, live1);
+  const float mul0 = partial ? 1.0f : (s.l0 > 0.0f ? 1.0f / s.l0 : 0.0f);
+  const float mul1 = partial ? 1.0f : (s.l1 > 0.0f ? 1.0f / s.l1 : 0.0f);
+  unsigned char *const dst0 = fd_mla_row_dst<T>(p, w.b, w.split, row0, live0);
+  unsigned char *const dst1 = fd_mla_row_dst<T>(p, w.b, w.split, row1, live1);
+  const int qd = th.qd;
 #pragma unroll
   for (int j = 0; j < C::NCW; j++) {
-    const int c = c0w + j;
+    const int c = th.c0w + j;
     if (c >= C::DCH) continue; /* warp-uniform */
-    if constexpr (FP8) { /* o[2 j] even columns, o[2 j + 1] odd ones: columns 16 c + 4 qd .. + 3 */
+    if constexpr (C::FP8) { /* o[2 j] even columns, o[2 j + 1] odd ones: 16 c + 4 qd .. + 3 */
       const int d = 16 * c + 4 * qd;
       fd_mla_put2<T>(dst0, as_t, d, o[2 * j][0], o[2 * j + 1][0], mul0);
       fd_mla_put2<T>(dst0, as_t, d + 2, o[2 * j][1], o[2 * j + 1][1], mul0);
@@ -967,16 +1175,90 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
       }
     }
   }
-  if (cw == 0 && qd == 0) {
+  if (th.cw == 0 && qd == 0) {
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
       const int row = hh ? row1 : row0;
       if (!(hh ? live1 : live0)) continue;
-      const float l = (hh ? blown1 : blown0) ? __int_as_float(0x7fc00000) : (hh ? lt1 : lt0);
+      const float l = (hh ? s.blown1 : s.blown0) ? __int_as_float(0x7fc00000) : (hh ? s.l1 : s.l0);
       const int h = row / p.q_len;
-      fd_store_row_ml(p, b, h, row - h * p.q_len, split, hh ? m1 : m0, l, nullptr);
+      fd_store_row_ml(p, w.b, h, row - h * p.q_len, w.split, hh ? m1 : m0, l, nullptr);
     }
   }
+}
+
+template <typename T, int D, int RG, int KV8>
+__global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
+    fd_mla_kernel(const __grid_constant__ fd_kernel_params p) {
+  using C = fd_mla_cfg<T, D, RG, KV8>;
+  constexpr int KT = C::KT, ST = C::ST;
+  extern __shared__ __align__(128) unsigned char fd_mla_smem[];
+  fd_pdl_wait();
+  fd_pdl_launch_dependents();
+
+  fd_mla_work w;
+  if (!fd_mla_work_of<C>(p, &w)) return;
+  fd_mla_bufs sm;
+  fd_mla_carve<C>(fd_mla_smem, &sm);
+  fd_mla_thread th;
+  fd_mla_thread_of<C>(&th);
+  fd_mla_call cl;
+  fd_mla_call_of<C>(p, &cl);
+
+  /* Prologue: the first tiles' offsets and copies, the page ids ahead, Q
+   * (RG 1: its A fragments in registers for the whole split; qf[0] unused
+   * otherwise) */
+  int ring[ST - 1];
+  fd_mla_prologue<C>(p, w, cl, sm, ring);
+  fd_mla_load_q<T, C>(p, w.b, w.row_base, w.rows_total, cl.rope8, sm.q, sm.qr, sm.qs);
+  uint32_t qf[C::QIN ? C::KSL + 4 : 1][4];
+  if constexpr (C::QIN) fd_mla_q_frags<C>(sm, cl.rope8, th.qr0, th.lane, qf);
+  int hi0, hi1; /* the lane's rows' upper key bounds */
+  fd_mla_row_bounds(p, w, th, &hi0, &hi1);
+
+  float o[C::NT][4];
+#pragma unroll
+  for (int n = 0; n < C::NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  fd_mla_run run = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, 0.0f, 0.0f};
+  float sr0 = 1.0f, sr1 = 1.0f; /* the rows' score scales (read at tile 0) */
+
+  for (int i = 0; i < w.num_tiles; i++) {
+    const int stage = i % ST;
+    const int key0 = w.begin + i * KT;
+    fd_mla_wait_tile<ST>();
+    if (i == 0) { /* Q's row scales: stored before the first block barrier */
+      sr0 = cl.scale * sm.qs[th.qr0 + th.g];
+      sr1 = cl.scale * sm.qs[th.qr0 + th.g + 8];
+    }
+    fd_mla_refill<C>(p, cl, sm, i + ST - 1, w.num_tiles);
+    const int page = fd_mla_page_ahead<C>(p, w, i, ring);
+
+    /* S, scaled and masked; the row maxima over the group */
+    const uint32_t st_u = sm.k_u + (uint32_t)(stage * C::STAGE);
+    float acc[C::NG][4], accr[C::NG][4];
+    fd_mla_scores<C>(st_u, sm, qf, cl.rope8, th.kw0, th.qr0, th.lane, acc, accr);
+    float x[C::NG][4], ee[C::NG][2], ff[C::NG][2];
+    fd_mla_max mx = fd_mla_mask<C>(cl, sm.flags + stage * KT, sm.tok + stage * KT, hi0 - key0,
+                                   hi1 - key0, th.kw0, th.qd, sr0, sr1, acc, accr, x, ee, ff);
+    fd_mla_group_max<C>(sm.x, th, cl.tok, mx);
+
+    /* online softmax, P -> shared memory; O rescaled, O += P V */
+    float fo0, fo1;
+    fd_mla_softmax<C>(mx, x, ee, ff, cl.tok, cl.p_lo, sm, th, run, &fo0, &fo1);
+    fd_mla_group_sync<C::CPW>(th.bar);
+    fd_mla_rescale_o<C::NT>(o, fo0, fo1);
+    fd_mla_pv<C>(st_u, sm, cl.p_lo, th, o);
+
+    fd_mla_offsets_ahead<C>(p, w, cl, i, page, sm.offs);
+  }
+  fd_cp_async_wait<0>(); /* only empty groups can remain */
+
+  /* Epilogue: O to the rows' max, l and the NaN / Inf flags over the
+   * group, the rows out */
+  bool bad0, bad1;
+  fd_mla_finish_o<C>(o, run, cl, &bad0, &bad1);
+  const fd_mla_sums s = fd_mla_group_sums<C>(sm.x, th, run.l0, run.l1, bad0, bad1);
+  fd_mla_write_rows<C>(p, w, th, o, run.m0, run.m1, s);
 }
 
 template <typename T, int D, int RG, int KV8>
