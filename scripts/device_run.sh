@@ -32,6 +32,7 @@
 #   $OUT/ab-compare.txt, the CSVs in $OUT/ab-runs.tgz. FD_AB_SHAPES: only those rows;
 #   FD_AB_ROUNDS: alternations (2); FD_AB_QUICK=1: no variants fuzz, no generate;
 #   FD_SAN_FILTER: the memcheck's grid cases.
+#   FD_AB_NCU=<row>: Nsight Compute of that row's split kernel on both builds ($OUT/ab-ncu-*.txt).
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
