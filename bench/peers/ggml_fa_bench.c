@@ -346,10 +346,11 @@ static double check_case(enum ggml_type type, int batch, int hq, int hkv, int d,
 }
 
 static int check(int threads) {
-    // tolerances relative to max|ref|: q is rounded to f16 (f16 caches) or quantized to q8_0
-    // (q8_0 caches) by ggml before the dot products, so the error is that rounding's, not f32's
+    // tolerance relative to max|ref|: ggml rounds q to f16 (f16 caches) or quantizes it to q8_0
+    // (q8_0 caches) before the dot products, and for f16 V accumulates P.V in an f16 vector
+    // (ops.cpp VKQ16): 3e-3..1.2e-2 measured; a wrong head mapping or layout gives ~1
     const enum ggml_type types[2] = {GGML_TYPE_F16, GGML_TYPE_Q8_0};
-    const double tol[2] = {1e-2, 3e-2};
+    const double tol[2] = {3e-2, 3e-2};
     int bad = 0;
     for (int t = 0; t < 2; t++) {
         // B=1, 1000 keys: the split-KV path (kv_len >= 512, one sequence, f16 only); B=2: chunks
