@@ -560,6 +560,8 @@ def main():
         peer_note = "%s (%s); its check against float64 (rel err): %s%s" % (
             peer_path, peer_version, summary, "" if ok else " -- CHECK FAILED")
         print("llama.cpp peer: %s" % peer_note, flush=True)
+    elif ARGS.no_llamacpp:
+        print("llama.cpp peer: skipped (--no-llamacpp)")
     else:
         print("llama.cpp peer: unavailable (no %s); build it with "
               "`bash bench/peers/fetch_llamacpp.sh` (needs network: PyPI)" % LLAMACPP_DEFAULT)
