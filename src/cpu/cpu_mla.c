@@ -48,6 +48,11 @@
 #define FD_CPU_MLA_FOLD_BLOCKS 4
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
 #define FD_CPU_MLA_ITEM_OVERHEAD 32.0
+/* Bytes of q packed by the kernels' pack_q for one tile: a tile's rows of
+ * [latent | rope] columns in one bf16 piece, a 64-byte header and 64 bytes
+ * of padding (the AMX layout; rows that need two pieces, or more bytes, run
+ * unpacked). */
+#define FD_CPU_MLA_QT_BYTES (128 + FD_CPU_MLA_TILE_ROWS * FD_MAX_ROW_DIM * 2)
 
 _Static_assert(FD_CPU_MLA_BLOCK == FD_CPU_KEY_BLOCK, "the kernels' scratch rows are a key block");
 _Static_assert(FD_CPU_MLA_TILE_ROWS <= FD_CPU_MAX_ROWS, "a tile is one kernel call's rows");
@@ -187,6 +192,11 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   }
   memset(acc, 0, (size_t)rows * D * sizeof *acc);
   memset(outer, 0, (size_t)rows * D * sizeof *outer);
+  /* q packed once for the kernels' scores (pack_q: the AMX tiles' layout),
+   * or NULL: the kernels read q */
+  _Alignas(64) unsigned char qt[FD_CPU_MLA_QT_BYTES];
+  const void *q_packed = NULL;
+  if (c->kernels.pack_q && c->kernels.pack_q(q, rows, W, qt, sizeof qt) > 0) q_packed = qt;
 
   int nb, pending = 0; /* blocks summed since the last fold */
   for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
@@ -204,6 +214,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
         .q = q,
+        .qt = q_packed,
         .acc = acc,
         .m = m,
         .l = l,
