@@ -268,4 +268,17 @@ static __device__ __forceinline__ float fd_warp_sum(float x) {
   return x;
 }
 
+/* Over the 4 lanes of a quad (the lanes of an mma fragment's row): the sums
+ * l0, l1 of two rows and their flags bad0, bad1 (set in any lane). */
+static __device__ __forceinline__ void fd_quad_sum_rows(float &l0, float &l1, bool &bad0,
+                                                        bool &bad1) {
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
+    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
+  }
+}
+
 #endif /* FD_CUDA_DEVICE_UTIL_CUH */

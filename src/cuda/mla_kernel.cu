@@ -42,7 +42,7 @@
  *   fd_mla_group_max: row maxima -> shared memory, group barrier;
  *   fd_mla_softmax: online softmax in base 2 (a row whose max is still
  *   -inf subtracts 0), P -> shared memory; group barrier;
- *   fd_mla_rescale_o, fd_mla_pv: O rescaled, O += P V;
+ *   fd_mma_rescale_rows, fd_mla_pv: O rescaled, O += P V;
  *   fd_mla_offsets_ahead: the byte offsets of tile i + ST's keys -> shared
  *   memory (their block_table entries were loaded ST - 1 tiles earlier).
  *   Before the loop: fd_mla_prologue (the offsets of tiles 0 .. ST - 1,
@@ -1037,21 +1037,6 @@ static __device__ __forceinline__ void fd_mla_softmax(const fd_mla_max &mx,
   run.l1 = run.l1 * a1 + ps1;
 }
 
-/* O rescaled by the rows' factors fo0 (row g), fo1 (g + 8), unless no
- * lane's factor moved. */
-template <int NT>
-static __device__ __forceinline__ void fd_mla_rescale_o(float (&o)[NT][4], float fo0, float fo1) {
-  if (__any_sync(0xffffffffu, fo0 != 1.0f || fo1 != 1.0f)) {
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-      o[n][0] *= fo0;
-      o[n][1] *= fo0;
-      o[n][2] *= fo1;
-      o[n][3] *= fo1;
-    }
-  }
-}
-
 /* O += P V for the warp's columns, V the tile at v_u (fd_mla_pv8,
  * fd_mla_pv16). */
 template <typename C>
@@ -1113,13 +1098,7 @@ template <typename C>
 static __device__ __forceinline__ fd_mla_sums fd_mla_group_sums(float2 *sX,
                                                                 const fd_mla_thread &th, float l0,
                                                                 float l1, bool bad0, bool bad1) {
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
-    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
-  }
+  fd_quad_sum_rows(l0, l1, bad0, bad1);
   if (th.qd == 0) {
     sX[th.warp * 16 + th.g] = make_float2(l0, bad0 ? 1.0f : 0.0f);
     sX[th.warp * 16 + th.g + 8] = make_float2(l1, bad1 ? 1.0f : 0.0f);
@@ -1246,7 +1225,7 @@ __global__ void __launch_bounds__(32 * FD_MLA_WARPS, 1)
     float fo0, fo1;
     fd_mla_softmax<C>(mx, x, ee, ff, cl.tok, cl.p_lo, sm, th, run, &fo0, &fo1);
     fd_mla_group_sync<C::CPW>(th.bar);
-    fd_mla_rescale_o<C::NT>(o, fo0, fo1);
+    fd_mma_rescale_rows<C::NT>(o, fo0, fo1);
     fd_mla_pv<C>(st_u, sm, cl.p_lo, th, o);
 
     fd_mla_offsets_ahead<C>(p, w, cl, i, page, sm.offs);

@@ -336,13 +336,7 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
     bad0 = bad0 || !(isfinite(o[4 * n]) && isfinite(o[4 * n + 1]));
     bad1 = bad1 || !(isfinite(o[4 * n + 2]) && isfinite(o[4 * n + 3]));
   }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
-    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
-  }
+  fd_quad_sum_rows(l0, l1, bad0, bad1);
   __syncthreads(); /* every read of sX's maxima is done */
   if (qd == 0) {
     sX[grp * 64 + r0] = make_float2(l0, bad0 ? 1.0f : 0.0f);

@@ -111,6 +111,22 @@ static __device__ __forceinline__ uint32_t fd_movmatrix_trans(uint32_t x) {
   return y;
 }
 
+/* O += P V accumulators with query rows on the mma's M side (o[n][0..1]: row
+ * g, o[n][2..3]: row g + 8) rescaled by the online softmax's factors a0, a1,
+ * unless no factor of the warp differs from 1. */
+template <int N>
+static __device__ __forceinline__ void fd_mma_rescale_rows(float (&o)[N][4], float a0, float a1) {
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+      o[n][0] *= a0;
+      o[n][1] *= a0;
+      o[n][2] *= a1;
+      o[n][3] *= a1;
+    }
+  }
+}
+
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] tile. */
 template <int D>
 static __device__ __forceinline__ uint32_t fd_swz(int row, int chunk) {

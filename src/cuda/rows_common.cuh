@@ -125,15 +125,7 @@ static __device__ __forceinline__ void fd_rows_softmax(float (&s)[FD_ROWS_KEYS /
   }
   l0 = l0 * a0 + ps0;
   l1 = l1 * a1 + ps1;
-  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      o[n][0] *= a0;
-      o[n][1] *= a0;
-      o[n][2] *= a1;
-      o[n][3] *= a1;
-    }
-  }
+  fd_mma_rescale_rows<D / 8>(o, a0, a1);
 }
 
 /* Writes one row's results (lane (g, qd) holds columns 8 n + 2 qd, + 1 of
@@ -197,13 +189,7 @@ static __device__ __forceinline__ void fd_rows_finish(const fd_kernel_params &p,
     bad0 = bad0 || !(isfinite(o[n][0]) && isfinite(o[n][1]));
     bad1 = bad1 || !(isfinite(o[n][2]) && isfinite(o[n][3]));
   }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    bad0 = __shfl_xor_sync(0xffffffffu, (int)bad0, off) != 0 || bad0;
-    bad1 = __shfl_xor_sync(0xffffffffu, (int)bad1, off) != 0 || bad1;
-  }
+  fd_quad_sum_rows(l0, l1, bad0, bad1);
   if (row0 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0, o, 0, m0, l0, bad0);
   if (row0 + 8 < rows_total) fd_rows_store<T, D>(p, b, hk, split, row0 + 8, o, 2, m1, l1, bad1);
 }
