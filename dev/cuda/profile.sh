@@ -21,6 +21,9 @@
 #        sdpa_cudnn_calls.py) beside ours (--no-pdl, as in the model) where cuDNN leads
 #        end to end: B=16 8193 keys and B=1 32769, 32/8 d128: grids, registers, shared
 #        memory, durations and DRAM throughput of every kernel of a call
+#   bash dev/cuda/profile.sh OUTDIR mla      the MLA kernels at 128 and 16 query heads (b64 8k
+#        and b1 32k, 64-key pages): the CLI's time, then Nsight Compute with the tensor pipes'
+#        utilisation (ComputeWorkloadAnalysis) and the L2/shared-memory traffic
 #   FD_BIN=path: the flashdecode CLI to run (default ./build/flashdecode)
 set -u
 OUT=${1:-/tmp/fd_prof}
@@ -30,7 +33,7 @@ prof() { # prof TAG ARGS...
   timeout 120 ncu -k regex:${KREGEX:-fd_split_mma_kernel} --launch-skip 5 --launch-count ${LCOUNT:-1} \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
-    --section SourceCounters --print-details all \
+    --section SourceCounters ${SECTIONS:-} --print-details all \
     "${FD_BIN:-./build/flashdecode}" bench --backend cuda --iters 2 "$@" >"$OUT/ncu-$tag.txt" 2>&1
   echo "== $tag ($*)"
   grep -E "Grid Size|Duration|Memory Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Stall [A-Z]|Registers Per|Achieved Occupancy|Executed Instructions  " \
@@ -77,6 +80,19 @@ if [ "${2:-}" = rows ]; then # the rows kernel on the shared-prefix row's prefix
   done | tee "$OUT/ncu-0cli.txt"
   KREGEX=fd_rows_mma_kernel prof prefix-paged16 --batch 1 --q-len 64 --non-causal --kv-len 16384 --page-size 16
   KREGEX=fd_rows_mma_kernel prof prefix-contig --batch 1 --q-len 64 --non-causal --kv-len 16384
+  exit 0
+fi
+if [ "${2:-}" = mla ]; then
+  m=(--num-heads-kv 1 --head-dim 512 --rope-dim 64 --page-size 64)
+  for shape in "64 128 8192" "1 128 32768" "64 16 8192"; do
+    read -r bb hq kv <<<"$shape"
+    "${FD_BIN:-./build/flashdecode}" bench --backend cuda --batch "$bb" --num-heads-q "$hq" \
+      --kv-len "$kv" "${m[@]}" 2>&1 | tail -1
+  done | tee "$OUT/ncu-0cli.txt"
+  export SECTIONS="--section ComputeWorkloadAnalysis --section InstructionStats"
+  KREGEX=fd_mla_wgmma_kernel prof mla-b64-h128 --batch 64 --num-heads-q 128 --kv-len 8192 "${m[@]}"
+  KREGEX=fd_mla_wgmma_kernel prof mla-b1-h128 --batch 1 --num-heads-q 128 --kv-len 32768 "${m[@]}"
+  KREGEX=fd_mla_kernel prof mla-b64-h16 --batch 64 --num-heads-q 16 --kv-len 8192 "${m[@]}"
   exit 0
 fi
 if [ "${2:-}" = paged ]; then
