@@ -142,6 +142,16 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
   for (int j = nb; j < ((nb + 31) & ~31); j++) keys[j] = keys[nb - 1];
 }
 
+/* The bytes from row j to row j + 1 when all n rows are rows[0] + j * that
+ * (fd_cpu_block.key_step: full blocks only), else 0. */
+static ptrdiff_t even_step(const void *const *rows, int n) {
+  if (n != FD_CPU_MLA_BLOCK) return 0;
+  const ptrdiff_t step = (const char *)rows[1] - (const char *)rows[0];
+  for (int j = 2; j < n; j++)
+    if ((const char *)rows[j] != (const char *)rows[0] + j * step) return 0;
+  return step;
+}
+
 /* One item: rows [row0, row0 + rows) of sequence b over the keys [begin,
  * end) of split `split`, with one thread's buffers. */
 static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int32_t begin,
@@ -211,6 +221,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
       every &= n == nb;
     }
     build_block(c, b, j0, nb, buf, keys);
+    const ptrdiff_t step = even_step(keys, nb);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
         .q = q,
@@ -223,6 +234,8 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .count = every ? NULL : count,
         .keys = keys,
         .values = keys,
+        .key_step = step,
+        .value_step = step,
         .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
         .tree_off = prefix - j0,
         .scale = plan->softmax_scale,
