@@ -20,12 +20,14 @@
  *   goes in as two pieces, hi = bf16(q) and lo = q - hi (both bf16: exact for
  *   fp16 values), summed after the product; a q that two pieces do not hold
  *   (float32) is not packed and the body's FMA scores run instead.
- * - Values: B = 16 value rows as stored (32 columns: 16 column pairs), A =
- *   [row, parity, piece][key pairs] with P's piece of key k in the pair's
- *   even slot (parity 0) or odd slot (parity 1), the other slot 0: row
- *   (r, 0) of C collects the even columns of 32, (r, 1) the odd ones, which
- *   is the paired order of cpu_kernels.h. P (float32) goes in as two bf16
- *   pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
+ * - Values, up to 8 rows: B = 16 value rows as stored (32 columns: 16
+ *   column pairs), A = [row, parity, piece][key pairs] with P's piece of key
+ *   k in the pair's even slot (parity 0) or odd slot (parity 1), the other
+ *   slot 0: row (r, 0) of C collects the even columns of 32, (r, 1) the odd
+ *   ones, which is the paired order of cpu_kernels.h. More rows: V relaid
+ *   out into B tiles of key pairs (amx_values_vnni), A = 16 rows of P's
+ *   piece, C = [row][column] in the paired order. P (float32) goes in as two
+ *   bf16 pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
  *
  * Key and value rows are read in place when the block's 32 rows are evenly
  * spaced (the driver's key_step / value_step: a contiguous cache, a page
