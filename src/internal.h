@@ -63,6 +63,9 @@ static inline int64_t fd_scale_index(const fd_plan *plan, const int32_t *block_t
  * keys of one block (FD_CPU_KEY_BLOCK). */
 #define FD_CPU_MLA_TILE_ROWS 64
 #define FD_CPU_MLA_BLOCK 32
+/* Key blocks of one group: their values summed by one kernel call, then
+ * folded into the double sums together (cpu_mla.c). */
+#define FD_CPU_MLA_GROUP 8
 
 static inline int32_t fd_cpu_mla_tile_rows(const fd_problem *p) {
   const int32_t rows = p->num_heads_q * p->q_len;
@@ -74,9 +77,11 @@ static inline size_t fd_align_up(size_t x, size_t a) { return (x + a - 1) / a * 
 /* The per-thread scratch of a CPU MLA call, in the workspace: T =
  * fd_cpu_mla_tile_rows rows of q ([T][head_dim + rope_dim] floats), of the
  * float sums ([T][head_dim]), of the double sums ([T][head_dim]), the
- * softmax scratch ([T][FD_CPU_MLA_BLOCK]) and one key block as the kernels
- * read it ([FD_CPU_MLA_BLOCK][head_dim + rope_dim] floats), each 64-byte
- * aligned. */
+ * softmax scratch (each block of a group's p, [FD_CPU_MLA_GROUP][T]
+ * [FD_CPU_MLA_BLOCK], then the group's p together, [T][FD_CPU_MLA_GROUP *
+ * FD_CPU_MLA_BLOCK]) and a group's key blocks as the kernels read them
+ * ([FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK][head_dim + rope_dim] floats), each
+ * 64-byte aligned. */
 typedef struct fd_cpu_mla_scratch_layout {
   size_t q, acc, outer, scratch, keys, bytes; /* offsets; bytes: one thread's total */
 } fd_cpu_mla_scratch_layout;
@@ -93,9 +98,9 @@ static inline fd_cpu_mla_scratch_layout fd_cpu_mla_layout(const fd_problem *p) {
   l.outer = off;
   off = fd_align_up(off + T * D * sizeof(double), 64);
   l.scratch = off;
-  off = fd_align_up(off + T * FD_CPU_MLA_BLOCK * sizeof(float), 64);
+  off = fd_align_up(off + 2 * T * FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK * sizeof(float), 64);
   l.keys = off;
-  off = fd_align_up(off + FD_CPU_MLA_BLOCK * W * sizeof(float), 64);
+  off = fd_align_up(off + FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK * W * sizeof(float), 64);
   l.bytes = fd_align_up(off, 256);
   return l;
 }

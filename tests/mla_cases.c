@@ -1,7 +1,7 @@
 /*
  * mla_cases.c — the MLA cases test_mla (CPU) and the GPU MLA test run
  * (fd_mla_grid_cases). Covering, not the cross product:
- *   (head_dim, rope_dim) (512, 64), (448, 64) and, CPU only, (40, 8);
+ *   (head_dim, rope_dim) (512, 64), (448, 64) and, CPU only, (480, 64), (40, 8);
  *   dtype f32 (CPU), f16, bf16; out f32; heads 1, 4, 16, 128;
  *   kv_len 0, 1, odd, 4099+ and ragged batches; q_len 1, 2, 3, 7, 16 (and
  *   q_len > kv_len: rows that see no key); contiguous and paged caches
@@ -56,6 +56,12 @@ static const fd_mla_case cpu_only[] = {
     /* every split count of a long sequence (65 chunks); float32 sums over long splits */
     {.dtype = F32, .head_dim = 40, .rope_dim = 8, .num_heads_q = 4, .batch = 2, .kv_len = {4099, 130}, .q_len = 2, .page_size = 64, .combined = 1, .with_lse = 1, .sweep_splits = 66},
     {.dtype = F32, .head_dim = 512, .rope_dim = 64, .num_heads_q = 4, .batch = 1, .kv_len = {4099}, .q_len = 1, .num_splits = 1, .with_lse = 1},
+    /* bf16 values over several key blocks a call: 4 rows (AMX: the parity tiles, 32 keys
+     * at a time), 12 rows (AMX: V relaid out, a part row chunk; 480 columns: a 32-column
+     * tail), 64 rows */
+    {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 4, .batch = 2, .kv_len = {300, 77}, .q_len = 1, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 480, .rope_dim = 64, .num_heads_q = 4, .batch = 1, .kv_len = {600}, .q_len = 3, .page_size = 16, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 64, .batch = 1, .kv_len = {1000}, .q_len = 1, .combined = 1, .with_lse = 1},
     /* every instruction set's kernels (skipped where the machine lacks one) */
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 2, .kv_len = {97, 33}, .q_len = 2, .page_size = 16, .combined = 1, .with_lse = 1, .num_splits = 2, .cpu_isa = 1},
     {.dtype = F16, .kv_dtype = E4M3, .kv_scale = TOKEN, .head_dim = 448, .rope_dim = 64, .num_heads_q = 8, .batch = 1, .kv_len = {70}, .q_len = 1, .with_lse = 1, .cpu_isa = 1},

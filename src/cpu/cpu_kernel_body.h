@@ -331,8 +331,8 @@ FD_VFN void values_cols(const fd_cpu_block *b, int r0, int d0, const int RT, con
           v_mul(FULL ? v_loadf(a + FD_V_W * i) : v_loadf_mask(cols[i], a + FD_V_W * i), al);
   }
   for (int i = A; i < U * A; i++) acc[i] = v_zero();
-  const float *p = b->scratch + (ptrdiff_t)r0 * FD_CPU_KEY_BLOCK;
-  const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * elem;
+  const float *p = b->scratch + (ptrdiff_t)r0 * b->stride;
+  const ptrdiff_t ps = b->stride, off = b->value_off + (ptrdiff_t)d0 * elem;
   int j = 0;
   for (; j + U <= nk; j += U) {
     if (r0 == 0 && d0 == 0) /* b->next, a part per U keys of the first tile */
@@ -345,7 +345,7 @@ FD_VFN void values_cols(const fd_cpu_block *b, int r0, int d0, const int RT, con
       for (int i = 0; i < DT; i++)
         vv[i] = FULL ? v_load(v, FD_V_W * i, dtype) : v_load_part(v, FD_V_W * i, cols[i], ncols[i], dtype);
       for (int r = 0; r < RT; r++) {
-        const vf pj = v_set1(p[r * FD_CPU_KEY_BLOCK + j + u]);
+        const vf pj = v_set1(p[r * ps + j + u]);
         for (int i = 0; i < DT; i++) acc[u * A + r * DT + i] = v_fma(pj, vv[i], acc[u * A + r * DT + i]);
       }
     }
@@ -356,7 +356,7 @@ FD_VFN void values_cols(const fd_cpu_block *b, int r0, int d0, const int RT, con
     for (int i = 0; i < DT; i++)
       vv[i] = FULL ? v_load(v, FD_V_W * i, dtype) : v_load_part(v, FD_V_W * i, cols[i], ncols[i], dtype);
     for (int r = 0; r < RT; r++) {
-      const vf pj = v_set1(p[r * FD_CPU_KEY_BLOCK + j]);
+      const vf pj = v_set1(p[r * ps + j]);
       for (int i = 0; i < DT; i++) acc[r * DT + i] = v_fma(pj, vv[i], acc[r * DT + i]);
     }
   }
@@ -405,8 +405,8 @@ FD_VFN void values_pairs(const fd_cpu_block *b, int r0, int d0, const int RT, co
     for (int i = 0; i < 2 * CT; i++) acc[r * 2 * CT + i] = v_mul(v_loadf(a + 16 * i), al);
   }
   for (int i = A; i < U * A; i++) acc[i] = v_zero();
-  const float *p = b->scratch + (ptrdiff_t)r0 * FD_CPU_KEY_BLOCK;
-  const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * 2;
+  const float *p = b->scratch + (ptrdiff_t)r0 * b->stride;
+  const ptrdiff_t ps = b->stride, off = b->value_off + (ptrdiff_t)d0 * 2;
   for (int j = 0; j < nk; j += U) {
     for (int u = 0; u < U && j + u < nk; u++) {
       const char *v = (const char *)b->values[j + u] + off;
@@ -419,7 +419,7 @@ FD_VFN void values_pairs(const fd_cpu_block *b, int r0, int d0, const int RT, co
         vv[2 * c + 1] = v_bf16_odd(x);
       }
       for (int r = 0; r < RT; r++) {
-        const vf pj = v_set1(p[r * FD_CPU_KEY_BLOCK + j + u]);
+        const vf pj = v_set1(p[r * ps + j + u]);
         for (int i = 0; i < 2 * CT; i++)
           acc[u * A + r * 2 * CT + i] = v_fma(pj, vv[i], acc[u * A + r * 2 * CT + i]);
       }
@@ -451,7 +451,7 @@ FD_VFN void values_counted(const fd_cpu_block *b, fd_dtype dtype) {
   for (int r = 0; r < b->rows; r++) {
     const int n = b->count[r];
     if (n <= 0) continue;
-    const float *p = b->scratch + (ptrdiff_t)r * FD_CPU_KEY_BLOCK;
+    const float *p = b->scratch + (ptrdiff_t)r * b->stride;
     float *a = b->acc + (ptrdiff_t)r * head_dim;
 #if FD_V_PAIRED
     if (dtype == FD_DTYPE_BF16 && head_dim % 32 == 0) { /* paired order */

@@ -68,10 +68,12 @@ typedef enum fd_cpu_isa {
  * up to 32) - 1 repeat the last key's (a kernel may read them and discard
  * what it computes).
  *
- * Scratch rows are `stride` floats apart: FD_CPU_KEY_BLOCK for `scores` and
- * `values`; for the small_* steps below a multiple of 32 up to
+ * Scratch rows are `stride` floats apart: FD_CPU_KEY_BLOCK for `scores`;
+ * for `values` and the small_* steps below a multiple of 32 up to
  * FD_CPU_SMALL_BLOCK, and num_keys <= stride (longer blocks: fewer
- * reductions and calls per key).
+ * reductions and calls per key). A `values` call over several key blocks
+ * takes their p already relative to one max (the caller rescales them) and
+ * one alpha per row.
  */
 typedef struct fd_cpu_block {
   const float *q;            /* [rows][head_dim] query rows */
@@ -85,8 +87,9 @@ typedef struct fd_cpu_block {
   const void *const *values; /* [num_keys padded] */
   ptrdiff_t key_off, value_off; /* bytes */
   ptrdiff_t key_step, value_step; /* bytes from key (value) j to j + 1 when every entry
-                                     of the arrays is keys[0] + j * key_step (all 32 of a
-                                     full block), else 0 (a hint: kernels may ignore it) */
+                                     of the arrays is keys[0] + j * key_step (num_keys a
+                                     multiple of 32: no padding entries), else 0 (a hint:
+                                     kernels may ignore it) */
   const int *first;          /* [rows] first key of the block each row sees (keys
                                 before it are masked: a sliding window), or NULL: 0 */
   const uint64_t *tree;      /* [rows] tree masks (row_keys.h), or NULL: key j of the

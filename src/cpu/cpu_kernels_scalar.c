@@ -44,7 +44,7 @@ static inline void values_body(const fd_cpu_block *b, fd_dtype dtype) {
   for (int r = 0; r < b->rows; r++) {
     const int n = b->count ? b->count[r] : b->num_keys;
     if (n <= 0) continue;
-    const float *s = b->scratch + (ptrdiff_t)r * FD_CPU_KEY_BLOCK;
+    const float *s = b->scratch + (ptrdiff_t)r * b->stride;
     float *a = b->acc + (ptrdiff_t)r * head_dim;
     for (int d = 0; d < head_dim; d++) a[d] *= b->alpha[r];
     for (int j = 0; j < n; j++) {

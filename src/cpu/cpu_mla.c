@@ -23,8 +23,14 @@
  *   - for an fp8 latent, both parts widened to float32 into the buffer:
  *     c_kv * k_scale, k_pe * k_scale when the rope part is fp8, k_pe exactly
  *     when it is 16-bit (cpu_fp8.c, one rounding per element).
- * Sums as in decode, in float32 over FD_CPU_MLA_FOLD_BLOCKS key blocks, then
- * folded into double (fd_cpu_fold);
+ * The values of a group of FD_CPU_MLA_GROUP blocks that every row sees whole
+ * are one call over all of them: each block's p (relative to the running max
+ * after that block) times the alphas of the group's later blocks, so all are
+ * relative to the last max, and acc's alpha the product of the group's
+ * (the kernels keep the sums of such a call in tiles or registers and touch
+ * acc once). A block some row sees only in part (the causal end, a tree
+ * mask) has its own values call. Sums as in decode, in float32 over a
+ * group, then folded into double (fd_cpu_fold);
  * one split writes out and lse, several write partials that fd_cpu_combine
  * merges. An item's arithmetic does not depend on the thread or the batch,
  * so results are reproducible and, with fixed split lengths, batch-invariant.
@@ -40,12 +46,12 @@
 #include "row_keys.h"
 #include "split.h"
 
-/* Key blocks summed in float32 before their sums are folded into the
- * double ones (fd_cpu_fold): 4 x 32 keys. A fold costs about what a block's
- * P.V costs at 16 heads (rows x head_dim double updates), so folding every
- * block (decode's choice) spent ~11 % of an MLA call; float32 sums over 128
- * keys still keep the error from growing with kv_len. */
-#define FD_CPU_MLA_FOLD_BLOCKS 4
+/* Key blocks are summed in float32 over a group (FD_CPU_MLA_GROUP, 8 x 32
+ * keys) before their sums are folded into the double ones (fd_cpu_fold). A
+ * fold costs about what a block's P.V costs at 16 heads (rows x head_dim
+ * double updates), so folding every block (decode's choice) spent ~11 % of
+ * an MLA call; float32 sums over 256 keys still keep the error from growing
+ * with kv_len. */
 /* A work item's cost beyond its keys, in keys (set-up, outputs). */
 #define FD_CPU_MLA_ITEM_OVERHEAD 32.0
 /* Bytes of q packed by the kernels' pack_q for one tile: a tile's rows of
@@ -56,6 +62,8 @@
 
 _Static_assert(FD_CPU_MLA_BLOCK == FD_CPU_KEY_BLOCK, "the kernels' scratch rows are a key block");
 _Static_assert(FD_CPU_MLA_TILE_ROWS <= FD_CPU_MAX_ROWS, "a tile is one kernel call's rows");
+_Static_assert(FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK <= FD_CPU_SMALL_BLOCK,
+               "a group's keys are one values call's (stride up to FD_CPU_SMALL_BLOCK)");
 
 /* How a key block reaches the kernels (above). */
 typedef enum mla_rows {
@@ -142,6 +150,58 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
   for (int j = nb; j < ((nb + 31) & ~31); j++) keys[j] = keys[nb - 1];
 }
 
+/* The bytes from row j to row j + 1 when all n rows are rows[0] + j * that
+ * (fd_cpu_block.key_step: n a multiple of 32), else 0. */
+static ptrdiff_t even_step(const void *const *rows, int n) {
+  if (n % FD_CPU_MLA_BLOCK != 0) return 0;
+  const ptrdiff_t step = (const char *)rows[1] - (const char *)rows[0];
+  for (int j = 2; j < n; j++)
+    if ((const char *)rows[j] != (const char *)rows[0] + j * step) return 0;
+  return step;
+}
+
+/* The values step of the n blocks of a group in slots [first, first + n),
+ * all seen whole by every row (blk: the scores call's fields): one block as
+ * it is; several through p rescaled to the last block's max in `all` ([rows]
+ * [n * FD_CPU_MLA_BLOCK]) with acc's alpha the product of theirs. */
+static void values_held(const mla_call *c, const fd_cpu_block *blk, int first, int n,
+                        float *slot_p, float (*alphas)[FD_CPU_MLA_TILE_ROWS],
+                        const int *slot_keys, const void *const *keys, float *all) {
+  if (n == 0) return;
+  const int rows = blk->rows;
+  const int S = n * FD_CPU_MLA_BLOCK, B = FD_CPU_MLA_BLOCK;
+  fd_cpu_block v = *blk;
+  float alpha[FD_CPU_MLA_TILE_ROWS];
+  v.count = NULL;
+  v.values = keys + (ptrdiff_t)first * B;
+  v.num_keys = (n - 1) * B + slot_keys[first + n - 1];
+  v.value_step = even_step(v.values, v.num_keys);
+  v.head_dim = c->plan->problem.head_dim;
+  v.tree = NULL;
+  if (n == 1) {
+    v.scratch = slot_p + (ptrdiff_t)first * rows * B;
+    v.alpha = alphas[first];
+    v.stride = B;
+  } else {
+    for (int r = 0; r < rows; r++) {
+      float s = 1.0f;
+      for (int i = n - 1; i >= 0; i--) {
+        const float *src = slot_p + ((ptrdiff_t)(first + i) * rows + r) * B;
+        float *dst = all + (ptrdiff_t)r * S + i * B;
+        const int nk = slot_keys[first + i];
+        for (int k = 0; k < nk; k++) dst[k] = src[k] * s;
+        for (int k = nk; k < B; k++) dst[k] = 0.0f;
+        s *= alphas[first + i][r];
+      }
+      alpha[r] = s;
+    }
+    v.scratch = all;
+    v.alpha = alpha;
+    v.stride = S;
+  }
+  c->kernels.values(&v);
+}
+
 /* One item: rows [row0, row0 + rows) of sequence b over the keys [begin,
  * end) of split `split`, with one thread's buffers. */
 static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int32_t begin,
@@ -154,14 +214,19 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   float *q = (float *)(mem + c->lay.q);           /* [rows][W] */
   float *acc = (float *)(mem + c->lay.acc);       /* [rows][D] */
   double *outer = (double *)(mem + c->lay.outer); /* [rows][D] */
-  float *scratch = (float *)(mem + c->lay.scratch);
+  float *slot_p = (float *)(mem + c->lay.scratch); /* [group block][rows][block] */
+  float *all_p = slot_p + (size_t)FD_CPU_MLA_GROUP * rows * FD_CPU_MLA_BLOCK;
   char *buf = mem + c->lay.keys;
-  float m[FD_CPU_MLA_TILE_ROWS] = {0}, l[FD_CPU_MLA_TILE_ROWS], alpha[FD_CPU_MLA_TILE_ROWS];
+  const size_t block_bytes =
+      (size_t)FD_CPU_MLA_BLOCK * W * (c->rows_mode == MLA_ROWS_WIDEN ? sizeof(float) : c->e_kv);
+  float m[FD_CPU_MLA_TILE_ROWS] = {0}, l[FD_CPU_MLA_TILE_ROWS];
   float m_out[FD_CPU_MLA_TILE_ROWS];
   double l_out[FD_CPU_MLA_TILE_ROWS];
   int32_t limit[FD_CPU_MLA_TILE_ROWS];
   int count[FD_CPU_MLA_TILE_ROWS];
-  const void *keys[FD_CPU_MLA_BLOCK];
+  const void *keys[FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK]; /* the group's blocks */
+  float alphas[FD_CPU_MLA_GROUP][FD_CPU_MLA_TILE_ROWS];
+  int slot_keys[FD_CPU_MLA_GROUP];
 
   /* rows see keys [begin, limit[r]) (causal: fd_row_keys; with a tree mask
    * fd_tree_row_keys, the mask hiding draft keys inside the blocks) */
@@ -198,7 +263,8 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   const void *q_packed = NULL;
   if (c->kernels.pack_q && c->kernels.pack_q(q, rows, W, qt, sizeof qt) > 0) q_packed = qt;
 
-  int nb, pending = 0; /* blocks summed since the last fold */
+  int nb, slot = 0; /* the group's blocks so far */
+  int held = 0;      /* of them, the last ones whose values wait for the group's call */
   for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
     nb = tile_end - j0 < FD_CPU_MLA_BLOCK ? tile_end - j0 : FD_CPU_MLA_BLOCK;
     int every = 1;
@@ -210,7 +276,9 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
       count[r] = n;
       every &= n == nb;
     }
-    build_block(c, b, j0, nb, buf, keys);
+    const void **bk = keys + slot * FD_CPU_MLA_BLOCK;
+    build_block(c, b, j0, nb, buf + slot * block_bytes, bk);
+    const ptrdiff_t step = even_step(bk, nb);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
         .q = q,
@@ -218,11 +286,13 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .acc = acc,
         .m = m,
         .l = l,
-        .alpha = alpha,
-        .scratch = scratch,
+        .alpha = alphas[slot],
+        .scratch = slot_p + (size_t)slot * rows * FD_CPU_MLA_BLOCK,
         .count = every ? NULL : count,
-        .keys = keys,
-        .values = keys,
+        .keys = bk,
+        .values = bk,
+        .key_step = step,
+        .value_step = step,
         .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
         .tree_off = prefix - j0,
         .scale = plan->softmax_scale,
@@ -231,16 +301,24 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .head_dim = W,
         .stride = FD_CPU_MLA_BLOCK,
     };
-    fd_cpu_block values = scores;
-    values.head_dim = D;
     c->kernels.scores(&scores);
-    c->kernels.values(&values);
-    if (++pending == FD_CPU_MLA_FOLD_BLOCKS) {
+    slot_keys[slot] = nb;
+    if (every) {
+      held++;
+    } else { /* the held blocks' values first, then this one's over each row's keys */
+      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p);
+      held = 0;
+      fd_cpu_block values = scores;
+      values.head_dim = D;
+      c->kernels.values(&values);
+    }
+    if (++slot == FD_CPU_MLA_GROUP || j0 + nb >= tile_end) {
+      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p);
+      held = 0;
+      slot = 0;
       fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D, c->isa);
-      pending = 0;
     }
   }
-  if (pending) fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D, c->isa);
 
   const int paired = fd_cpu_acc_paired(&c->kernels, c->kernel_dtype, D);
   float natural[FD_MAX_MLA_HEAD_DIM];

@@ -20,12 +20,14 @@
  *   goes in as two pieces, hi = bf16(q) and lo = q - hi (both bf16: exact for
  *   fp16 values), summed after the product; a q that two pieces do not hold
  *   (float32) is not packed and the body's FMA scores run instead.
- * - Values: B = 16 value rows as stored (32 columns: 16 column pairs), A =
- *   [row, parity, piece][key pairs] with P's piece of key k in the pair's
- *   even slot (parity 0) or odd slot (parity 1), the other slot 0: row
- *   (r, 0) of C collects the even columns of 32, (r, 1) the odd ones, which
- *   is the paired order of cpu_kernels.h. P (float32) goes in as two bf16
- *   pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
+ * - Values, up to 8 rows: B = 16 value rows as stored (32 columns: 16
+ *   column pairs), A = [row, parity, piece][key pairs] with P's piece of key
+ *   k in the pair's even slot (parity 0) or odd slot (parity 1), the other
+ *   slot 0: row (r, 0) of C collects the even columns of 32, (r, 1) the odd
+ *   ones, which is the paired order of cpu_kernels.h. More rows: V relaid
+ *   out into B tiles of key pairs (amx_values_vnni), A = 16 rows of P's
+ *   piece, C = [row][column] in the paired order. P (float32) goes in as two
+ *   bf16 pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
  *
  * Key and value rows are read in place when the block's 32 rows are evenly
  * spaced (the driver's key_step / value_step: a contiguous cache, a page
@@ -137,6 +139,12 @@ FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdi
            (size_t)head_dim * 2);
   *stride = (ptrdiff_t)head_dim * 2;
   return (const char *)buf;
+}
+
+/* key_step or value_step (`step`) where it holds for the block's rows: num_keys a multiple of
+ * 32 (no padding entries), else 0. */
+FD_VFN ptrdiff_t amx_step(const fd_cpu_block *b, ptrdiff_t step) {
+  return b->num_keys % 32 == 0 ? step : 0;
 }
 
 /* The online softmax (the body's softmax_rows) of the 16 rows r0 .. r0 + 15,
@@ -256,31 +264,37 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
   return fused;
 }
 
-/* acc = alpha * acc + P V for every row of the block, all of which see every
- * key (count NULL): the body's values step for bf16 in the paired order, P
- * (scratch, 0 past num_keys) in two bf16 pieces. */
-FD_VFN void amx_values(const fd_cpu_block *b) {
+/* acc = (first ? alpha : 1) * acc + P V for every row over the keys [k0,
+ * k0 + 32) of the block (past num_keys: P 0), 4 rows a pass: B = 16 value
+ * rows as stored (32 columns: 16 column pairs), A = [row, parity, piece][key
+ * pairs] with P's piece of key k in the pair's even slot (parity 0) or odd
+ * slot (parity 1), the other slot 0, so that row (r, 0) of C collects the
+ * even columns of 32 and (r, 1) the odd ones: the paired order. Needs no
+ * relayout of V; for up to 8 rows (amx_values). */
+FD_VFN void amx_values_parity(const fd_cpu_block *b, int k0, int first) {
   enum { PIECES = 2, PER = 16 / (2 * PIECES) }; /* rows per A tile */
-  const int head_dim = b->head_dim, rows = b->rows;
+  const int head_dim = b->head_dim, rows = b->rows, ps = b->stride;
+  const int nk = b->num_keys - k0 < 32 ? b->num_keys - k0 : 32;
   _Alignas(64) uint16_t vbuf[32 * FD_MAX_ROW_DIM];
   _Alignas(64) uint32_t a[2][16][16]; /* [key half][row, parity, piece][key] */
   _Alignas(64) float ct[4][16][16];   /* [column chunk][row, parity, piece][column pair] */
   ptrdiff_t vs;
-  const char *v0 = amx_rows(b->values, b->value_off, b->num_keys, b->value_step, head_dim, vbuf, &vs);
+  const char *v0 = amx_rows(b->values + k0, b->value_off, nk, amx_step(b, b->value_step), head_dim,
+                            vbuf, &vs);
 
   /* the next call's rows: a part before the first products, a part after
    * each 32 columns' products */
   const int parts = (rows + PER - 1) / PER * (head_dim / 32) + 1;
   int part = 0;
-  fd_cpu_prefetch_next(b, part++, parts);
+  if (k0 == 0) fd_cpu_prefetch_next(b, part++, parts);
   /* C: tiles 0-3 (32 columns each); A (P): 4, 5; B (values): 6, 7 */
   for (int r0 = 0; r0 < rows; r0 += PER) {
     const int nr = rows - r0 < PER ? rows - r0 : PER;
     if (nr < PER) memset(a, 0, sizeof a);
     for (int i = 0; i < nr; i++) {
-      const float *p = b->scratch + (ptrdiff_t)(r0 + i) * FD_CPU_KEY_BLOCK;
+      const float *p = b->scratch + (ptrdiff_t)(r0 + i) * ps + k0;
       for (int half = 0; half < 2; half++) {
-        const vf x = v_loadf(p + 16 * half);
+        const vf x = v_loadf_or(v_zero(), nk - 16 * half, p + 16 * half);
         const __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
         const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
         const __m256i lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
@@ -304,7 +318,7 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
     _tile_dpbf16ps(C, 4, 6);                      \
     _tile_loadd(7, v + 16 * vs + 64 * (C), vs);   \
     _tile_dpbf16ps(C, 5, 7);                      \
-    fd_cpu_prefetch_next(b, part++, parts);       \
+    if (k0 == 0) fd_cpu_prefetch_next(b, part++, parts); \
   } while (0)
       FD_AMX_PV(0);
       if (nc > 1) FD_AMX_PV(1);
@@ -316,7 +330,7 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
       if (nc > 2) _tile_stored(2, ct[2], 64);
       if (nc > 3) _tile_stored(3, ct[3], 64);
       for (int i = 0; i < nr; i++) {
-        const vf al = v_set1(b->alpha[r0 + i]);
+        const vf al = v_set1(first ? b->alpha[r0 + i] : 1.0f);
         float *acc = b->acc + (ptrdiff_t)(r0 + i) * head_dim + d0;
         for (int c = 0; c < nc; c++) {
           const vf even = v_add(v_loadf(ct[c][4 * i + 0]), v_loadf(ct[c][4 * i + 1]));
@@ -327,6 +341,127 @@ FD_VFN void amx_values(const fd_cpu_block *b) {
       }
     }
   }
+}
+/* Keys of one span of amx_values_vnni: its C tiles sum all of them. */
+#define FD_AMX_SPAN 128
+
+/* acc = alpha * acc + P V for every row (more than 8: amx_values) over all
+ * the block's keys, FD_AMX_SPAN keys a span. Per span, P goes into A tiles
+ * [row chunk of 16][32 keys][piece] (bf16 pieces hi = bf16(p), lo = bf16(p -
+ * hi), 0 past num_keys and past the last row), and per 64 columns V is
+ * relaid out once into B tiles [key pair][16 columns] (tdpbf16ps's pairs
+ * along the keys): for each 64 bytes of a key pair's rows, one tile of the
+ * even columns and one of the odd ones, so a C tile's rows are acc's paired
+ * order (cpu_kernels.h) as they are. Each row chunk's four C tiles (64
+ * columns) collect the span's hi and lo products against the same V tile;
+ * acc is read and written once a span. */
+FD_VFN void amx_values_vnni(const fd_cpu_block *b) {
+  const int head_dim = b->head_dim, rows = b->rows, ps = b->stride, nk = b->num_keys;
+  const int chunks = (rows + 15) / 16, col_chunks = (head_dim + 63) / 64;
+  _Alignas(64) uint16_t a[FD_CPU_MAX_ROWS / 16][FD_AMX_SPAN / 32][2][16][32];
+  _Alignas(64) uint32_t vt[FD_AMX_SPAN / 32][4][16][16]; /* [group][tile][key pair][column] */
+  _Alignas(64) float ct[4][16][16];                       /* [tile][row][column] */
+  const __mmask32 odd_words = 0xAAAAAAAAu;
+  const int parts = (nk + FD_AMX_SPAN - 1) / FD_AMX_SPAN * col_chunks + 1;
+  int part = 0;
+  fd_cpu_prefetch_next(b, part++, parts);
+  for (int k0 = 0; k0 < nk; k0 += FD_AMX_SPAN) {
+    const int groups = (nk - k0 < FD_AMX_SPAN ? nk - k0 + 31 : FD_AMX_SPAN) / 32;
+    /* A: P rows as bf16 pieces, 32 keys a tile row */
+    for (int c = 0; c < chunks; c++)
+      for (int i = 0; i < 16; i++) {
+        const int r = 16 * c + i;
+        for (int g = 0; g < groups; g++) {
+          const int k = k0 + 32 * g;
+          if (r >= rows) {
+            memset(a[c][g][0][i], 0, 64);
+            memset(a[c][g][1][i], 0, 64);
+            continue;
+          }
+          const float *p = b->scratch + (ptrdiff_t)r * ps + k;
+          for (int half = 0; half < 2; half++) {
+            const vf x = v_loadf_or(v_zero(), nk - k - 16 * half, p + 16 * half);
+            const __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
+            const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+            const __m256i lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
+            _mm256_store_si256((__m256i *)&a[c][g][0][i][16 * half], hi);
+            _mm256_store_si256((__m256i *)&a[c][g][1][i][16 * half], lo);
+          }
+        }
+      }
+    for (int d0 = 0; d0 < head_dim; d0 += 64) {
+      const int tiles = head_dim - d0 >= 64 ? 4 : 2; /* head_dim % 32 == 0 */
+      const ptrdiff_t off = b->value_off + (ptrdiff_t)d0 * 2;
+      /* B: key pairs (2 k, 2 k + 1) as dwords (bf16 of key 2 k low, 2 k + 1
+       * high); keys past num_keys are the padding entries (P 0 there) */
+      for (int g = 0; g < groups; g++)
+        for (int k = 0; k < 16; k++) {
+          const char *x0 = (const char *)b->values[k0 + 32 * g + 2 * k] + off;
+          const char *y0 = (const char *)b->values[k0 + 32 * g + 2 * k + 1] + off;
+          for (int h = 0; h < tiles / 2; h++) {
+            const __m512i x = _mm512_loadu_si512(x0 + 64 * h), y = _mm512_loadu_si512(y0 + 64 * h);
+            _mm512_store_si512(vt[g][2 * h][k],
+                               _mm512_mask_blend_epi16(odd_words, x, _mm512_slli_epi32(y, 16)));
+            _mm512_store_si512(vt[g][2 * h + 1][k],
+                               _mm512_mask_blend_epi16(odd_words, _mm512_srli_epi32(x, 16), y));
+          }
+        }
+      fd_cpu_prefetch_next(b, part++, parts);
+      /* per row chunk and 32 columns: C tiles 0 (hi x even columns), 1 (lo x
+       * even), 2 (hi x odd), 3 (lo x odd), each updated once per 4 products
+       * (no product waits for the one before it); A (P hi, lo): 4, 5; B (V
+       * even, odd): 6, 7 */
+      for (int c = 0; c < chunks; c++)
+        for (int h = 0; h < tiles / 2; h++) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (int g = 0; g < groups; g++) {
+            _tile_loadd(4, a[c][g][0], 64);
+            _tile_loadd(5, a[c][g][1], 64);
+            _tile_loadd(6, vt[g][2 * h], 64);
+            _tile_loadd(7, vt[g][2 * h + 1], 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 5, 6);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, ct[0], 64);
+          _tile_stored(1, ct[1], 64);
+          _tile_stored(2, ct[2], 64);
+          _tile_stored(3, ct[3], 64);
+          const int nr = rows - 16 * c < 16 ? rows - 16 * c : 16;
+          for (int i = 0; i < nr; i++) {
+            const int r = 16 * c + i;
+            float *acc = b->acc + (ptrdiff_t)r * head_dim + d0 + 32 * h;
+            const vf even = v_add(v_loadf(ct[0][i]), v_loadf(ct[1][i]));
+            const vf odd = v_add(v_loadf(ct[2][i]), v_loadf(ct[3][i]));
+            if (k0 == 0) {
+              const vf al = v_set1(b->alpha[r]);
+              v_storef(acc, v_fma(v_loadf(acc), al, even));
+              v_storef(acc + 16, v_fma(v_loadf(acc + 16), al, odd));
+            } else {
+              v_storef(acc, v_add(v_loadf(acc), even));
+              v_storef(acc + 16, v_add(v_loadf(acc + 16), odd));
+            }
+          }
+        }
+    }
+  }
+}
+
+/* acc = alpha * acc + P V for every row of the block, all of which see every
+ * key (count NULL): the body's values step for bf16 in the paired order, P
+ * (scratch, rows `stride` apart) in two bf16 pieces. More than 8 rows:
+ * amx_values_vnni (V relaid out once for all the rows); else
+ * amx_values_parity, 32 keys at a time. */
+FD_VFN void amx_values(const fd_cpu_block *b) {
+  if (b->rows > 8) {
+    amx_values_vnni(b);
+    return;
+  }
+  for (int k0 = 0; k0 < b->num_keys; k0 += 32) amx_values_parity(b, k0, k0 == 0);
 }
 
 /* Returns the thread's tiles to their initial state (fd_cpu_kernels.finish). */
