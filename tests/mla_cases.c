@@ -5,8 +5,8 @@
  *   dtype f32 (CPU), f16, bf16; out f32; heads 1, 4, 16, 128;
  *   kv_len 0, 1, odd, 4099+ and ragged batches; q_len 1, 2, 3, 7, 16 (and
  *   q_len > kv_len: rows that see no key); contiguous and paged caches
- *   (page 1, 16, 64) with shuffled pages; c_kv and k_pe as two buffers and
- *   as two views of one row; q_nope and q_pe likewise;
+ *   (page 1, 16, 64) with shuffled pages; c_kv and k_pe as two buffers (rows
+ *   padded or not) and as two views of one row; q_nope and q_pe likewise;
  *   fp8 e4m3 / e5m2 latent, TENSOR / HEAD / TOKEN scales, rope part fp8 or
  *   16-bit; forced split counts 1..N (sweep), the automatic count, the
  *   deterministic mode; NaN in a key a row sees.
@@ -62,6 +62,12 @@ static const fd_mla_case cpu_only[] = {
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 4, .batch = 2, .kv_len = {300, 77}, .q_len = 1, .with_lse = 1},
     {.dtype = BF16, .head_dim = 480, .rope_dim = 64, .num_heads_q = 4, .batch = 1, .kv_len = {600}, .q_len = 3, .page_size = 16, .with_lse = 1},
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 64, .batch = 1, .kv_len = {1000}, .q_len = 1, .combined = 1, .with_lse = 1},
+    /* separate caches whose rows are not 64-byte multiples apart (c_kv 1040 bytes, k_pe
+     * 160), contiguous (AMX: the scores' tiles read both in place, full blocks) and paged
+     * (page 16: blocks copied); q_len 2 (a causal last block); 128 heads (two row tiles) */
+    {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 2, .kv_len = {300, 41}, .q_len = 2, .row_pad = 8, .with_lse = 1},
+    {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 1, .kv_len = {150}, .q_len = 1, .page_size = 16, .row_pad = 8, .with_lse = 1, .num_splits = 2},
+    {.dtype = BF16, .head_dim = 448, .rope_dim = 64, .num_heads_q = 128, .batch = 1, .kv_len = {200}, .q_len = 1, .row_pad = 8, .with_lse = 1},
     /* every instruction set's kernels (skipped where the machine lacks one) */
     {.dtype = BF16, .head_dim = 512, .rope_dim = 64, .num_heads_q = 16, .batch = 2, .kv_len = {97, 33}, .q_len = 2, .page_size = 16, .combined = 1, .with_lse = 1, .num_splits = 2, .cpu_isa = 1},
     {.dtype = F16, .kv_dtype = E4M3, .kv_scale = TOKEN, .head_dim = 448, .rope_dim = 64, .num_heads_q = 8, .batch = 1, .kv_len = {70}, .q_len = 1, .with_lse = 1, .cpu_isa = 1},

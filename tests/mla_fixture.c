@@ -74,6 +74,7 @@ void fd_mla_case_name(const fd_mla_case *c, char *buf, size_t size) {
   PUT("]/q%d", c->q_len);
   if (c->page_size) PUT("/paged%d", c->page_size);
   PUT("%s%s", c->combined ? "/combined" : "/separate", c->q_combined ? "/qcombined" : "");
+  if (c->row_pad) PUT("/rowpad%d", c->row_pad);
   if (c->num_splits) PUT("/splits%d", c->num_splits);
   if (c->sweep_splits) PUT("/sweep%d", c->sweep_splits);
   if (c->deterministic) PUT("/det");
@@ -277,8 +278,9 @@ fd_mla_data *fd_mla_data_new(const fd_mla_case *c, uint64_t seed, const fd_mla_m
     d->k_pe_strides[2] = d->k_pe_strides[1] = (int64_t)(row / d->e_rope);
     d->k_pe_strides[0] = (int64_t)rows * d->k_pe_strides[1];
   } else {
-    const int64_t kw = (D * (int64_t)d->e_kv + 15) / 16 * 16 / (int64_t)d->e_kv; /* 16-byte rows */
-    const int64_t pw = (R * (int64_t)d->e_rope + 15) / 16 * 16 / (int64_t)d->e_rope;
+    const int64_t kw = (D * (int64_t)d->e_kv + 15) / 16 * 16 / (int64_t)d->e_kv + /* 16-byte rows */
+                       c->row_pad;
+    const int64_t pw = (R * (int64_t)d->e_rope + 15) / 16 * 16 / (int64_t)d->e_rope + 2 * c->row_pad;
     if (buf_new(&d->kv, (size_t)blocks * rows * kw * d->e_kv)) goto oom;
     if (buf_new(&d->pe, (size_t)blocks * rows * pw * d->e_rope)) goto oom;
     d->k_strides[2] = d->k_strides[1] = kw, d->k_strides[0] = rows * kw;

@@ -53,6 +53,8 @@ typedef struct fd_mla_case {
                           rope_dim] row per token (vLLM, FlashMLA); else two buffers */
   int q_combined;      /* q_nope and q_pe as views of one [.., heads, D + R] buffer */
   int32_t kv_capacity_pad; /* kv_capacity = longest kv_len + this (+1 when 0) */
+  int32_t row_pad;     /* separate caches: c_kv rows this many elements longer, k_pe rows
+                          twice this many (rows of unequal, unaligned strides) */
   int32_t num_splits;  /* fd_problem.num_splits */
   int deterministic;
   int with_lse;

@@ -725,6 +725,7 @@ static int fill_kernels(fd_dtype dtype, fd_cpu_kernels *k) {
 #if FD_V_AMX
       k->pack_q = pack_q_bf16;
       k->spreads_next = 1;
+      k->rope_keys = 1;
 #endif
       k->small_scores = small_scores_bf16, k->small_values = small_values_bf16;
       return 1;

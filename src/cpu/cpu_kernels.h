@@ -99,6 +99,13 @@ typedef struct fd_cpu_block {
                                 the block) */
   const void *qt;            /* the rows of q as the kernels' pack_q wrote them, or
                                 NULL (not packed: the kernel reads q) */
+  const void *const *rope;   /* [num_keys padded] or NULL: for kernels with rope_keys and
+                                with qt set, the scores read key j's last rope_dim
+                                columns at (const char *)rope[j] + rope_off and its
+                                first head_dim - rope_dim at keys[j] + key_off (MLA's
+                                rope part in its own cache; padded as keys) */
+  ptrdiff_t rope_off, rope_step; /* bytes; rope_step: as key_step, for rope */
+  int rope_dim;              /* columns read through rope (% 32 == 0), with rope set */
   const void *const *next;   /* rows the step asks L1 for while it runs (the driver's
                                 next call's, kernels with spreads_next), or NULL */
   ptrdiff_t next_off;        /* bytes: row j is at (const char *)next[j] + next_off */
@@ -217,6 +224,9 @@ typedef struct fd_cpu_kernels {
    * buffers overlap the work instead of preceding it; 0: the driver
    * prefetches before the call. */
   int spreads_next;
+  /* 1: the scores step reads fd_cpu_block.rope (where the driver packed q
+   * with pack_q); 0: keys hold all head_dim columns. */
+  int rope_keys;
 } fd_cpu_kernels;
 
 /* Asks L1 for part `part` of `parts` of the rows b->next (none when NULL). */

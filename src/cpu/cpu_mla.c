@@ -18,6 +18,10 @@
  *   - the cache's own rows when the rope part follows the latent in memory
  *     with the same dtype and strides (vLLM's and FlashMLA's 576-wide row:
  *     two views of one buffer), nothing copied;
+ *   - else, for a bf16 cache whose tile's q the kernels packed (pack_q) and
+ *     whose scores read the rope part from its own rows (rope_keys), the
+ *     c_kv rows as keys and values and the k_pe rows as the keys' rope
+ *     part (fd_cpu_block.rope), nothing copied;
  *   - else, for a 16-bit or float32 cache, c_kv and k_pe copied side by side
  *     into a block buffer (the latent read from memory once, then from L1);
  *   - for an fp8 latent, both parts widened to float32 into the buffer:
@@ -113,9 +117,11 @@ static float key_scale(const mla_call *c, int32_t b, int32_t j) {
 
 /* Points keys[0 .. padded) at the nb rows of the block at key j0 (padding
  * repeats the last, as the kernel contract asks), building them in buf
- * unless the cache's rows serve. */
+ * unless the cache's rows serve; with rope (separate 16-bit caches whose
+ * rope part the kernels read in place), keys at the c_kv rows and rope at
+ * the k_pe rows. */
 static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *buf,
-                        const void **keys) {
+                        const void **keys, const void **rope) {
   const fd_problem *p = &c->plan->problem;
   const fd_tensors *t = c->t;
   const int D = p->head_dim, R = p->rope_dim, W = D + R;
@@ -126,6 +132,11 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
       continue;
     }
     const char *pe = row_at(c, t->k_pe_cache, t->k_pe_strides, c->e_rope, b, j0 + j);
+    if (rope) {
+      keys[j] = kv;
+      rope[j] = pe;
+      continue;
+    }
     if (c->rows_mode == MLA_ROWS_COPY) {
       char *dst = buf + (size_t)j * W * c->e_kv;
       memcpy(dst, kv, (size_t)D * c->e_kv);
@@ -147,7 +158,10 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
     }
     keys[j] = dst;
   }
-  for (int j = nb; j < ((nb + 31) & ~31); j++) keys[j] = keys[nb - 1];
+  for (int j = nb; j < ((nb + 31) & ~31); j++) {
+    keys[j] = keys[nb - 1];
+    if (rope) rope[j] = rope[nb - 1];
+  }
 }
 
 /* The bytes from row j to row j + 1 when all n rows are rows[0] + j * that
@@ -225,6 +239,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   int32_t limit[FD_CPU_MLA_TILE_ROWS];
   int count[FD_CPU_MLA_TILE_ROWS];
   const void *keys[FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK]; /* the group's blocks */
+  const void *rope_rows[FD_CPU_MLA_BLOCK];                /* this block's k_pe rows */
   float alphas[FD_CPU_MLA_GROUP][FD_CPU_MLA_TILE_ROWS];
   int slot_keys[FD_CPU_MLA_GROUP];
 
@@ -262,6 +277,11 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
   _Alignas(64) unsigned char qt[FD_CPU_MLA_QT_BYTES];
   const void *q_packed = NULL;
   if (c->kernels.pack_q && c->kernels.pack_q(q, rows, W, qt, sizeof qt) > 0) q_packed = qt;
+  /* separate caches: the kernels' scores read the k_pe rows in place */
+  const void **rope = c->rows_mode == MLA_ROWS_COPY && q_packed && c->kernels.rope_keys &&
+                              D % 32 == 0 && R % 32 == 0 && R <= FD_MAX_ROPE_DIM
+                          ? rope_rows
+                          : NULL;
 
   int nb, slot = 0; /* the group's blocks so far */
   int held = 0;      /* of them, the last ones whose values wait for the group's call */
@@ -277,7 +297,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
       every &= n == nb;
     }
     const void **bk = keys + slot * FD_CPU_MLA_BLOCK;
-    build_block(c, b, j0, nb, buf + slot * block_bytes, bk);
+    build_block(c, b, j0, nb, buf + slot * block_bytes, bk, rope);
     const ptrdiff_t step = even_step(bk, nb);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
@@ -293,6 +313,9 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .values = bk,
         .key_step = step,
         .value_step = step,
+        .rope = rope,
+        .rope_step = rope ? even_step(rope, nb) : 0,
+        .rope_dim = rope ? R : 0,
         .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
         .tree_off = prefix - j0,
         .scale = plan->softmax_scale,

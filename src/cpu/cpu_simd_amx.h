@@ -14,7 +14,8 @@
  * bf16 pairs exactly and adds in float32 (bf16 subnormal inputs count as 0,
  * subnormal sums are flushed). Its inputs are 16 rows of 64 bytes at most:
  *
- * - Scores, transposed: A = 16 keys as stored (32 columns of each), B = q
+ * - Scores, transposed: A = 16 keys as stored (32 columns of each; the last
+ *   rope_dim columns from their own rows where fd_cpu_block.rope is set), B = q
  *   packed once per pass by amx_pack_q ([column pair][row piece]), C =
  *   [key][row piece] float32. A q that is not bf16 (fp16 q over an fp8 cache)
  *   goes in as two pieces, hi = bf16(q) and lo = q - hi (both bf16: exact for
@@ -190,7 +191,8 @@ FD_VFN void amx_softmax_t(const fd_cpu_block *b, float *st, int r0) {
 
 /* Scores of every row of the block into scratch (rows FD_CPU_KEY_BLOCK
  * floats apart): s = scale * q . k by tiles (contract of the body's
- * scores_tile; keys past num_keys are scored and ignored). b->qt is
+ * scores_tile; keys past num_keys are scored and ignored), the key's last
+ * rope_dim columns from b->rope's rows where it is set. b->qt is
  * amx_pack_q's. Returns 1 when it ran the online softmax as well (then
  * scratch holds p, and m, l, alpha are updated: amx_softmax_t, for q in one
  * piece, whole 16-row chunks, every row seeing every key and no score
@@ -201,10 +203,16 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
   const int per = cols / pieces;
   const int fused = pieces == 1 && b->rows % 16 == 0 && !b->count && b->soft_cap == 0.0f &&
                     !b->first && !b->tree;
-  _Alignas(64) uint16_t kbuf[32 * FD_MAX_ROW_DIM];
+  _Alignas(64) uint16_t kbuf[32 * FD_MAX_ROW_DIM], rbuf[32 * FD_MAX_ROPE_DIM];
   _Alignas(64) float st[32 * 16]; /* [key][column]: columns past cols discarded */
-  ptrdiff_t ks;
-  const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, head_dim, kbuf, &ks);
+  /* the first ksteps 32-column steps from the key rows, the rest from the
+   * rope rows (b->rope: MLA's rope part in its own cache) */
+  const int ksteps = b->rope ? (head_dim - b->rope_dim) / 32 : steps;
+  ptrdiff_t ks, rs = 0;
+  const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, 32 * ksteps, kbuf, &ks);
+  const char *r0 = b->rope ? amx_rows(b->rope, b->rope_off, b->num_keys, b->rope_step,
+                                      b->rope_dim, rbuf, &rs)
+                           : NULL;
   /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 (and below) */
   const uint32_t *qt = (const uint32_t *)(h + 1);
   const vf scale = v_set1(b->scale);
@@ -229,8 +237,10 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
       /* q rows cols * 4 bytes apart, 64 read: columns past cols are the next
        * rows' (64 bytes of slack after the last) */
       _tile_loadd(4, qt + ((ptrdiff_t)c * steps + s) * 16 * cols, cols * 4);
-      _tile_loadd(2, k0 + 64 * s, ks);
-      _tile_loadd(3, k0 + 16 * ks + 64 * s, ks);
+      const char *kb = s < ksteps ? k0 + 64 * s : r0 + 64 * (s - ksteps);
+      const ptrdiff_t kst = s < ksteps ? ks : rs;
+      _tile_loadd(2, kb, kst);
+      _tile_loadd(3, kb + 16 * kst, kst);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
       if (pair) {
