@@ -780,8 +780,8 @@ typedef struct fd_tensors {
  * Inf in that key's V (the kernels multiply it by a zero weight).
  *
  * Accuracy of long sums: the error does not grow with kv_len. The CPU
- * backend sums up to 128 keys (head_dim <= 8: one block of up to 256) in
- * float32 and those sums in double; the
+ * backend sums up to 128 keys (head_dim <= 8: one block of up to 256; MLA:
+ * a group of 256) in float32 and those sums in double; the
  * CUDA float32 kernel keeps compensated sums (each tile's p v folded into
  * the running sum by Fast2Sum, the dropped part carried); the fp16/bf16 kernel
  * sums P V on tensor cores in float32, whose error grows with the keys one
