@@ -420,15 +420,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
     /* evenly spaced rows of a full block (fd_cpu_block.key_step): always in
      * a contiguous cache, in a paged one when no page boundary breaks them */
-    ptrdiff_t key_step = 0, value_step = 0;
-    if (nb == FD_CPU_KEY_BLOCK) {
-      key_step = (const char *)keys[1] - (const char *)keys[0];
-      value_step = (const char *)values[1] - (const char *)values[0];
-      for (int j = 2; p->page_size != 0 && j < nb && (key_step || value_step); j++) {
-        if ((const char *)keys[j] != (const char *)keys[0] + j * key_step) key_step = 0;
-        if ((const char *)values[j] != (const char *)values[0] + j * value_step) value_step = 0;
-      }
-    }
+    const ptrdiff_t key_step = fd_cpu_even_step(keys, nb, p->page_size == 0);
+    const ptrdiff_t value_step = fd_cpu_even_step(values, nb, p->page_size == 0);
     int every = 1; /* every row sees every key of the block */
     int masked = 0; /* some row's window starts inside the block */
     for (int r = 0; r < rows; r++) {

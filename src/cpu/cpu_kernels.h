@@ -229,6 +229,18 @@ typedef struct fd_cpu_kernels {
   int rope_keys;
 } fd_cpu_kernels;
 
+/* fd_cpu_block.key_step / value_step of the n rows rows[0 .. n): the bytes
+ * from row j to row j + 1 when every row is rows[0] + j * that and n is a
+ * multiple of 32 (no padding entries), else 0. even: the rows are known to
+ * be evenly spaced (a contiguous cache's), so only the first two are read. */
+static inline ptrdiff_t fd_cpu_even_step(const void *const *rows, int n, int even) {
+  if (n % 32 != 0) return 0;
+  const ptrdiff_t step = (const char *)rows[1] - (const char *)rows[0];
+  for (int j = 2; !even && j < n; j++)
+    if ((const char *)rows[j] != (const char *)rows[0] + j * step) return 0;
+  return step;
+}
+
 /* Asks L1 for part `part` of `parts` of the rows b->next (none when NULL). */
 static inline void fd_cpu_prefetch_next(const fd_cpu_block *b, int part, int parts) {
   if (!b->next) return;

@@ -164,16 +164,6 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
   }
 }
 
-/* The bytes from row j to row j + 1 when all n rows are rows[0] + j * that
- * (fd_cpu_block.key_step: n a multiple of 32), else 0. */
-static ptrdiff_t even_step(const void *const *rows, int n) {
-  if (n % FD_CPU_MLA_BLOCK != 0) return 0;
-  const ptrdiff_t step = (const char *)rows[1] - (const char *)rows[0];
-  for (int j = 2; j < n; j++)
-    if ((const char *)rows[j] != (const char *)rows[0] + j * step) return 0;
-  return step;
-}
-
 /* The values step of the n blocks of a group in slots [first, first + n),
  * all seen whole by every row (blk: the scores call's fields): one block as
  * it is; several through p rescaled to the last block's max in `all` ([rows]
@@ -189,7 +179,7 @@ static void values_held(const mla_call *c, const fd_cpu_block *blk, int first, i
   v.count = NULL;
   v.values = keys + (ptrdiff_t)first * B;
   v.num_keys = (n - 1) * B + slot_keys[first + n - 1];
-  v.value_step = even_step(v.values, v.num_keys);
+  v.value_step = fd_cpu_even_step(v.values, v.num_keys, 0);
   v.head_dim = c->plan->problem.head_dim;
   v.tree = NULL;
   if (n == 1) {
@@ -298,7 +288,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     }
     const void **bk = keys + slot * FD_CPU_MLA_BLOCK;
     build_block(c, b, j0, nb, buf + slot * block_bytes, bk, rope);
-    const ptrdiff_t step = even_step(bk, nb);
+    const ptrdiff_t step = fd_cpu_even_step(bk, nb, 0);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
         .q = q,
@@ -314,7 +304,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .key_step = step,
         .value_step = step,
         .rope = rope,
-        .rope_step = rope ? even_step(rope, nb) : 0,
+        .rope_step = rope ? fd_cpu_even_step(rope, nb, 0) : 0,
         .rope_dim = rope ? R : 0,
         .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
         .tree_off = prefix - j0,

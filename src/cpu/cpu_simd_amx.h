@@ -142,10 +142,12 @@ FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdi
   return (const char *)buf;
 }
 
-/* key_step or value_step (`step`) where it holds for the block's rows: num_keys a multiple of
- * 32 (no padding entries), else 0. */
-FD_VFN ptrdiff_t amx_step(const fd_cpu_block *b, ptrdiff_t step) {
-  return b->num_keys % 32 == 0 ? step : 0;
+/* 16 floats of P as two bf16 pieces: hi = bf16(x), lo = bf16(x - hi)
+ * (|x - hi - lo| <= 2^-17 |x|). */
+FD_VFN void amx_p_pieces(vf x, __m256i *hi, __m256i *lo) {
+  *hi = (__m256i)_mm512_cvtneps_pbh(x);
+  const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(*hi), 16));
+  *lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
 }
 
 /* The online softmax (the body's softmax_rows) of the 16 rows r0 .. r0 + 15,
@@ -289,8 +291,7 @@ FD_VFN void amx_values_parity(const fd_cpu_block *b, int k0, int first) {
   _Alignas(64) uint32_t a[2][16][16]; /* [key half][row, parity, piece][key] */
   _Alignas(64) float ct[4][16][16];   /* [column chunk][row, parity, piece][column pair] */
   ptrdiff_t vs;
-  const char *v0 = amx_rows(b->values + k0, b->value_off, nk, amx_step(b, b->value_step), head_dim,
-                            vbuf, &vs);
+  const char *v0 = amx_rows(b->values + k0, b->value_off, nk, b->value_step, head_dim, vbuf, &vs);
 
   /* the next call's rows: a part before the first products, a part after
    * each 32 columns' products */
@@ -304,10 +305,8 @@ FD_VFN void amx_values_parity(const fd_cpu_block *b, int k0, int first) {
     for (int i = 0; i < nr; i++) {
       const float *p = b->scratch + (ptrdiff_t)(r0 + i) * ps + k0;
       for (int half = 0; half < 2; half++) {
-        const vf x = v_loadf_or(v_zero(), nk - 16 * half, p + 16 * half);
-        const __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
-        const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-        const __m256i lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
+        __m256i hi, lo;
+        amx_p_pieces(v_loadf_or(v_zero(), nk - 16 * half, p + 16 * half), &hi, &lo);
         const __m512i h32 = _mm512_cvtepu16_epi32(hi), l32 = _mm512_cvtepu16_epi32(lo);
         /* row (i, parity, piece) = (2 i + parity) * PIECES + piece */
         _mm512_store_si512(a[half][4 * i + 0], h32);
@@ -390,10 +389,8 @@ FD_VFN void amx_values_vnni(const fd_cpu_block *b) {
           }
           const float *p = b->scratch + (ptrdiff_t)r * ps + k;
           for (int half = 0; half < 2; half++) {
-            const vf x = v_loadf_or(v_zero(), nk - k - 16 * half, p + 16 * half);
-            const __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
-            const vf hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-            const __m256i lo = (__m256i)_mm512_cvtneps_pbh(v_sub(x, hif));
+            __m256i hi, lo;
+            amx_p_pieces(v_loadf_or(v_zero(), nk - k - 16 * half, p + 16 * half), &hi, &lo);
             _mm256_store_si256((__m256i *)&a[c][g][0][i][16 * half], hi);
             _mm256_store_si256((__m256i *)&a[c][g][1][i][16 * half], lo);
           }
