@@ -124,6 +124,28 @@ static void head_block(fd_cpu_block *blk, const fd_cpu_block *pass, int h, int r
 /* Most floats of one head's widened fp8 key block: c->block * head_dim. */
 #define FD_CPU_WIDE_FLOATS (FD_CPU_KEY_BLOCK * 256)
 
+/* Points blk's keys (values with `values`) at the widened rows of one head's
+ * block: wide holds blk->num_keys rows of head_dim elements of `elem` bytes;
+ * wide_rows gets a row pointer per key, padded to 32 entries with the last
+ * row (the kernel contract), and a whole 32-key block also gets its step. */
+static void read_wide_rows(fd_cpu_block *blk, int values, const void *wide, int head_dim,
+                           int elem, const void **wide_rows) {
+  const int n = blk->num_keys;
+  const int padded = (n + 31) & ~31;
+  for (int j = 0; j < padded; j++)
+    wide_rows[j] = (const char *)wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim * elem;
+  const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * elem : 0;
+  if (values) {
+    blk->values = wide_rows;
+    blk->value_off = 0;
+    blk->value_step = step;
+  } else {
+    blk->keys = wide_rows;
+    blk->key_off = 0;
+    blk->key_step = step;
+  }
+}
+
 /* fp8 caches: blk (head_block's, kv head hk) reads head hk's keys (values
  * with `values`) of the block at keys j0 .. j0 + blk->num_keys - 1 of
  * sequence b widened to float32 times their scales in wide[], through
@@ -142,20 +164,9 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
     fd_cpu_widen_fp8_bf16(w16, values ? blk->values : blk->keys,
                           values ? blk->value_off : blk->key_off, n, head_dim, c->fp8_lut16,
                           c->isa, e5m2);
-    const int padded = (n + 31) & ~31;
-    for (int j = 0; j < padded; j++) wide_rows[j] = w16 + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
-    const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * 2 : 0;
-    if (values) {
-      blk->values = wide_rows;
-      blk->value_off = 0;
-      blk->value_step = step;
-    } else {
-      blk->keys = wide_rows;
-      blk->key_off = 0;
-      blk->key_step = step;
-      if (plan->problem.kv_scale != FD_KV_SCALE_NONE)
-        blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
-    }
+    read_wide_rows(blk, values, w16, head_dim, 2, wide_rows);
+    if (!values && plan->problem.kv_scale != FD_KV_SCALE_NONE)
+      blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
     return;
   }
   float s = 1.0f, token[FD_CPU_SMALL_BLOCK];
@@ -173,18 +184,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
   }
   fd_cpu_widen_fp8(wide, values ? blk->values : blk->keys, values ? blk->value_off : blk->key_off, n,
                    head_dim, c->fp8_lut, per_token, s, c->isa, e5m2);
-  const int padded = (n + 31) & ~31;
-  for (int j = 0; j < padded; j++) wide_rows[j] = wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim;
-  const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * 4 : 0;
-  if (values) {
-    blk->values = wide_rows;
-    blk->value_off = 0;
-    blk->value_step = step;
-  } else {
-    blk->keys = wide_rows;
-    blk->key_off = 0;
-    blk->key_step = step;
-  }
+  read_wide_rows(blk, values, wide, head_dim, 4, wide_rows);
 }
 
 /* Asks L1 for the `bytes` bytes at rows[j] + off, j < n. */
