@@ -10,10 +10,15 @@
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla|mlaxp|tree|treexp|release]
 #   treexp: a variant against this tree: FD_XP=<name> builds .xp/<name> (carried) beside this
 #   one, runs its test_gpu_tree, then bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on both
 #   builds, alternating twice.
+#   mlaxp: an MLA kernel variant against this tree: FD_XP=<name> builds .xp/<name> (carried:
+#   `git archive <branch> | tar -x -C .xp/<name>`) beside this one, runs its test_gpu_mla
+#   (FD_TEST_QUICK=1), the CLI's MLA rows on both builds alternating twice (FD_MLAXP_ROWS:
+#   "batch heads kv_len page_size" separated by ';'), then compute-sanitizer memcheck of the
+#   variant on FD_SAN_FILTER (a test_gpu_mla case-name substring).
 #   tree: build, test_gpu_tree, the Python tree tests, compute-sanitizer on tree cases, every
 #   other GPU test (FD_TREE_GPU_TESTS=0: not), bench/bench_tree.py (FD_TREE_BENCH_ARGS) with
 #   FlashInfer's masked prefill from .whl/.
@@ -99,14 +104,17 @@ if [ "$MODE" = ab ]; then
     >/tmp/fd-build-base.txt 2>&1 &
   BASE_PID=$!
 fi
-if [ "$MODE" = treexp ]; then
+if [ "$MODE" = treexp ] || [ "$MODE" = mlaxp ]; then
   # a variant's tree (.xp/<FD_XP>: `git archive <branch> | tar -x -C .xp/<name>`, carried) built
-  # beside this one: its library and test_gpu_tree
-  XP=".xp/${FD_XP:?treexp: set FD_XP to a folder under .xp}"
-  [ -f "$XP/CMakeLists.txt" ] || { echo "treexp: no $XP carried"; exit 1; }
+  # beside this one: its library and the mode's test (and the CLI for mlaxp)
+  XP=".xp/${FD_XP:?$MODE: set FD_XP to a folder under .xp}"
+  [ -f "$XP/CMakeLists.txt" ] || { echo "$MODE: no $XP carried"; exit 1; }
+  if [ "$MODE" = treexp ]; then XP_TARGETS="flashdecode test_gpu_tree"
+  else XP_TARGETS="flashdecode flashdecode_cli test_gpu_mla"; fi
+  # shellcheck disable=SC2086
   (cmake -S "$XP" -B "$XP/build" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
      ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" &&
-   cmake --build "$XP/build" -j "$(( $(nproc) / 2 ))" --target flashdecode test_gpu_tree) \
+   cmake --build "$XP/build" -j "$(( $(nproc) / 2 ))" --target $XP_TARGETS) \
     >/tmp/fd-build-xp.txt 2>&1 &
   XP_PID=$!
 fi
@@ -327,6 +335,36 @@ if [ "$MODE" = treexp ] && step "bench_tree.py: this build and the variant, alte
         --commit "$(basename "$lib" | tr / -)" ${FD_TREE_BENCH_ARGS:-} 2>&1 | grep -E "^tree-" || status=1
     done
   done
+fi
+
+# ---- mlaxp: an MLA kernel variant (.xp/$FD_XP) against this tree: its test_gpu_mla, the
+# CLI's MLA rows on both builds alternating, memcheck of the variant ----
+if [ "$MODE" = mlaxp ] && step "the variant's build and test_gpu_mla (FD_TEST_QUICK=1)" 60; then
+  wait "$XP_PID" || { echo "variant BUILD FAILED"; tail -40 /tmp/fd-build-xp.txt; exit 1; }
+  grep -E "mla_wgmma|mla_kernel" -A2 /tmp/fd-build-xp.txt | grep -E "Used|spill" | sort | uniq -c | head -8
+  (cd "$XP/build" && FD_TEST_QUICK=1 timeout 150 ./tests/test_gpu_mla) >"$OUT/xp_gpu_mla.txt" 2>&1
+  rc=$?; [ $rc -eq 0 ] || status=1
+  echo "   variant test_gpu_mla rc $rc: $(grep -c '^PASS' "$OUT/xp_gpu_mla.txt") PASS, $(grep -c '^FAIL' "$OUT/xp_gpu_mla.txt") FAIL"
+  grep -m 12 '^FAIL' "$OUT/xp_gpu_mla.txt"
+fi
+if [ "$MODE" = mlaxp ] && step "the CLI's MLA rows: this build and the variant, alternating" 60; then
+  rows=${FD_MLAXP_ROWS:-"64 128 8192 64;1 128 32768 64;16 128 8192 64;128 128 4096 64;64 128 8192 16;64 128 8192 0;64 16 8192 64"}
+  for round in 1 2; do
+    IFS=';' read -r -a list <<<"$rows"
+    for r in "${list[@]}"; do
+      read -r b h n pg <<<"$r"
+      for dir in build "$XP/build"; do
+        echo "   $round $dir b$b h$h n$n pg$pg: $(timeout 60 "./$dir/flashdecode" bench --backend cuda \
+          --num-heads-kv 1 --head-dim 512 --rope-dim 64 --iters 50 --batch "$b" --num-heads-q "$h" \
+          --kv-len "$n" --page-size "$pg" 2>&1 | tail -1 | grep -oE "us=[0-9.]+|num_splits=[0-9]+" | tr '\n' ' ')"
+      done
+    done
+  done | tee "$OUT/xp_mla_rows.txt"
+fi
+if [ "$MODE" = mlaxp ] && step "compute-sanitizer memcheck of the variant" 40; then
+  f=${FD_SAN_FILTER:-_D512_H128_T1_B4_kv1,0,1999,65}
+  echo "   memcheck $f: $(cd "$XP/build" && FD_TEST_QUICK=1 FD_TEST_FILTER=$f timeout 90 \
+    compute-sanitizer --tool memcheck ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY" | tail -1)"
 fi
 
 # ---- tree: tree masks on CUDA (the rows kernel), then every other GPU test, the tree
