@@ -31,7 +31,7 @@ nvcc -std=c++17 -arch=sm_90a -O3 --expt-relaxed-constexpr -I"$TREE/include" -I"$
   -I"$TREE/src/cuda" -ptx "$TREE/$FILE" -o "$W/all.ptx"
 first=$(awk '/^\.(visible \.entry|entry|func|weak)/ {print NR; exit}' "$W/all.ptx")
 head -n $((first - 1)) "$W/all.ptx" >"$W/one.ptx"
-awk -v pat="$PAT" '/^\.visible \.entry/ && index($0, pat) {p = 1} p {print} p && /^}$/ {exit}' \
+awk -v pat="$PAT" '/^(\.visible |\.weak )?\.(entry|func)/ {if (p) exit; p = index($0, pat) > 0} p {print}' \
   "$W/all.ptx" >>"$W/one.ptx"
 ptxas -arch=sm_90a -O3 "$W/one.ptx" -o "$W/one.cubin"
 PATH="$(dirname "$CUOBJDUMP"):$PATH" "$CUOBJDUMP" -sass "$W/one.cubin" >"$OUT"
