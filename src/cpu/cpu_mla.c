@@ -179,7 +179,9 @@ static void values_held(const mla_call *c, const fd_cpu_block *blk, int first, i
   v.count = NULL;
   v.values = keys + (ptrdiff_t)first * B;
   v.num_keys = (n - 1) * B + slot_keys[first + n - 1];
-  v.value_step = fd_cpu_even_step(v.values, v.num_keys, 0);
+  /* a contiguous cache's rows, and the block buffer's (slots side by side),
+   * are evenly spaced across the group's blocks */
+  v.value_step = fd_cpu_even_step(v.values, v.num_keys, c->plan->problem.page_size == 0);
   v.head_dim = c->plan->problem.head_dim;
   v.tree = NULL;
   if (n == 1) {
@@ -288,7 +290,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
     }
     const void **bk = keys + slot * FD_CPU_MLA_BLOCK;
     build_block(c, b, j0, nb, buf + slot * block_bytes, bk, rope);
-    const ptrdiff_t step = fd_cpu_even_step(bk, nb, 0);
+    const ptrdiff_t step = fd_cpu_even_step(bk, nb, p->page_size == 0);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
     const fd_cpu_block scores = {
         .q = q,
@@ -304,7 +306,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .key_step = step,
         .value_step = step,
         .rope = rope,
-        .rope_step = rope ? fd_cpu_even_step(rope, nb, 0) : 0,
+        .rope_step = rope ? fd_cpu_even_step(rope, nb, p->page_size == 0) : 0,
         .rope_dim = rope ? R : 0,
         .tree = p->tree_mask && j0 + nb > prefix ? tree : NULL,
         .tree_off = prefix - j0,
