@@ -74,21 +74,11 @@ typedef struct cfg {
   float scale;
 } cfg;
 
-static const char *tn(fd_dtype t) {
-  switch (t) {
-    case FD_DTYPE_F32: return "f32";
-    case FD_DTYPE_F16: return "f16";
-    case FD_DTYPE_BF16: return "bf16";
-    case FD_DTYPE_E4M3: return "e4m3";
-    case FD_DTYPE_E5M2: return "e5m2";
-  }
-  return "?";
-}
 
 static void describe(const cfg *c, char *s, size_t n) {
   int k = snprintf(s, n,
-                   "%s kv=%s rope=%s scale%d outf32=%d D=%d R=%d H=%d T=%d tree=%d B=%d kv=[", tn(c->dtype),
-                   tn(c->kv_dtype), tn(c->rope_dtype), (int)c->kv_scale, c->out_f32, c->D, c->R, c->H,
+                   "%s kv=%s rope=%s scale%d outf32=%d D=%d R=%d H=%d T=%d tree=%d B=%d kv=[", fd_dtype_name(c->dtype),
+                   fd_dtype_name(c->kv_dtype), fd_dtype_name(c->rope_dtype), (int)c->kv_scale, c->out_f32, c->D, c->R, c->H,
                    c->T, c->tree, c->B);
   for (int b = 0; b < c->B; b++) k += snprintf(s + k, n - k, "%s%d", b ? "," : "", c->kv_len[b]);
   snprintf(s + k, n - k,
