@@ -10,7 +10,9 @@
 #   7 bench/bench_cpu.py (CPU backend vs torch CPU, this machine's cores)
 #   8 compute-sanitizer on the GPU reliability suite (FD_TEST_QUICK=1)
 # FD_ARCHS=90a-real: build only those CUDA targets (a quicker experiment build).
-# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla|mlaxp|tree|treexp|release]
+# Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla|mlaxp|tree|treexp|release|san]
+#   san: build, the GPU ctest tests (FD_CTEST: a regex of them), then the compute-sanitizer
+#   steps of test (the GPU grid, the MLA cases, the GPU reliability suite) and nothing else.
 #   treexp: a variant against this tree: FD_XP=<name> builds .xp/<name> (carried) beside this
 #   one, runs its test_gpu_tree, then bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on both
 #   builds, alternating twice.
@@ -93,6 +95,8 @@ step() {
   return 0
 }
 want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ] || { [ "$MODE" = ab ] && [ "$1" = test ]; }; }
+# san: the GPU ctest tests (FD_CTEST: only those) and the compute-sanitizer steps, nothing else
+san_mode() { [ "$MODE" = san ]; }
 
 DEPFLAGS=(-DCMAKE_PREFIX_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu"
   -DCMAKE_INCLUDE_PATH="$DEPS/include" -DCMAKE_C_FLAGS="-I$DEPS/include")
@@ -128,10 +132,10 @@ fi
 export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export FLASHDECODE_LIBRARY="$PWD/build/libflashdecode.so" PYTHONPATH="$PWD/python"
 
-if want test && step "ctest (all tests, GPU included)" 120; then
-  # ab: the GPU tests only (the CPU ones run in CI)
+if { want test || san_mode; } && step "ctest (all tests, GPU included)" 120; then
+  # ab, san: the GPU tests only (the CPU ones run in CI)
   (cd build && ctest --output-on-failure -j 4 --timeout 600 ${FD_CTEST:+-R "$FD_CTEST"} \
-     $([ "$MODE" = ab ] && echo "-L gpu")) \
+     $({ [ "$MODE" = ab ] || [ "$MODE" = san ]; } && echo "-L gpu")) \
     >/tmp/fd-ctest.txt 2>&1 || status=1
   cp /tmp/fd-ctest.txt "$OUT/ctest.txt"
   grep -E "Test +#|tests passed|FAILED|ERROR" /tmp/fd-ctest.txt | grep -v "^\[  FAILED  \] cuda/" | tail -40
@@ -215,7 +219,7 @@ san() { # san BINARY TOOL FILTER
   echo "   exit $rc"
   [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
 }
-if want test && step "compute-sanitizer: GPU grid" 90; then
+if { want test || san_mode; } && step "compute-sanitizer: GPU grid" 90; then
   san build/tests/test_gpu_grid memcheck "${FD_SAN_FILTER:-}"
   for tool in racecheck initcheck synccheck; do san build/tests/test_gpu_grid $tool 'cuda/bf16/d128/*'; done
   san build/tests/test_gpu_mla memcheck ""
@@ -446,7 +450,7 @@ if { want bench || [ "${FD_EXP_CPU:-0}" = 1 ]; } && [ -f bench/bench_cpu.py ] &&
   tail -25 /tmp/fd-cpu.txt
 fi
 
-if want test && step "compute-sanitizer: GPU reliability suite" 60; then
+if { want test || san_mode; } && step "compute-sanitizer: GPU reliability suite" 60; then
   for bin in $(find build/tests -type f -executable -name '*reliability*gpu*' | sort); do
     for tool in memcheck racecheck initcheck synccheck; do san "$bin" $tool ""; done
   done
