@@ -28,9 +28,15 @@
  * count 0 there. Blocks of prefix keys run exactly as without a mask.
  *
  * fp8 caches (kv_dtype E4M3 / E5M2): before each kernel call the driver
- * widens the head's keys (or values) of the block into a float32 buffer on
- * the thread's stack, each times its scale (cpu_fp8.c), and runs the float32
- * kernels on it; the query rows are widened from fp16/bf16 as always.
+ * widens the head's keys (or values) of the block into a buffer on the
+ * thread's stack (cpu_fp8.c; the widening is exact): float32 times each
+ * key's scale for per-token scales, else bf16 codes with the scale folded
+ * into the score scale and the output, and runs the kernels of that type on
+ * it. When the pass's heads sit side by side in each position's row (the
+ * usual [.., heads, head_dim] layout) and their block fits 64 KB, the bf16
+ * widening reads each row once for all heads before the heads' calls, not
+ * in a strided pass a head. The query rows are widened from fp16/bf16 as
+ * always.
  *
  * num_splits == 1: the item writes normalised out and lse. Otherwise it writes
  * its unnormalised partial (O, m, l) into the workspace and fd_cpu_combine
@@ -123,18 +129,21 @@ static void head_block(fd_cpu_block *blk, const fd_cpu_block *pass, int h, int r
 
 /* Most floats of one head's widened fp8 key block: c->block * head_dim. */
 #define FD_CPU_WIDE_FLOATS (FD_CPU_KEY_BLOCK * 256)
+/* Most bf16 elements of all heads' widened fp8 key block (64 KB). */
+#define FD_CPU_WIDE_ALL (FD_CPU_KEY_BLOCK * 1024)
 
 /* Points blk's keys (values with `values`) at the widened rows of one head's
- * block: wide holds blk->num_keys rows of head_dim elements of `elem` bytes;
+ * block: wide holds blk->num_keys rows, `row` elements of `elem` bytes apart
+ * (head_dim, or heads x head_dim when all heads were widened together);
  * wide_rows gets a row pointer per key, padded to 32 entries with the last
  * row (the kernel contract), and a whole 32-key block also gets its step. */
-static void read_wide_rows(fd_cpu_block *blk, int values, const void *wide, int head_dim,
+static void read_wide_rows(fd_cpu_block *blk, int values, const void *wide, ptrdiff_t row,
                            int elem, const void **wide_rows) {
   const int n = blk->num_keys;
   const int padded = (n + 31) & ~31;
   for (int j = 0; j < padded; j++)
-    wide_rows[j] = (const char *)wide + (ptrdiff_t)(j < n ? j : n - 1) * head_dim * elem;
-  const ptrdiff_t step = n == 32 ? (ptrdiff_t)head_dim * elem : 0;
+    wide_rows[j] = (const char *)wide + (ptrdiff_t)(j < n ? j : n - 1) * row * elem;
+  const ptrdiff_t step = n == 32 ? row * elem : 0;
   if (values) {
     blk->values = wide_rows;
     blk->value_off = 0;
@@ -144,6 +153,15 @@ static void read_wide_rows(fd_cpu_block *blk, int values, const void *wide, int 
     blk->key_off = 0;
     blk->key_step = step;
   }
+}
+
+/* bf16 codes of an fp8 cache: kv head hk's k_scale (per tensor or head)
+ * folded into blk's score scale. */
+static void fold_key_scale(const cpu_call *c, fd_cpu_block *blk, int hk) {
+  const fd_plan *plan = c->plan;
+  if (plan->problem.kv_scale != FD_KV_SCALE_NONE)
+    blk->scale = plan->softmax_scale *
+                 c->t->k_scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
 }
 
 /* fp8 caches: blk (head_block's, kv head hk) reads head hk's keys (values
@@ -165,8 +183,7 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
                           values ? blk->value_off : blk->key_off, n, head_dim, c->fp8_lut16,
                           c->isa, e5m2);
     read_wide_rows(blk, values, w16, head_dim, 2, wide_rows);
-    if (!values && plan->problem.kv_scale != FD_KV_SCALE_NONE)
-      blk->scale = plan->softmax_scale * scale[plan->problem.kv_scale == FD_KV_SCALE_HEAD ? hk : 0];
+    if (!values) fold_key_scale(c, blk, hk);
     return;
   }
   float s = 1.0f, token[FD_CPU_SMALL_BLOCK];
@@ -310,6 +327,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   /* fp8 caches: one head's keys or values of the block, widened */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
   const void *wide_rows[FD_CPU_SMALL_BLOCK];
+  /* fp8 caches read as bf16 (no per-token scales): every head's keys (or
+   * values) of the block, widened in one pass over each position's row */
+  _Alignas(64) uint16_t wide_all[FD_CPU_WIDE_ALL];
 
   /* Row r sees keys [lower[r], limit[r]) of the split (fd_row_keys,
    * row_keys.h: the same rule as the CUDA kernels and the reference). Keys
@@ -488,12 +508,26 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       continue;
     }
     for (int step = 0; step < 2; step++) {
+      /* fp8 to bf16 with the heads side by side in each position's row: all
+       * heads widened at once (one read of each row, not a strided pass a head) */
+      const int row_heads = c->fp8_lut && c->kernel_dtype == FD_DTYPE_BF16 && heads > 1 &&
+                            (step ? v_head : k_head) == (ptrdiff_t)head_dim &&
+                            (int64_t)c->block * heads * head_dim <= FD_CPU_WIDE_ALL;
+      if (row_heads)
+        fd_cpu_widen_fp8_bf16(wide_all, step ? values : keys, 0, nb, heads * head_dim,
+                              c->fp8_lut16, c->isa, p->kv_dtype == FD_DTYPE_E5M2);
       for (int h = 0; h < heads; h++) {
         fd_cpu_block blk;
         head_block(&blk, &pass, h, rows, k_head, v_head, qt_head);
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
-        if (c->fp8_lut) widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
+        if (row_heads) {
+          read_wide_rows(&blk, step, wide_all + (ptrdiff_t)h * head_dim,
+                         (ptrdiff_t)heads * head_dim, 2, wide_rows);
+          if (!step) fold_key_scale(c, &blk, h0 + h);
+        } else if (c->fp8_lut) {
+          widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
+        }
         if (c->prefetch_next) {
           /* the next call's rows: head h + 1's of this step; after the last
            * head's scores head 0's values; kernels that spread the
