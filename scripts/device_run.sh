@@ -16,11 +16,14 @@
 #   treexp: a variant against this tree: FD_XP=<name> builds .xp/<name> (carried) beside this
 #   one, runs its test_gpu_tree, then bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on both
 #   builds, alternating twice.
-#   mlaxp: an MLA kernel variant against this tree: FD_XP=<name> builds .xp/<name> (carried:
-#   `git archive <branch> | tar -x -C .xp/<name>`) beside this one, runs its test_gpu_mla
-#   (FD_TEST_QUICK=1), the CLI's MLA rows on both builds alternating twice (FD_MLAXP_ROWS:
-#   "batch heads kv_len page_size" separated by ';'), then compute-sanitizer memcheck of the
-#   variant on FD_SAN_FILTER (a test_gpu_mla case-name substring).
+#   mlaxp: MLA kernel variants against this tree: FD_XP="<name> ..." builds each .xp/<name>
+#   (carried: `git archive <branch> | tar -x -C .xp/<name>`, or this tree plus a diff) beside
+#   this one, runs each one's test_gpu_mla (FD_TEST_QUICK=1), the CLI's MLA rows on every build
+#   alternating twice (FD_MLAXP_ROWS: "batch heads kv_len page_size" separated by ';'), then
+#   compute-sanitizer memcheck of each variant on FD_SAN_FILTER (test_gpu_mla case-name
+#   substrings, space-separated); FD_MLAXP_BENCH=<name>: bench_gpu.py --mla-only (FlashInfer's
+#   MLA from .whl/ beside it) on that variant's library; FD_MLAXP_NCU=1: Nsight Compute of
+#   B=64 128 heads 8k (64-key pages) on every build.
 #   tree: build, test_gpu_tree, the Python tree tests, compute-sanitizer on tree cases, every
 #   other GPU test (FD_TREE_GPU_TESTS=0: not), bench/bench_tree.py (FD_TREE_BENCH_ARGS) with
 #   FlashInfer's masked prefill from .whl/.
@@ -109,19 +112,32 @@ if [ "$MODE" = ab ]; then
   BASE_PID=$!
 fi
 if [ "$MODE" = treexp ] || [ "$MODE" = mlaxp ]; then
-  # a variant's tree (.xp/<FD_XP>: `git archive <branch> | tar -x -C .xp/<name>`, carried) built
-  # beside this one: its library and the mode's test (and the CLI for mlaxp)
-  XP=".xp/${FD_XP:?$MODE: set FD_XP to a folder under .xp}"
-  [ -f "$XP/CMakeLists.txt" ] || { echo "$MODE: no $XP carried"; exit 1; }
-  if [ "$MODE" = treexp ]; then XP_TARGETS="flashdecode test_gpu_tree"
-  else XP_TARGETS="flashdecode flashdecode_cli test_gpu_mla"; fi
-  # shellcheck disable=SC2086
-  (cmake -S "$XP" -B "$XP/build" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
-     ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" &&
-   cmake --build "$XP/build" -j "$(( $(nproc) / 2 ))" --target $XP_TARGETS) \
-    >/tmp/fd-build-xp.txt 2>&1 &
-  XP_PID=$!
+  # the variants' trees (.xp/<name> for each name of FD_XP, carried) built beside this one:
+  # their library and the mode's test (and the CLI for mlaxp); treexp takes the first
+  XPS=() XP_PIDS=()
+  for name in ${FD_XP:?$MODE: set FD_XP to folders under .xp}; do
+    XP=".xp/$name"
+    [ -f "$XP/CMakeLists.txt" ] || { echo "$MODE: no $XP carried"; exit 1; }
+    if [ "$MODE" = treexp ]; then XP_TARGETS="flashdecode test_gpu_tree"
+    else XP_TARGETS="flashdecode flashdecode_cli test_gpu_mla"; fi
+    # shellcheck disable=SC2086
+    (cmake -S "$XP" -B "$XP/build" -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
+       ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" &&
+     cmake --build "$XP/build" -j "$(( $(nproc) / 2 ))" --target $XP_TARGETS) \
+      >"/tmp/fd-build-xp-$name.txt" 2>&1 &
+    XPS+=("$XP") XP_PIDS+=($!)
+  done
+  XP=${XPS[0]}
 fi
+# xp_wait: every variant built, or which did not (its log's tail)
+xp_wait() {
+  local i ok=0
+  for i in "${!XPS[@]}"; do
+    wait "${XP_PIDS[$i]}" ||
+      { ok=1; echo "variant BUILD FAILED: ${XPS[$i]}"; tail -40 "/tmp/fd-build-xp-$(basename "${XPS[$i]}").txt"; }
+  done
+  return $ok
+}
 if [ "$MODE" != ampere ] && [ "$MODE" != final ]; then
 step build 60 || exit 1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_PTXAS_VERBOSE=ON \
@@ -324,8 +340,8 @@ fi
 # ---- treexp: a variant (.xp/$FD_XP) against this tree: the variant's test_gpu_tree, then
 # bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on this build and the variant, alternating ----
 if [ "$MODE" = treexp ] && step "the variant's build and test_gpu_tree" 60; then
-  wait "$XP_PID" || { echo "variant BUILD FAILED"; tail -40 /tmp/fd-build-xp.txt; exit 1; }
-  grep -E "rows_wgmma|C75[0-9]+" /tmp/fd-build-xp.txt | grep -E "Used|spill|C75" | sort | uniq -c | head -8
+  xp_wait || exit 1
+  grep -E "rows_wgmma|C75[0-9]+" "/tmp/fd-build-xp-$(basename "$XP").txt" | grep -E "Used|spill|C75" | sort | uniq -c | head -8
   (cd "$XP/build" && timeout 120 ./tests/test_gpu_tree) >"$OUT/xp_gpu_tree.txt" 2>&1 || status=1
   echo "   variant test_gpu_tree: $(grep -c '^\[       OK \]' "$OUT/xp_gpu_tree.txt") OK, $(grep -c '^\[  FAILED  \]' "$OUT/xp_gpu_tree.txt") FAILED lines"
 fi
@@ -341,23 +357,27 @@ if [ "$MODE" = treexp ] && step "bench_tree.py: this build and the variant, alte
   done
 fi
 
-# ---- mlaxp: an MLA kernel variant (.xp/$FD_XP) against this tree: its test_gpu_mla, the
-# CLI's MLA rows on both builds alternating, memcheck of the variant ----
-if [ "$MODE" = mlaxp ] && step "the variant's build and test_gpu_mla (FD_TEST_QUICK=1)" 60; then
-  wait "$XP_PID" || { echo "variant BUILD FAILED"; tail -40 /tmp/fd-build-xp.txt; exit 1; }
-  grep -E "mla_wgmma|mla_kernel" -A2 /tmp/fd-build-xp.txt | grep -E "Used|spill" | sort | uniq -c | head -8
-  (cd "$XP/build" && FD_TEST_QUICK=1 timeout 150 ./tests/test_gpu_mla) >"$OUT/xp_gpu_mla.txt" 2>&1
-  rc=$?; [ $rc -eq 0 ] || status=1
-  echo "   variant test_gpu_mla rc $rc: $(grep -c '^PASS' "$OUT/xp_gpu_mla.txt") PASS, $(grep -c '^FAIL' "$OUT/xp_gpu_mla.txt") FAIL"
-  grep -m 12 '^FAIL' "$OUT/xp_gpu_mla.txt"
+# ---- mlaxp: MLA kernel variants (.xp/<name> for each of FD_XP) against this tree: their
+# test_gpu_mla, the CLI's MLA rows on every build alternating, memcheck of the variants, and
+# (optional) the MLA benchmark with FlashInfer on one variant, Nsight Compute on every build ----
+if [ "$MODE" = mlaxp ] && step "the variants' builds and test_gpu_mla (FD_TEST_QUICK=1)" 60; then
+  xp_wait || exit 1
+  for XP in "${XPS[@]}"; do
+    name=$(basename "$XP")
+    grep -E "mla_wgmma|mla_kernel" -A2 "/tmp/fd-build-xp-$name.txt" | grep -E "Used|spill" | sort | uniq -c | head -8
+    (cd "$XP/build" && FD_TEST_QUICK=1 timeout 150 ./tests/test_gpu_mla) >"$OUT/xp_gpu_mla-$name.txt" 2>&1
+    rc=$?; [ $rc -eq 0 ] || status=1
+    echo "   $name test_gpu_mla rc $rc: $(grep -c '^PASS' "$OUT/xp_gpu_mla-$name.txt") PASS, $(grep -c '^FAIL' "$OUT/xp_gpu_mla-$name.txt") FAIL"
+    grep -m 12 -E '^FAIL|^hopper:' "$OUT/xp_gpu_mla-$name.txt"
+  done
 fi
-if [ "$MODE" = mlaxp ] && step "the CLI's MLA rows: this build and the variant, alternating" 60; then
+if [ "$MODE" = mlaxp ] && step "the CLI's MLA rows: this build and the variants, alternating" 60; then
   rows=${FD_MLAXP_ROWS:-"64 128 8192 64;1 128 32768 64;16 128 8192 64;128 128 4096 64;64 128 8192 16;64 128 8192 0;64 16 8192 64"}
   for round in 1 2; do
     IFS=';' read -r -a list <<<"$rows"
     for r in "${list[@]}"; do
       read -r b h n pg <<<"$r"
-      for dir in build "$XP/build"; do
+      for dir in build "${XPS[@]/%//build}"; do
         echo "   $round $dir b$b h$h n$n pg$pg: $(timeout 60 "./$dir/flashdecode" bench --backend cuda \
           --num-heads-kv 1 --head-dim 512 --rope-dim 64 --iters 50 --batch "$b" --num-heads-q "$h" \
           --kv-len "$n" --page-size "$pg" 2>&1 | tail -1 | grep -oE "us=[0-9.]+|num_splits=[0-9]+" | tr '\n' ' ')"
@@ -365,10 +385,37 @@ if [ "$MODE" = mlaxp ] && step "the CLI's MLA rows: this build and the variant, 
     done
   done | tee "$OUT/xp_mla_rows.txt"
 fi
-if [ "$MODE" = mlaxp ] && step "compute-sanitizer memcheck of the variant" 40; then
-  f=${FD_SAN_FILTER:-_D512_H128_T1_B4_kv1,0,1999,65}
-  echo "   memcheck $f: $(cd "$XP/build" && FD_TEST_QUICK=1 FD_TEST_FILTER=$f timeout 90 \
-    compute-sanitizer --tool memcheck ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY" | tail -1)"
+if [ "$MODE" = mlaxp ] && step "compute-sanitizer memcheck of the variants" 40; then
+  for XP in "${XPS[@]}"; do
+    for f in ${FD_SAN_FILTER:-_D512_H128_T1_B4_kv1,0,1999,65}; do
+      echo "   $(basename "$XP") memcheck $f: $(cd "$XP/build" && FD_TEST_QUICK=1 FD_TEST_FILTER=$f \
+        timeout 90 compute-sanitizer --tool memcheck ./tests/test_gpu_mla 2>&1 | grep -E "ERROR SUMMARY" | tail -1)"
+    done
+  done
+fi
+if [ "$MODE" = mlaxp ] && [ -n "${FD_MLAXP_BENCH:-}" ] && step "FlashInfer wheels -> /tmp/site" 20; then fi_setup; fi
+if [ "$MODE" = mlaxp ] && [ -n "${FD_MLAXP_BENCH:-}" ] &&
+   step "MLA benchmark (bench_gpu.py --mla-only) on .xp/$FD_MLAXP_BENCH" 150; then
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  budget=$(( left - 100 )); [ "$budget" -gt 240 ] && budget=240
+  FLASHDECODE_LIBRARY="$PWD/.xp/$FD_MLAXP_BENCH/build/libflashdecode.so" \
+    FD_READ_PROBE_LIBRARY="$PWD/build/libfd_read_probe.so" timeout $(( budget + 40 )) \
+    python3 bench/bench_gpu.py --mla-only --out-dir "$OUT" --commit "$COMMIT-$FD_MLAXP_BENCH" \
+    --budget-s "$budget" --log-dir /tmp/fd-bench-logs >/tmp/fd-bench.txt 2>&1 || status=1
+  sed -n '/^=====/,$p' /tmp/fd-bench.txt | head -60
+fi
+if [ "$MODE" = mlaxp ] && [ "${FD_MLAXP_NCU:-0}" = 1 ]; then
+  for dir in build "${XPS[@]/%//build}"; do
+    step "Nsight Compute: B=64 128 heads 8k, page 64, $dir" 50 || break
+    timeout 120 ncu -k regex:fd_mla_wgmma_kernel --launch-skip 5 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --print-details all \
+      "./$dir/flashdecode" bench --backend cuda --iters 2 --batch 64 --num-heads-q 128 \
+      --kv-len 8192 --num-heads-kv 1 --head-dim 512 --rope-dim 64 --page-size 64 >/tmp/fd-ncu.txt 2>&1
+    grep -E "Duration|L2 Cache Throughput|DRAM Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Stall [A-Z]" \
+      /tmp/fd-ncu.txt | head -24 | sed 's/^/     /'
+    { echo "==== $dir"; cat /tmp/fd-ncu.txt; } >>"$OUT/xp-ncu.txt"
+  done
 fi
 
 # ---- tree: tree masks on CUDA (the rows kernel), then every other GPU test, the tree
