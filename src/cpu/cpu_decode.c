@@ -127,10 +127,11 @@ static void head_block(fd_cpu_block *blk, const fd_cpu_block *pass, int h, int r
   blk->value_off = h * v_head;
 }
 
-/* Most floats of one head's widened fp8 key block: c->block * head_dim. */
-#define FD_CPU_WIDE_FLOATS (FD_CPU_KEY_BLOCK * 256)
-/* Most bf16 elements of all heads' widened fp8 key block (64 KB). */
-#define FD_CPU_WIDE_ALL (FD_CPU_KEY_BLOCK * 1024)
+/* The widened fp8 block's buffer, 64 KB: one head's block in float32
+ * (c->block * head_dim <= 32 x 256 floats) or every head's in bf16
+ * (c->block * heads * head_dim <= FD_CPU_WIDE_ALL elements). */
+#define FD_CPU_WIDE_FLOATS (FD_CPU_KEY_BLOCK * 512)
+#define FD_CPU_WIDE_ALL (FD_CPU_WIDE_FLOATS * 2)
 
 /* Points blk's keys (values with `values`) at the widened rows of one head's
  * block: wide holds blk->num_keys rows, `row` elements of `elem` bytes apart
@@ -324,12 +325,10 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
   const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys (contiguous caches) */
-  /* fp8 caches: one head's keys or values of the block, widened */
+  /* fp8 caches: one head's keys or values of the block, widened, or (bf16
+   * codes, heads side by side) every head's, widened in one pass */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
   const void *wide_rows[FD_CPU_SMALL_BLOCK];
-  /* fp8 caches read as bf16 (no per-token scales): every head's keys (or
-   * values) of the block, widened in one pass over each position's row */
-  _Alignas(64) uint16_t wide_all[FD_CPU_WIDE_ALL];
 
   /* Row r sees keys [lower[r], limit[r]) of the split (fd_row_keys,
    * row_keys.h: the same rule as the CUDA kernels and the reference). Keys
@@ -514,7 +513,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
                             (step ? v_head : k_head) == (ptrdiff_t)head_dim &&
                             (int64_t)c->block * heads * head_dim <= FD_CPU_WIDE_ALL;
       if (row_heads)
-        fd_cpu_widen_fp8_bf16(wide_all, step ? values : keys, 0, nb, heads * head_dim,
+        fd_cpu_widen_fp8_bf16((uint16_t *)wide, step ? values : keys, 0, nb, heads * head_dim,
                               c->fp8_lut16, c->isa, p->kv_dtype == FD_DTYPE_E5M2);
       for (int h = 0; h < heads; h++) {
         fd_cpu_block blk;
@@ -522,7 +521,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         blk.count = pass.count; /* [rows], all heads alike */
         blk.first = pass.first;
         if (row_heads) {
-          read_wide_rows(&blk, step, wide_all + (ptrdiff_t)h * head_dim,
+          read_wide_rows(&blk, step, (const uint16_t *)wide + (ptrdiff_t)h * head_dim,
                          (ptrdiff_t)heads * head_dim, 2, wide_rows);
           if (!step) fold_key_scale(c, &blk, h0 + h);
         } else if (c->fp8_lut) {
@@ -537,9 +536,10 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
           const void *const *next = NULL;
           ptrdiff_t next_off = 0;
           int next_n = nb;
-          if (h + 1 < heads)
-            next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
-          else if (step == 0)
+          if (h + 1 < heads) {
+            if (!row_heads) /* (row_heads: widened with this head's, already read) */
+              next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
+          } else if (step == 0)
             next = values;
           else if (c->kernels.spreads_next && p->page_size == 0 && j0 + nb < tile_end) {
             next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
