@@ -35,7 +35,8 @@
  * it. When the pass's heads sit side by side in each position's row (the
  * usual [.., heads, head_dim] layout) and their block fits 64 KB, the bf16
  * widening reads each row once for all heads before the heads' calls, not
- * in a strided pass a head. The query rows are widened from fp16/bf16 as
+ * in a strided pass a head, and the kernel calls between two widenings
+ * prefetch the next one's rows. The query rows are widened from fp16/bf16 as
  * always.
  *
  * num_splits == 1: the item writes normalised out and lse. Otherwise it writes
@@ -324,7 +325,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
-  const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys (contiguous caches) */
+  const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys, for prefetches */
   /* fp8 caches: one head's keys or values of the block, widened, or (bf16
    * codes, heads side by side) every head's, widened in one pass */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
@@ -532,13 +533,30 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
            * head's scores head 0's values; kernels that spread the
            * prefetches through their work (spreads_next) also get, after the
            * last head's values, the next block's keys of head 0 (contiguous
-           * caches; before the kernels spread them: measured no faster) */
+           * caches; before the kernels spread them: measured no faster).
+           * Heads widened together (row_heads): each head's call asks for
+           * that head's part of the next widening's rows (this block's
+           * values, then the next block's keys), so the widening pass finds
+           * its rows in cache (its own loads would wait on memory alone) */
           const void *const *next = NULL;
           ptrdiff_t next_off = 0;
           int next_n = nb;
-          if (h + 1 < heads) {
-            if (!row_heads) /* (row_heads: widened with this head's, already read) */
-              next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
+          if (row_heads) {
+            /* every head already widened: head h asks for its part of the
+             * next widening's rows (this block's values, the next block's keys) */
+            if (step == 0)
+              next = values, next_off = v_head * h;
+            else if (j0 + nb < tile_end) {
+              next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
+              if (h == 0)
+                for (int j = 0; j < next_n; j++)
+                  next_keys[j] = p->page_size == 0
+                                     ? k_first + (ptrdiff_t)(j0 + nb + j) * k_pos
+                                     : kv_row(c, t->k_cache, t->k_strides, b, j0 + nb + j, h0);
+              next = next_keys, next_off = k_head * h;
+            }
+          } else if (h + 1 < heads) {
+            next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
           } else if (step == 0)
             next = values;
           else if (c->kernels.spreads_next && p->page_size == 0 && j0 + nb < tile_end) {
