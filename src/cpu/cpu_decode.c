@@ -108,6 +108,17 @@ static const char *kv_row(const cpu_call *c, const void *cache, const int64_t st
   return (const char *)cache + off * (int64_t)c->kv_elem_size;
 }
 
+/* rows[j] = the row of position j0 + j, head hk, of sequence b, j < n: in a
+ * contiguous cache first + (j0 + j) * pos (first: position 0's row, pos: the
+ * bytes between positions), in a paged one through the block table. */
+static void block_rows(const cpu_call *c, const void *cache, const int64_t strides[3],
+                       const char *first, ptrdiff_t pos, int32_t b, int32_t j0, int n, int32_t hk,
+                       const void **rows) {
+  for (int j = 0; j < n; j++)
+    rows[j] = c->plan->problem.page_size == 0 ? first + (ptrdiff_t)(j0 + j) * pos
+                                              : kv_row(c, cache, strides, b, j0 + j, hk);
+}
+
 /* *blk = the block of head h of a pass: `pass` describes head 0, whose
  * arrays continue with those of the next heads ([heads][rows]...; count too,
  * when set); k_head / v_head: bytes from one kv head's row to the next.
@@ -210,6 +221,49 @@ static void widen_block(const cpu_call *c, fd_cpu_block *blk, int values, int32_
 static void prefetch_rows(const void *const *rows, ptrdiff_t off, int n, int bytes) {
   for (int j = 0; j < n; j++)
     for (int x = 0; x < bytes; x += 64) __builtin_prefetch((const char *)rows[j] + off + x, 0, 3);
+}
+
+/* What the kernel call of head h (of `heads`; step 0: scores, 1: values) of
+ * a key block asks the cache for, for the calls after it: head h + 1's rows
+ * of this step; after the last head's scores head 0's values; kernels that
+ * spread the prefetches through their work (spreads_next) also get, after
+ * the last head's values, the next block's keys of head 0 (contiguous
+ * caches; before the kernels spread them: measured no faster). Heads widened
+ * together (row_heads, fp8) were read before the first head's call: each
+ * head's call asks for its part of the next widening's rows instead (the
+ * block's values, then the next block's keys), so that the widening finds
+ * them in cache (its own loads would wait on memory with nothing to overlap).
+ * keys, values: the block's nb rows of head 0; next_keys: the next block's
+ * next_nb rows of head 0; k_head, v_head: the bytes between heads. */
+static void ask_next(const cpu_call *c, fd_cpu_block *blk, int step, int h, int heads,
+                     int row_heads, const void *const *keys, const void *const *values, int nb,
+                     const void *const *next_keys, int next_nb, ptrdiff_t k_head,
+                     ptrdiff_t v_head) {
+  const void *const *next = NULL;
+  ptrdiff_t next_off = 0;
+  int next_n = nb;
+  if (row_heads) {
+    if (step == 0)
+      next = values, next_off = v_head * h;
+    else if (next_nb > 0)
+      next = next_keys, next_n = next_nb, next_off = k_head * h;
+  } else if (h + 1 < heads) {
+    next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
+  } else if (step == 0) {
+    next = values;
+  } else if (c->kernels.spreads_next && next_nb > 0) {
+    next = next_keys, next_n = next_nb;
+  }
+  if (!next) return;
+  const int bytes = c->plan->problem.head_dim * (int)c->kv_elem_size;
+  if (c->kernels.spreads_next) {
+    blk->next = next;
+    blk->next_off = next_off;
+    blk->next_n = next_n;
+    blk->next_bytes = bytes;
+  } else {
+    prefetch_rows(next, next_off, next_n, bytes);
+  }
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -422,18 +476,8 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int nb; /* keys in this block; j0 + nb never overflows (<= tile_end) */
   for (int32_t j0 = tile_begin; j0 < tile_end; j0 += nb) {
     nb = tile_end - j0 < c->block ? tile_end - j0 : c->block;
-    if (p->page_size == 0) { /* contiguous: one stride per position */
-      const char *kp = k_first + (ptrdiff_t)j0 * k_pos, *vp = v_first + (ptrdiff_t)j0 * v_pos;
-      for (int j = 0; j < nb; j++) {
-        keys[j] = kp + (ptrdiff_t)j * k_pos;
-        values[j] = vp + (ptrdiff_t)j * v_pos;
-      }
-    } else {
-      for (int j = 0; j < nb; j++) {
-        keys[j] = kv_row(c, t->k_cache, t->k_strides, b, j0 + j, h0);
-        values[j] = kv_row(c, t->v_cache, t->v_strides, b, j0 + j, h0);
-      }
-    }
+    block_rows(c, t->k_cache, t->k_strides, k_first, k_pos, b, j0, nb, h0, keys);
+    block_rows(c, t->v_cache, t->v_strides, v_first, v_pos, b, j0, nb, h0, values);
     for (int j = nb; j < ((nb + 31) & ~31); j++) { /* the contract's padding */
       keys[j] = keys[nb - 1];
       values[j] = values[nb - 1];
@@ -507,6 +551,10 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       fd_cpu_fold(acc, l, m, outer, l_out, m_out, all_rows, head_dim, c->isa);
       continue;
     }
+    /* the next block's keys (prefetched during this one's calls) */
+    const int next_nb = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
+    if (c->prefetch_next && next_nb > 0)
+      block_rows(c, t->k_cache, t->k_strides, k_first, k_pos, b, j0 + nb, next_nb, h0, next_keys);
     for (int step = 0; step < 2; step++) {
       /* fp8 to bf16 with the heads side by side in each position's row: all
        * heads widened at once (one read of each row, not a strided pass a head) */
@@ -528,52 +576,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
         } else if (c->fp8_lut) {
           widen_block(c, &blk, step, b, j0, h0 + h, wide, wide_rows);
         }
-        if (c->prefetch_next) {
-          /* the next call's rows: head h + 1's of this step; after the last
-           * head's scores head 0's values; kernels that spread the
-           * prefetches through their work (spreads_next) also get, after the
-           * last head's values, the next block's keys of head 0 (contiguous
-           * caches; before the kernels spread them: measured no faster).
-           * Heads widened together (row_heads): each head's call asks for
-           * that head's part of the next widening's rows (this block's
-           * values, then the next block's keys), so the widening pass finds
-           * its rows in cache (its own loads would wait on memory alone) */
-          const void *const *next = NULL;
-          ptrdiff_t next_off = 0;
-          int next_n = nb;
-          if (row_heads) {
-            /* every head already widened: head h asks for its part of the
-             * next widening's rows (this block's values, the next block's keys) */
-            if (step == 0)
-              next = values, next_off = v_head * h;
-            else if (j0 + nb < tile_end) {
-              next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
-              if (h == 0)
-                for (int j = 0; j < next_n; j++)
-                  next_keys[j] = p->page_size == 0
-                                     ? k_first + (ptrdiff_t)(j0 + nb + j) * k_pos
-                                     : kv_row(c, t->k_cache, t->k_strides, b, j0 + nb + j, h0);
-              next = next_keys, next_off = k_head * h;
-            }
-          } else if (h + 1 < heads) {
-            next = step ? values : keys, next_off = (step ? v_head : k_head) * (h + 1);
-          } else if (step == 0)
-            next = values;
-          else if (c->kernels.spreads_next && p->page_size == 0 && j0 + nb < tile_end) {
-            next_n = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
-            for (int j = 0; j < next_n; j++) next_keys[j] = k_first + (ptrdiff_t)(j0 + nb + j) * k_pos;
-            next = next_keys;
-          }
-          const int bytes = head_dim * (int)c->kv_elem_size;
-          if (next && c->kernels.spreads_next) {
-            blk.next = next;
-            blk.next_off = next_off;
-            blk.next_n = next_n;
-            blk.next_bytes = bytes;
-          } else if (next) {
-            prefetch_rows(next, next_off, next_n, bytes);
-          }
-        }
+        if (c->prefetch_next)
+          ask_next(c, &blk, step, h, heads, row_heads, keys, values, nb, next_keys, next_nb,
+                   k_head, v_head);
         if (step == 0)
           c->kernels.scores(&blk);
         else

@@ -125,20 +125,32 @@ FD_VFN size_t amx_pack_q(const float *q, int rows, int head_dim, void *dst, size
 }
 
 /* The block's 32 rows (keys or values: `rows`, at byte offset off, each
- * head_dim bf16) as base + j * *stride: in place when the driver says they
- * are `even` bytes apart (fd_cpu_block.key_step / value_step, nonzero only
- * for full blocks), else copied into buf [32][head_dim] (rows past n repeat
- * row n - 1). */
+ * head_dim bf16) as two tiles of 16, rows 0-15 at the returned base + j *
+ * *stride and rows 16-31 at *second + j * *stride: in place when the driver
+ * says they are `even` bytes apart (fd_cpu_block.key_step / value_step,
+ * nonzero only for full blocks) or when each half is evenly spaced by the
+ * same distance (a paged cache's block across two pages of 16 or more keys),
+ * else copied into buf [32][head_dim] (rows past n repeat row n - 1). */
 FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdiff_t even,
-                            int head_dim, uint16_t *buf, ptrdiff_t *stride) {
-  if (even != 0 && n == 32) {
-    *stride = even;
-    return (const char *)rows[0] + off;
+                            int head_dim, uint16_t *buf, ptrdiff_t *stride, const char **second) {
+  if (n == 32) {
+    ptrdiff_t s = even;
+    if (s == 0) { /* two runs of 16 rows, s apart */
+      s = (const char *)rows[1] - (const char *)rows[0];
+      for (int j = 2; s != 0 && j < 32; j++)
+        if (j != 16 && (const char *)rows[j] - (const char *)rows[j - 1] != s) s = 0;
+    }
+    if (s != 0) {
+      *stride = s;
+      *second = (const char *)rows[16] + off;
+      return (const char *)rows[0] + off;
+    }
   }
   for (int j = 0; j < 32; j++)
     memcpy(buf + (ptrdiff_t)j * head_dim, (const char *)rows[j < n ? j : n - 1] + off,
            (size_t)head_dim * 2);
   *stride = (ptrdiff_t)head_dim * 2;
+  *second = (const char *)(buf + 16 * (ptrdiff_t)head_dim);
   return (const char *)buf;
 }
 
@@ -211,9 +223,11 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
    * rope rows (b->rope: MLA's rope part in its own cache) */
   const int ksteps = b->rope ? (head_dim - b->rope_dim) / 32 : steps;
   ptrdiff_t ks, rs = 0;
-  const char *k0 = amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, 32 * ksteps, kbuf, &ks);
+  const char *k1, *r1 = NULL; /* keys 16-31 */
+  const char *k0 =
+      amx_rows(b->keys, b->key_off, b->num_keys, b->key_step, 32 * ksteps, kbuf, &ks, &k1);
   const char *r0 = b->rope ? amx_rows(b->rope, b->rope_off, b->num_keys, b->rope_step,
-                                      b->rope_dim, rbuf, &rs)
+                                      b->rope_dim, rbuf, &rs, &r1)
                            : NULL;
   /* C: tiles 0, 1 (keys 0-15, 16-31); B (q): 4; A (keys): 2, 3 (and below) */
   const uint32_t *qt = (const uint32_t *)(h + 1);
@@ -240,9 +254,10 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
        * rows' (64 bytes of slack after the last) */
       _tile_loadd(4, qt + ((ptrdiff_t)c * steps + s) * 16 * cols, cols * 4);
       const char *kb = s < ksteps ? k0 + 64 * s : r0 + 64 * (s - ksteps);
+      const char *kb1 = s < ksteps ? k1 + 64 * s : r1 + 64 * (s - ksteps);
       const ptrdiff_t kst = s < ksteps ? ks : rs;
       _tile_loadd(2, kb, kst);
-      _tile_loadd(3, kb + 16 * kst, kst);
+      _tile_loadd(3, kb1, kst);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
       if (pair) {
@@ -291,7 +306,9 @@ FD_VFN void amx_values_parity(const fd_cpu_block *b, int k0, int first) {
   _Alignas(64) uint32_t a[2][16][16]; /* [key half][row, parity, piece][key] */
   _Alignas(64) float ct[4][16][16];   /* [column chunk][row, parity, piece][column pair] */
   ptrdiff_t vs;
-  const char *v0 = amx_rows(b->values + k0, b->value_off, nk, b->value_step, head_dim, vbuf, &vs);
+  const char *v1_0; /* keys 16-31 */
+  const char *v0 =
+      amx_rows(b->values + k0, b->value_off, nk, b->value_step, head_dim, vbuf, &vs, &v1_0);
 
   /* the next call's rows: a part before the first products, a part after
    * each 32 columns' products */
@@ -319,13 +336,13 @@ FD_VFN void amx_values_parity(const fd_cpu_block *b, int k0, int first) {
     _tile_loadd(5, a[1], 64);
     for (int d0 = 0; d0 < head_dim; d0 += 128) {
       const int nc = (head_dim - d0) / 32 < 4 ? (head_dim - d0) / 32 : 4;
-      const char *v = v0 + (ptrdiff_t)d0 * 2;
+      const char *v = v0 + (ptrdiff_t)d0 * 2, *v1 = v1_0 + (ptrdiff_t)d0 * 2;
 #define FD_AMX_PV(C)                              \
   do {                                            \
     _tile_zero(C);                                \
     _tile_loadd(6, v + 64 * (C), vs);             \
     _tile_dpbf16ps(C, 4, 6);                      \
-    _tile_loadd(7, v + 16 * vs + 64 * (C), vs);   \
+    _tile_loadd(7, v1 + 64 * (C), vs);            \
     _tile_dpbf16ps(C, 5, 7);                      \
     if (k0 == 0) fd_cpu_prefetch_next(b, part++, parts); \
   } while (0)
