@@ -13,6 +13,8 @@
 # Usage: FD_COMMIT=<hash> [FD_DEADLINE_S=540] scripts/device_run.sh [all|test|bench|exp|ampere|final|ab|mla|mlaxp|tree|treexp|release|san]
 #   san: build, the GPU ctest tests (FD_CTEST: a regex of them), then the compute-sanitizer
 #   steps of test (the GPU grid, the MLA cases, the GPU reliability suite) and nothing else.
+#   FD_SAN_TIMEOUT: seconds a compute-sanitizer run may take (200; racecheck of the bf16 d128
+#   grid cases needs more).
 #   treexp: a variant against this tree: FD_XP=<name> builds .xp/<name> (carried) beside this
 #   one, runs its test_gpu_tree, then bench_tree.py --no-flashinfer (FD_TREE_BENCH_ARGS) on both
 #   builds, alternating twice.
@@ -227,7 +229,7 @@ fi
 
 san() { # san BINARY TOOL FILTER
   echo "-- $2 $1 ${3:+(filter $3)}"
-  FD_TEST_QUICK=1 FD_TEST_FILTER="$3" timeout 200 compute-sanitizer --tool "$2" \
+  FD_TEST_QUICK=1 FD_TEST_FILTER="$3" timeout "${FD_SAN_TIMEOUT:-200}" compute-sanitizer --tool "$2" \
     --error-exitcode 99 "$1" >/tmp/fd-san.txt 2>&1
   local rc=$?
   { echo "---- compute-sanitizer $2 $1 $3 (exit $rc)"; cat /tmp/fd-san.txt; } >>"$OUT/full-logs.txt"
