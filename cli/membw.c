@@ -68,7 +68,12 @@ sum_avx512(const char *p, size_t bytes, const int S) {
   for (size_t i = part * (size_t)S; i < bytes; i += 64)
     acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512((const void *)(p + i)));
   for (int k = 1; k < S; k++) acc[0] = _mm512_add_epi64(acc[0], acc[k]);
-  return (uint64_t)_mm512_reduce_add_epi64(acc[0]);
+  /* lane by lane in unsigned arithmetic (the intrinsic's reduction adds signed
+   * 64-bit lanes, and the sum of arbitrary bytes may overflow them) */
+  uint64_t lanes[8], sum = 0;
+  _mm512_storeu_si512((void *)lanes, acc[0]);
+  for (int k = 0; k < 8; k++) sum += lanes[k];
+  return sum;
 }
 
 static inline __attribute__((always_inline, target("avx2"))) uint64_t

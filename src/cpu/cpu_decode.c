@@ -379,7 +379,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
   int count[FD_CPU_PASS_ROWS];    /* [rows]; [heads][rows] for small_softmax */
   int first[FD_CPU_PASS_ROWS];    /* [rows] (window); [heads][rows] for the small steps */
   const void *keys[FD_CPU_SMALL_BLOCK], *values[FD_CPU_SMALL_BLOCK];
-  const void *next_keys[FD_CPU_KEY_BLOCK]; /* the next block's keys, for prefetches */
+  const void *next_keys[FD_CPU_SMALL_BLOCK]; /* the next block's keys (<= c->block), for prefetches */
   /* fp8 caches: one head's keys or values of the block, widened, or (bf16
    * codes, heads side by side) every head's, widened in one pass */
   _Alignas(64) float wide[FD_CPU_WIDE_FLOATS];
