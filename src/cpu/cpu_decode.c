@@ -482,8 +482,9 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
       keys[j] = keys[nb - 1];
       values[j] = values[nb - 1];
     }
-    /* evenly spaced rows of a full block (fd_cpu_block.key_step): always in
-     * a contiguous cache, in a paged one when no page boundary breaks them */
+    /* evenly spaced runs of 16 rows of a full block (fd_cpu_block.key_step):
+     * always in a contiguous cache, in a paged one when no page boundary
+     * falls inside a run */
     const ptrdiff_t key_step = fd_cpu_even_step(keys, nb, p->page_size == 0);
     const ptrdiff_t value_step = fd_cpu_even_step(values, nb, p->page_size == 0);
     int every = 1; /* every row sees every key of the block */
@@ -553,7 +554,7 @@ static void run_pass(const cpu_call *c, int32_t b, int32_t split, int32_t begin,
     }
     /* the next block's keys (prefetched during this one's calls) */
     const int next_nb = tile_end - j0 - nb < c->block ? tile_end - j0 - nb : c->block;
-    if (c->prefetch_next && next_nb > 0)
+    if (c->prefetch_next && next_nb > 0 && (c->fp8_lut || c->kernels.spreads_next))
       block_rows(c, t->k_cache, t->k_strides, k_first, k_pos, b, j0 + nb, next_nb, h0, next_keys);
     for (int step = 0; step < 2; step++) {
       /* fp8 to bf16 with the heads side by side in each position's row: all

@@ -86,10 +86,11 @@ typedef struct fd_cpu_block {
   const void *const *keys;   /* [num_keys padded], see above */
   const void *const *values; /* [num_keys padded] */
   ptrdiff_t key_off, value_off; /* bytes */
-  ptrdiff_t key_step, value_step; /* bytes from key (value) j to j + 1 when every entry
-                                     of the arrays is keys[0] + j * key_step (num_keys a
-                                     multiple of 32: no padding entries), else 0 (a hint:
-                                     kernels may ignore it) */
+  ptrdiff_t key_step, value_step; /* bytes from key (value) j to j + 1 within each run of
+                                     16 entries (16 i .. 16 i + 15; the runs may lie
+                                     anywhere) when every run is evenly spaced by it
+                                     (num_keys a multiple of 32: no padding entries), else
+                                     0 (a hint: kernels may ignore it) */
   const int *first;          /* [rows] first key of the block each row sees (keys
                                 before it are masked: a sliding window), or NULL: 0 */
   const uint64_t *tree;      /* [rows] tree masks (row_keys.h), or NULL: key j of the
@@ -230,14 +231,16 @@ typedef struct fd_cpu_kernels {
 } fd_cpu_kernels;
 
 /* fd_cpu_block.key_step / value_step of the n rows rows[0 .. n): the bytes
- * from row j to row j + 1 when every row is rows[0] + j * that and n is a
- * multiple of 32 (no padding entries), else 0. even: the rows are known to
- * be evenly spaced (a contiguous cache's), so only the first two are read. */
+ * from row j to row j + 1 when each run of 16 rows (16 i .. 16 i + 15) is
+ * evenly spaced by that (a contiguous cache; a paged one whose pages of 16
+ * or more keys the runs do not cross) and n is a multiple of 32 (no padding
+ * entries), else 0. even: the rows are known to be evenly spaced (a
+ * contiguous cache's), so only the first two are read. */
 static inline ptrdiff_t fd_cpu_even_step(const void *const *rows, int n, int even) {
   if (n % 32 != 0) return 0;
   const ptrdiff_t step = (const char *)rows[1] - (const char *)rows[0];
   for (int j = 2; !even && j < n; j++)
-    if ((const char *)rows[j] != (const char *)rows[0] + j * step) return 0;
+    if (j % 16 != 0 && (const char *)rows[j] - (const char *)rows[j - 1] != step) return 0;
   return step;
 }
 

@@ -30,10 +30,11 @@
  *   piece, C = [row][column] in the paired order. P (float32) goes in as two
  *   bf16 pieces, hi = bf16(p) and lo = bf16(p - hi): |p - hi - lo| <= 2^-17 p.
  *
- * Key and value rows are read in place when the block's 32 rows are evenly
- * spaced (the driver's key_step / value_step: a contiguous cache, a page
- * holding the block, fp8 widened rows); else (a short block, a page
- * boundary) they are copied to a local block first. The steps configure the tiles when the thread's configuration is
+ * Key and value rows are read in place, as two 16-row tiles, when each half
+ * of the block's 32 rows is evenly spaced (the driver's key_step /
+ * value_step: a contiguous cache, pages of 16 or more keys that the halves
+ * do not cross, fp8 widened rows); else (a short block, a page boundary
+ * inside a half) they are copied to a local block first. The steps configure the tiles when the thread's configuration is
  * not theirs (amx_configure); the driver releases them after a thread's last
  * kernel call of a run (fd_cpu_kernels.finish), so no tile state outlives
  * fd_run.
@@ -127,24 +128,15 @@ FD_VFN size_t amx_pack_q(const float *q, int rows, int head_dim, void *dst, size
 /* The block's 32 rows (keys or values: `rows`, at byte offset off, each
  * head_dim bf16) as two tiles of 16, rows 0-15 at the returned base + j *
  * *stride and rows 16-31 at *second + j * *stride: in place when the driver
- * says they are `even` bytes apart (fd_cpu_block.key_step / value_step,
- * nonzero only for full blocks) or when each half is evenly spaced by the
- * same distance (a paged cache's block across two pages of 16 or more keys),
- * else copied into buf [32][head_dim] (rows past n repeat row n - 1). */
+ * says each 16-row run is evenly spaced by `even` bytes
+ * (fd_cpu_block.key_step / value_step, nonzero only for full blocks), else
+ * copied into buf [32][head_dim] (rows past n repeat row n - 1). */
 FD_VFN const char *amx_rows(const void *const *rows, ptrdiff_t off, int n, ptrdiff_t even,
                             int head_dim, uint16_t *buf, ptrdiff_t *stride, const char **second) {
-  if (n == 32) {
-    ptrdiff_t s = even;
-    if (s == 0) { /* two runs of 16 rows, s apart */
-      s = (const char *)rows[1] - (const char *)rows[0];
-      for (int j = 2; s != 0 && j < 32; j++)
-        if (j != 16 && (const char *)rows[j] - (const char *)rows[j - 1] != s) s = 0;
-    }
-    if (s != 0) {
-      *stride = s;
-      *second = (const char *)rows[16] + off;
-      return (const char *)rows[0] + off;
-    }
+  if (even != 0 && n == 32) {
+    *stride = even;
+    *second = (const char *)rows[16] + off;
+    return (const char *)rows[0] + off;
   }
   for (int j = 0; j < 32; j++)
     memcpy(buf + (ptrdiff_t)j * head_dim, (const char *)rows[j < n ? j : n - 1] + off,
