@@ -1528,15 +1528,30 @@ int fd_run_case_group_with(const char *group, const fd_case *cases, int count, f
     fprintf(stderr, "%s: out of memory\n", group);
     return 1;
   }
-  for (int i = 0; i < count; i++) {
-    states[i].c = &cases[i];
-    states[i].seed = seed;
-    states[i].run = run;
-    fd_case_name(&cases[i], states[i].name, sizeof states[i].name);
-    tests[i].name = states[i].name;
-    tests[i].test_func = run_case_test;
-    tests[i].initial_state = &states[i];
+  /* FD_TEST_SHARD=k/n: only the cases whose index is k modulo n (parallel runs of a slow
+   * tool, e.g. compute-sanitizer racecheck, over one grid) */
+  int shard = 0, shards = 1;
+  const char *sh = getenv("FD_TEST_SHARD");
+  if (sh && *sh && (sscanf(sh, "%d/%d", &shard, &shards) != 2 || shards < 1 || shard < 0 ||
+                    shard >= shards)) {
+    fprintf(stderr, "%s: FD_TEST_SHARD must be k/n with 0 <= k < n, not '%s'\n", group, sh);
+    free(tests);
+    free(states);
+    return 1;
   }
+  int kept = 0;
+  for (int i = 0; i < count; i++) {
+    if (i % shards != shard) continue;
+    states[kept].c = &cases[i];
+    states[kept].seed = seed;
+    states[kept].run = run;
+    fd_case_name(&cases[i], states[kept].name, sizeof states[kept].name);
+    tests[kept].name = states[kept].name;
+    tests[kept].test_func = run_case_test;
+    tests[kept].initial_state = &states[kept];
+    kept++;
+  }
+  count = kept;
   const char *filter = getenv("FD_TEST_FILTER");
   if (filter && *filter) cmocka_set_test_filter(filter);
   int failed = _cmocka_run_group_tests(group, tests, (size_t)count, NULL, NULL);

@@ -127,8 +127,9 @@ uint64_t fd_rng_below(fd_rng *r, uint64_t n); /* in [0, n), 0 for n = 0 */
 int fd_case_run(const fd_case *c, uint64_t seed);
 
 /* Runs `cases` as one cmocka group (names from fd_case_name; FD_TEST_FILTER
- * in the environment selects cases by cmocka's wildcard pattern), each with
- * fd_case_run. Returns the process exit code: 0 when every case passed. */
+ * in the environment selects cases by cmocka's wildcard pattern, FD_TEST_SHARD=k/n
+ * keeps the cases whose index is k modulo n), each with fd_case_run. Returns the
+ * process exit code: 0 when every case passed. */
 int fd_run_case_group(const char *group, const fd_case *cases, int count);
 /* The same with `run` in place of fd_case_run (same contract: the number of
  * failed checks, printed to stderr). */
