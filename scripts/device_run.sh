@@ -45,6 +45,7 @@
 #   FD_AB_ROUNDS: alternations (2); FD_AB_QUICK=1: no variants fuzz, no generate;
 #   FD_SAN_FILTER: the memcheck's grid cases.
 #   FD_AB_NCU=<row>: Nsight Compute of that row's split kernel on both builds ($OUT/ab-ncu-*.txt).
+#   FD_AB_TESTS=0: no test steps, only the build, the A/B rows and Nsight Compute.
 #   FD_PROFILE=1 with bench: also dev/cuda/profile.sh OUTDIR paged (ncu).
 #   exp: an experiment's check, not evidence for the targets: build, the GPU
 #   ctest tests (label gpu), then bench_gpu.py without peers (ours + sweep;
@@ -99,7 +100,8 @@ step() {
   if [ "$left" -lt "$2" ]; then echo "   SKIPPED: ${left}s left, needs ~$2s"; return 1; fi
   return 0
 }
-want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ] || { [ "$MODE" = ab ] && [ "$1" = test ]; }; }
+want() { [ "$MODE" = all ] || [ "$MODE" = "$1" ] ||
+         { [ "$MODE" = ab ] && [ "$1" = test ] && [ "${FD_AB_TESTS:-1}" = 1 ]; }; }
 # san: the GPU ctest tests (FD_CTEST: only those) and the compute-sanitizer steps, nothing else
 san_mode() { [ "$MODE" = san ]; }
 

@@ -3,7 +3,8 @@
 # racecheck of the GPU grid's bf16 d128 cases in FD_SAN_SHARDS parallel shards
 # (FD_TEST_SHARD=k/n), then memcheck / racecheck / initcheck / synccheck of the
 # GPU reliability suite (FD_TEST_QUICK=1), the four tools in parallel.
-# Each run's log in $OUT/san-<name>.txt; a summary line each on stdout.
+# Built in build-san/ (scripts/device_run.sh's build/ is left alone). Each run's log
+# in $OUT/san-<name>.txt; a summary line each on stdout.
 # Usage on the device: OUT=... dev/cuda/san_shards.sh   (FD_SAN_TIMEOUT: seconds a
 # racecheck shard may take, 280; FD_SAN_REL_TIMEOUT: a reliability-suite run, 200)
 set -u
@@ -12,8 +13,8 @@ T=${FD_SAN_TIMEOUT:-280}
 N=${FD_SAN_SHARDS:-4}
 mkdir -p "$OUT"
 start=$(date +%s)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real >/tmp/fd-b.txt 2>&1 &&
-  cmake --build build -j "$(nproc)" --target test_gpu_grid test_reliability_gpu >>/tmp/fd-b.txt 2>&1 ||
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_CUDA_ARCHS=90a-real >/tmp/fd-b.txt 2>&1 &&
+  cmake --build build-san -j "$(nproc)" --target test_gpu_grid test_reliability_gpu >>/tmp/fd-b.txt 2>&1 ||
   { tail -40 /tmp/fd-b.txt; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -30,12 +31,12 @@ summary() {
       "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)" "$(tail -1 "$f")"
   done
 }
-for k in $(seq 0 $((N - 1))); do run "race-grid-$k" racecheck 'cuda/bf16/d128/*' "$k/$N" build/tests/test_gpu_grid; done
+for k in $(seq 0 $((N - 1))); do run "race-grid-$k" racecheck 'cuda/bf16/d128/*' "$k/$N" build-san/tests/test_gpu_grid; done
 wait
 echo "racecheck shards done at $(( $(date +%s) - start )) s"
 summary race-grid
 T=${FD_SAN_REL_TIMEOUT:-200}
-for tool in memcheck racecheck initcheck synccheck; do run "rel-$tool" "$tool" "" "" build/tests/test_reliability_gpu; done
+for tool in memcheck racecheck initcheck synccheck; do run "rel-$tool" "$tool" "" "" build-san/tests/test_reliability_gpu; done
 wait
 echo "reliability suite done at $(( $(date +%s) - start )) s"
 summary rel-
