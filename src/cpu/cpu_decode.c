@@ -227,8 +227,8 @@ static void prefetch_rows(const void *const *rows, ptrdiff_t off, int n, int byt
  * a key block asks the cache for, for the calls after it: head h + 1's rows
  * of this step; after the last head's scores head 0's values; kernels that
  * spread the prefetches through their work (spreads_next) also get, after
- * the last head's values, the next block's keys of head 0 (contiguous
- * caches; before the kernels spread them: measured no faster). Heads widened
+ * the last head's values, the next block's keys of head 0 (contiguous and
+ * paged caches; before the kernels spread them: measured no faster). Heads widened
  * together (row_heads, fp8) were read before the first head's call: each
  * head's call asks for its part of the next widening's rows instead (the
  * block's values, then the next block's keys), so that the widening finds
