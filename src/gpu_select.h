@@ -185,6 +185,13 @@ static inline int64_t fd_mla_row_tiles(int rg, int64_t rows) {
  * float2, key flags [2][64], 1024 bytes of alignment slack: 231,552 B. */
 #define FD_MLA_WG_SMEM ((size_t)3 * 64 * 576 * 2 + 64 * 64 * 2 + 2 * 64 * 8 + 2 * 64 + 1024)
 
+/* The Hopper MLA seesaw kernel (mla_seesaw_kernel.cu): Q and 2 buffers of
+ * a 64-key tile [64][576] 16-bit, P [64][64] 16-bit, the running max and
+ * the two groups' factors float [3][64], float2 [2][64], 18 mbarriers, 1024
+ * bytes of alignment slack: 232,336 B. */
+#define FD_MLA_SS_SMEM \
+  ((size_t)3 * 64 * 576 * 2 + 64 * 64 * 2 + 3 * 64 * 4 + 2 * 64 * 8 + 18 * 8 + 1024)
+
 /* 1 when the MLA plan on budget g runs the Hopper kernel instead of
  * mla_kernel.cu: sm_90a code on compute capability 9.0 (g->wgmma),
  * head_dim 512, latent and rope caches of q's 16-bit dtype (kv_dtype and
@@ -198,6 +205,30 @@ static inline int fd_mla_wgmma_ok(const fd_gpu_budget *g, int32_t head_dim, int3
   const int32_t rope = rope_dtype == 0 ? kv : rope_dtype;
   return g->wgmma && head_dim == 512 && kv == dtype && rope == dtype && rows >= 64 &&
          fd_gpu_blocks_fit(g, FD_MLA_WG_SMEM) >= 1;
+}
+
+/* Keys a split must hold for the seesaw kernel: it refills each tile's
+ * buffer as soon as its readers are done, which pays over long splits, but
+ * its ramp-up is longer than mla_wgmma_kernel.cu's. Measured on an H100
+ * (128 heads, bf16, CUDA-graph replay), its time against the other's:
+ * 0.80-0.95x at 2048 keys a split and more, 0.85-1.06x at 1024, 1.13-1.14x
+ * at 512 and 128. */
+#define FD_MLA_SS_MIN_SPLIT_KEYS 2048
+
+/* 1 when a call that fd_mla_wgmma_ok gives the Hopper kernels runs the
+ * seesaw one (mla_seesaw_kernel.cu, TMA copies of whole 64-key tiles):
+ * a contiguous cache (page_size 0) or pages of a multiple of 64 keys,
+ * splits on multiples of 64 keys (chunk_len, and split_len_fixed when the
+ * deterministic mode fixes it) of at least FD_MLA_SS_MIN_SPLIT_KEYS keys
+ * (split_len_fixed, else the plan's split_keys) and a block fits; the
+ * backend still falls back to mla_wgmma_kernel.cu when the driver refuses
+ * the caches' layout (addresses or strides not multiples of 16 bytes). */
+static inline int fd_mla_seesaw_ok(const fd_gpu_budget *g, int32_t page_size, int32_t chunk_len,
+                                   int32_t split_len_fixed, int32_t split_keys) {
+  const int32_t keys = split_len_fixed > 0 ? split_len_fixed : split_keys;
+  return (page_size == 0 || page_size % 64 == 0) && chunk_len % 64 == 0 &&
+         split_len_fixed % 64 == 0 && keys >= FD_MLA_SS_MIN_SPLIT_KEYS &&
+         fd_gpu_blocks_fit(g, FD_MLA_SS_SMEM) >= 1;
 }
 
 /* 1 when a rows-kernel problem (internal.h fd_rows_kernel_shape) on

@@ -52,6 +52,7 @@ typedef struct mla_case {
   int page_size; /* 0: contiguous */
   int combined;  /* one [.., D + 64] buffer, two strided views */
   int num_splits, deterministic, lse, nan_key;
+  int pages_unknown; /* num_pages 0: the block table's ids are trusted, not checked */
 } mla_case;
 
 static int g_failed; /* cases failed so far */
@@ -70,13 +71,13 @@ static const char *tag(fd_dtype d) {
 static void case_name(const mla_case *c, char *buf, size_t n) {
   const fd_dtype kv = c->kv_dtype ? c->kv_dtype : c->dtype;
   const fd_dtype rope = c->rope_dtype ? c->rope_dtype : kv;
-  snprintf(buf, n, "%s_kv%s_rope%s_out%s_%s_D%d_H%d_T%d_B%d_kv%d,%d,%d,%d_pg%d%s_S%d%s%s%s",
+  snprintf(buf, n, "%s_kv%s_rope%s_out%s_%s_D%d_H%d_T%d_B%d_kv%d,%d,%d,%d_pg%d%s_S%d%s%s%s%s",
            tag(c->dtype), tag(kv), tag(rope), tag(c->out_dtype ? c->out_dtype : c->dtype),
            c->kv_scale == FD_KV_SCALE_TOKEN ? "token" : c->kv_scale ? "tensor" : "none", c->D,
            c->heads, c->q_len, c->batch, c->kv_len[0], c->batch > 1 ? c->kv_len[1] : -1,
            c->batch > 2 ? c->kv_len[2] : -1, c->batch > 3 ? c->kv_len[3] : -1, c->page_size,
            c->combined ? "_comb" : "", c->num_splits, c->deterministic ? "_det" : "",
-           c->lse ? "_lse" : "", c->nan_key ? "_nan" : "");
+           c->lse ? "_lse" : "", c->nan_key ? "_nan" : "", c->pages_unknown ? "_pgunk" : "");
 }
 
 static int filtered_out(const char *name) {
@@ -186,7 +187,7 @@ static void make_inputs(const mla_case *c, mla_inputs *in) {
     in->rows_cache = (int64_t)in->pages * c->page_size;
     p->page_size = c->page_size;
     p->max_pages_per_seq = in->max_pages;
-    p->num_pages = in->pages;
+    p->num_pages = c->pages_unknown ? 0 : in->pages;
     p->kv_capacity = (int32_t)in->cap;
   } else {
     in->rows_cache = (int64_t)c->batch * in->cap;
@@ -719,11 +720,12 @@ static void test_splits(void **state) {
   finish_group("splits", before);
 }
 
-/* The Hopper kernel's shapes (gpu_select.h fd_mla_wgmma_ok: 16-bit caches,
- * head_dim 512, >= 64 rows a sequence; it runs them on compute capability
- * 9.0 with sm_90a code, elsewhere mla_kernel.cu does): 64 and 128 heads,
+/* The Hopper kernels' shapes (gpu_select.h fd_mla_wgmma_ok: 16-bit caches,
+ * head_dim 512, >= 64 rows a sequence; they run them on compute capability
+ * 9.0 with sm_90a code, elsewhere mla_kernel.cu does; fd_mla_seesaw_ok picks
+ * the seesaw kernel among them): 64 and 128 heads,
  * q_len 1, 2, 16 (causal rows inside and across 64-key tiles), paged 1, 3,
- * 64 and contiguous, combined rows, forced splits, kv_len 0 / 1 / odd,
+ * 64, 128, 256 and contiguous, combined rows, forced splits, kv_len 0 / 1 / odd,
  * deterministic mode, out fp32, a NaN key. */
 static void test_hopper(void **state) {
   (void)state;
@@ -749,15 +751,44 @@ static void test_hopper(void **state) {
         c.kv_len[2] = 64;
         run_case(&c);
       }
-  const int pages[4] = {1, 3, 0, 64};
-  for (int pi = 0; pi < 4; pi++)
-    for (int comb = 0; comb < 2; comb++) {
-      mla_case c = base_case();
-      c.heads = 128;
-      c.page_size = pages[pi];
-      c.combined = comb;
-      run_case(&c);
-    }
+  /* splits of FD_MLA_SS_MIN_SPLIT_KEYS keys or more over contiguous caches
+   * and pages of a multiple of 64 keys run the seesaw kernel
+   * (mla_seesaw_kernel.cu: TMA copies); shorter splits and other page sizes
+   * mla_wgmma_kernel.cu. Each layout runs short (the automatic plan) and
+   * long (kv_len 2561 in one forced split of 2624 keys; under 3000 keys a
+   * call, so FD_TEST_QUICK runs them). */
+  const int pages[6] = {1, 3, 0, 64, 128, 256};
+  for (int pi = 0; pi < 6; pi++)
+    for (int comb = 0; comb < 2; comb++)
+      for (int lng = 0; lng < 2; lng++) {
+        mla_case c = base_case();
+        c.heads = 128;
+        c.page_size = pages[pi];
+        c.combined = comb;
+        c.kv_len[2] = pi == 5 ? 1500 : c.kv_len[2];
+        if (lng) {
+          c.kv_len[0] = 2561;
+          c.kv_len[2] = 300 + pi;
+          c.num_splits = 1;
+        }
+        run_case(&c);
+      }
+  for (int lng = 0; lng < 2; lng++) {
+    mla_case c = base_case(); /* pages of 64 keys, the pool's size not given */
+    c.heads = 128;
+    c.pages_unknown = 1;
+    if (lng) c.kv_len[0] = 2561, c.num_splits = 1;
+    run_case(&c);
+  }
+  for (int li = 1; li < 3; li++) { /* long splits, causal rows of q_len 2 and 16 */
+    mla_case c = base_case();
+    c.heads = li == 2 ? 16 : 64;
+    c.q_len = li == 2 ? 16 : 2;
+    c.page_size = li == 2 ? 0 : 128;
+    c.kv_len[0] = 2049 + 2 * li, c.kv_len[1] = 16, c.kv_len[2] = 700;
+    c.num_splits = 1;
+    run_case(&c);
+  }
   const int splits[4] = {1, 2, 3, 7};
   for (int si = 0; si < 4; si++) {
     mla_case c = base_case();
@@ -781,11 +812,12 @@ static void test_hopper(void **state) {
   c.out_dtype = FD_DTYPE_F32;
   c.q_len = 2;
   run_case(&c);
-  for (int s = 0; s < 2; s++) {
+  for (int s = 0; s < 3; s++) {
     c = base_case();
     c.heads = 128;
     c.nan_key = 1;
-    c.num_splits = s ? 4 : 1;
+    c.num_splits = s == 1 ? 4 : 1;
+    if (s == 2) c.kv_len[0] = 2500; /* one split of 2560 keys: the seesaw kernel */
     run_case(&c);
   }
   finish_group("hopper", before);

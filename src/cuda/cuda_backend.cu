@@ -48,6 +48,7 @@ typedef struct fd_device_facts {
   fd_status status; /* FD_STATUS_OK: usable */
   char why[320];    /* the message when not */
   fd_gpu_budget g;
+  void *tma_encode; /* the driver's cuTensorMapEncodeTiled (wgmma devices), or NULL */
 } fd_device_facts;
 
 #define FD_CACHED_DEVICES 64
@@ -161,6 +162,17 @@ static void query_device(int device, fd_device_facts *f) {
    * which a 9.0 device loads (code_arch 90) when FD_CUDA_ARCHS names 90a. */
   g->wgmma = g->cc_major == 9 && g->cc_minor == 0 && g->code_arch >= 90 &&
                  strstr(FD_CUDA_ARCHS_STR, "90a") != nullptr;
+  f->tma_encode = nullptr;
+  if (g->wgmma) {
+    /* the TMA maps' encoder, through the runtime: the library does not link libcuda */
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f->tma_encode, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f->tma_encode = nullptr;
+    }
+  }
   fd_gpu_budget_limit(g, FD_CUDA_SMEM_LIMIT_KB);
   f->status = FD_STATUS_OK;
 }
@@ -483,10 +495,20 @@ extern "C" fd_status fd_cuda_run(const fd_plan *plan, const fd_tensors *t, void 
     case FD_KERNEL_CUDA_MMA_WIDE: e = fd_split_mma_launch(&kp, FD_MMA_WIDE, s); break;
     case FD_KERNEL_CUDA_MMA_LEAN: e = fd_split_mma_launch(&kp, FD_MMA_LEAN, s); break;
     case FD_KERNEL_CUDA_MLA:
-      e = fd_mla_wgmma_ok(&f->g, pr->head_dim, pr->dtype, pr->kv_dtype, pr->rope_dtype,
-                          (int64_t)pr->num_heads_q * pr->q_len)
-              ? fd_mla_wgmma_launch(&kp, s)
-              : fd_mla_launch(&kp, mla_row_groups(&f->g, pr), s);
+      if (!fd_mla_wgmma_ok(&f->g, pr->head_dim, pr->dtype, pr->kv_dtype, pr->rope_dtype,
+                           (int64_t)pr->num_heads_q * pr->q_len)) {
+        e = fd_mla_launch(&kp, mla_row_groups(&f->g, pr), s);
+        break;
+      }
+      /* the seesaw kernel where TMA copies whole tiles; cudaErrorNotSupported:
+       * the driver refused the caches' layout */
+      e = fd_mla_seesaw_ok(&f->g, kp.page_size, kp.chunk_len, kp.split_len_fixed, plan->split_keys)
+              ? fd_mla_seesaw_launch(&kp, f->tma_encode, s)
+              : cudaErrorNotSupported;
+      if (e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        e = fd_mla_wgmma_launch(&kp, s);
+      }
       break;
     default: e = cudaErrorInvalidConfiguration; break; /* refused above */
   }

@@ -141,6 +141,11 @@ cudaError_t fd_mla_launch(const fd_kernel_params *p, int row_groups, cudaStream_
 /* The Hopper MLA kernel (mla_wgmma_kernel.cu; where gpu_select.h
  * fd_mla_wgmma_ok says so). */
 cudaError_t fd_mla_wgmma_launch(const fd_kernel_params *p, cudaStream_t stream);
+/* The Hopper MLA seesaw kernel (mla_seesaw_kernel.cu; where gpu_select.h
+ * fd_mla_seesaw_ok says so). tma_encode: the driver's cuTensorMapEncodeTiled.
+ * cudaErrorNotSupported, nothing launched: no encoder, or it refused the
+ * caches' layout (the caller runs fd_mla_wgmma_launch). */
+cudaError_t fd_mla_seesaw_launch(const fd_kernel_params *p, void *tma_encode, cudaStream_t stream);
 
 /* Blocks of the CUDA-core split kernel (fp32) resident per multiprocessor
  * for `head_dim`. */

@@ -2,8 +2,10 @@
  * mla_wgmma_kernel.cu — the Hopper MLA kernel (sm_90a: wgmma.mma_async) for
  * many query rows a sequence (gpu_select.h fd_mla_wgmma_ok: 16-bit caches
  * of q's dtype, head_dim 512, rope 64, >= 64 rows a sequence, compute
- * capability 9.0 with sm_90a code). Same problem, split / combine contract
- * and row / key rules as mla_kernel.cu, which runs every other case.
+ * capability 9.0 with sm_90a code) whose tiles mla_seesaw_kernel.cu cannot
+ * copy by TMA (pages of other sizes, layouts the driver refuses). Same
+ * problem, split / combine contract and row / key rules as mla_kernel.cu,
+ * which runs every other case. Copies by cp.async, any page size.
  *
  * GRID  (row_tiles, num_splits, batch): one block of 2 warpgroups (256
  *   threads) for 64 query rows (row tile rt: rows 64 rt .. + 63 of the
@@ -54,6 +56,7 @@
 #include "flashdecode.h"
 #include "gpu_select.h"
 #include "kernel_params.cuh"
+#include "mla_hopper.cuh"
 #include "mma_primitives.cuh"
 #include "pass_output.cuh"
 #include "row_keys.h"
@@ -69,7 +72,7 @@ struct wg {
   static constexpr int KT = 64;                  /* keys a tile */
   static constexpr int D = 512;                  /* latent columns */
   static constexpr int CPK = (D + 64) / 8;       /* 16-byte chunks a key / Q row: 72 */
-  static constexpr int ATOM = 64 * 128;          /* one atom column of 64 rows: 8192 B */
+  static constexpr int ATOM = FD_MLA_HOPPER_ATOM; /* one atom column of 64 rows: 8192 B */
   static constexpr int TILE = 9 * ATOM;          /* Q or one K stage: 73,728 B */
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = TILE;
@@ -122,52 +125,6 @@ __device__ __forceinline__ void wg_issue(const fd_kernel_params &p, int b, int k
   }
 }
 
-/* Q rows row_base .. + 63 (zeros past rows_total) by cp.async, in
- * wg_issue's pattern: thread t takes rows t / 8 and t / 8 + 32, chunks s,
- * s + 8, .., s + 56 of q and chunk s of q_pe (s = t % 8). */
-template <typename T>
-__device__ __forceinline__ void wg_load_q(const fd_kernel_params &p, int b, int row_base,
-                                          int rows_total, unsigned char *sQ) {
-  const int s = threadIdx.x & 7;
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++) {
-    const int r = (threadIdx.x >> 3) + 32 * hh;
-    const int row = row_base + r;
-    const bool live = row < rows_total;
-    const int h = live ? row / p.q_len : 0;
-    const int t = live ? row - h * p.q_len : 0;
-    const T *ql = static_cast<const T *>(p.q) + (int64_t)b * p.q_strides[0] +
-                  (int64_t)t * p.q_strides[1] + (int64_t)h * p.q_strides[2] + 8 * s;
-    const T *qr = static_cast<const T *>(p.q_pe) + (int64_t)b * p.q_pe_strides[0] +
-                  (int64_t)t * p.q_pe_strides[1] + (int64_t)h * p.q_pe_strides[2] + 8 * s;
-    unsigned char *dst = sQ + r * 128 + ((s ^ (r & 7)) << 4);
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-      fd_cp_async16(dst + j * wg::ATOM, live ? (const void *)(ql + 64 * j) : p.q, live);
-    fd_cp_async16(dst + 8 * wg::ATOM, live ? (const void *)qr : p.q, live);
-  }
-}
-
-/* Columns d, d + 1 of row `row`: the partials (num_splits > 1) or out. */
-template <typename T>
-__device__ __forceinline__ void wg_store2(const fd_kernel_params &p, int b, int split, int row,
-                                          int d, float x, float y, float inv) {
-  const int h = row / p.q_len;
-  const int t = row - h * p.q_len;
-  if (p.num_splits > 1) {
-    const int64_t prow = ((int64_t)b * p.num_heads_q + h) * p.q_len + t;
-    *reinterpret_cast<float2 *>(p.partial_o + (prow * p.num_splits + split) * p.head_dim + d) =
-        make_float2(x, y);
-    return;
-  }
-  const int64_t off = (int64_t)b * p.out_strides[0] + (int64_t)t * p.out_strides[1] +
-                      (int64_t)h * p.out_strides[2] + d;
-  if (p.out_f32)
-    *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + off) = make_float2(x * inv, y * inv);
-  else
-    *reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + off) = fd_pack2<T>(x * inv, y * inv);
-}
-
 #endif /* FD_WGMMA_ON */
 
 template <typename T>
@@ -206,7 +163,7 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
   const int num_tiles = (end - begin + wg::KT - 1) / wg::KT;
 
   /* Prologue: Q and tile 0 in one copy group. */
-  wg_load_q<T>(p, b, row_base, rows_total, sQ);
+  fd_mla_hopper_load_q<T>(p, b, row_base, rows_total, sQ);
   if (num_tiles > 0) wg_issue(p, b, begin, end - begin, sK, sF);
   fd_cp_async_commit();
 
@@ -329,43 +286,8 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
   }
   fd_cp_async_wait<0>(); /* only empty groups can remain */
 
-  /* Epilogue: l over the quad, then over both groups (group 0's part first) */
-  bool bad0 = false, bad1 = false;
-#pragma unroll
-  for (int n = 0; n < 32; n++) {
-    bad0 = bad0 || !(isfinite(o[4 * n]) && isfinite(o[4 * n + 1]));
-    bad1 = bad1 || !(isfinite(o[4 * n + 2]) && isfinite(o[4 * n + 3]));
-  }
-  fd_quad_sum_rows(l0, l1, bad0, bad1);
-  __syncthreads(); /* every read of sX's maxima is done */
-  if (qd == 0) {
-    sX[grp * 64 + r0] = make_float2(l0, bad0 ? 1.0f : 0.0f);
-    sX[grp * 64 + r1] = make_float2(l1, bad1 ? 1.0f : 0.0f);
-  }
-  __syncthreads();
-  const float2 x00 = sX[r0], x01 = sX[64 + r0], x10 = sX[r1], x11 = sX[64 + r1];
-  const float lt0 = x00.x + x01.x, lt1 = x10.x + x11.x;
-  const bool blown0 = x00.y != 0.0f || x01.y != 0.0f, blown1 = x10.y != 0.0f || x11.y != 0.0f;
-
-  const int row0 = row_base + r0, row1 = row_base + r1;
-  const bool live0 = row0 < rows_total, live1 = row1 < rows_total;
-  const float inv0 = lt0 > 0.0f ? 1.0f / lt0 : 0.0f, inv1 = lt1 > 0.0f ? 1.0f / lt1 : 0.0f;
-#pragma unroll
-  for (int n = 0; n < 32; n++) {
-    const int d = grp * 256 + 8 * n + 2 * qd;
-    if (live0) wg_store2<T>(p, b, split, row0, d, o[4 * n], o[4 * n + 1], inv0);
-    if (live1) wg_store2<T>(p, b, split, row1, d, o[4 * n + 2], o[4 * n + 3], inv1);
-  }
-  if (grp == 0 && qd == 0) {
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int row = hh ? row1 : row0;
-      if (!(hh ? live1 : live0)) continue;
-      const float l = (hh ? blown1 : blown0) ? __int_as_float(0x7fc00000) : (hh ? lt1 : lt0);
-      const int h = row / p.q_len;
-      fd_store_row_ml(p, b, h, row - h * p.q_len, split, hh ? m1 : m0, l, nullptr);
-    }
-  }
+  /* Epilogue (mla_hopper.cuh): l over the quad, then over both groups */
+  fd_mla_hopper_finish<T>(p, b, split, row_base, rows_total, o, l0, l1, m0, m1, sX, grp, r0, r1, qd);
 #endif
 }
 
