@@ -131,7 +131,8 @@
  *   element type; rope_dtype is k_pe's (0 = kv_dtype; or dtype: a 16-bit
  *   rope part beside an fp8 latent, FlashMLA's fp8 layout). k_scale scales
  *   c_kv, and k_pe when it is fp8 (TENSOR or TOKEN; TOKEN scales are [..,
- *   position, 1] as for any cache of one kv head); v_scale must be NULL: the
+ *   position, 1] as for any cache of one kv head; HEAD, one scale for the one
+ *   latent head, is the same as TENSOR); v_scale must be NULL: the
  *   values are c_kv * k_scale. Not combined with a window, soft-cap, sinks
  *   or non_causal. Backends: the reference and CPU take D 1..512, R 1..64;
  *   CUDA takes (D, R) = (512, 64) and (448, 64) with 16-bit q. CPU plans of
@@ -256,8 +257,8 @@
  *   (bf16 and fp8 caches' q.K and P.V on tiles, where the OS grants the tile
  *   state), AVX-512 BF16 (vdpbf16ps bf16 scores; chosen on AMD only),
  *   AVX-512 F/BW/VL, AVX2 + FMA + F16C, or portable C. The environment
- *   variable FD_CPU_ISA (auto, scalar, avx2, avx512, avx512_bf16, amx),
- *   read in fd_plan_init, forces a
+ *   variable FD_CPU_ISA (auto, scalar, avx2, avx512, avx512_bf16, amx;
+ *   unset or empty: auto), read in fd_plan_init, forces a
  *   narrower one (tests and CI run every path the machine has), or
  *   avx512_bf16 on an Intel CPU that has it; the plan
  *   records the choice in plan.cpu_isa. For a CPU plan, fd_plan_init returns
@@ -706,9 +707,10 @@ typedef struct fd_tensors {
  * untouched):
  *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
  *       fd_plan_init; a required pointer NULL; block_table NULL for a paged
- *       plan; a negative stride (other than FD_STRIDE_BROADCAST on q, k_cache
- *       or v_cache); a zero stride beside nonzero ones on a dimension of
- *       extent > 1; a tensor whose span passes the end of the address space;
+ *       plan; q, k_cache, v_cache, out, lse, kv_len or block_table not
+ *       aligned to its element type (every backend); a negative stride
+ *       (other than FD_STRIDE_BROADCAST on q, k_cache or v_cache); a zero
+ *       stride beside nonzero ones on a dimension of extent > 1; a tensor whose span passes the end of the address space;
  *       out or lse overlapping an input, the workspace or each other (the
  *       message names both); k_scale or v_scale NULL while kv_scale is
  *       set, or given with FD_KV_SCALE_NONE, or not float-aligned;

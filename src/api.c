@@ -249,6 +249,28 @@ static fd_status check_mla_pointers(const fd_problem *p, const fd_tensors *in, f
   return FD_STATUS_OK;
 }
 
+/* q, k_cache, v_cache, out, lse, kv_len and block_table aligned to their
+ * elements: every backend reads them as arrays of their element type. */
+static fd_status check_element_alignment(const fd_problem *p, const fd_tensors *in,
+                                         fd_error *err) {
+  const struct {
+    const void *ptr;
+    size_t elem;
+    const char *name;
+  } a[7] = {{in->q, fd_dtype_size(p->dtype), "q"},
+            {in->k_cache, fd_dtype_size(p->kv_dtype), "k_cache"},
+            {in->v_cache, fd_dtype_size(p->kv_dtype), "v_cache"},
+            {in->out, fd_dtype_size(p->out_dtype), "out"},
+            {in->lse, sizeof(float), "lse"},
+            {in->kv_len, sizeof(int32_t), "kv_len"},
+            {p->page_size > 0 ? in->block_table : NULL, sizeof(int32_t), "block_table"}};
+  for (int i = 0; i < 7; i++)
+    if (a[i].ptr && (uintptr_t)a[i].ptr % a[i].elem)
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "%s: not aligned to its %zu-byte elements",
+                     a[i].name, a[i].elem);
+  return FD_STATUS_OK;
+}
+
 /* The tree mask's pointer and stride (resolved into t): given exactly when
  * the plan has tree_mask, 8-byte aligned, stride >= 0 (0 = q_len) or
  * FD_STRIDE_BROADCAST (0: every sequence reads row 0's masks). */
@@ -340,6 +362,7 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   if (!in->out) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "out: NULL");
   if (in->sinks && (uintptr_t)in->sinks % sizeof(float))
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "sinks: not aligned to a float");
+  if ((st = check_element_alignment(p, in, err))) return st;
   if (p->page_size > 0 && !in->block_table)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "block_table: NULL for a paged cache");
   if (in->block_table_stride < 0)

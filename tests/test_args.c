@@ -703,6 +703,70 @@ static void test_run_sinks_misaligned(void **state) {
   }
 }
 
+/* q, k_cache, v_cache, out, lse, kv_len and block_table one byte off their
+ * element alignment, each alone: refused naming it, nothing written (CPU and
+ * reference; CUDA's 16-byte rule is test_run_cuda_alignment's). */
+static void test_run_pointers_misaligned(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  static const char *const names[7] = {"q: not aligned",   "k_cache: not aligned",
+                                       "v_cache: not aligned", "out: not aligned",
+                                       "lse: not aligned", "kv_len: not aligned",
+                                       "block_table: not aligned"};
+  for (int bi = 0; bi < 2; bi++)
+    for (int paged = 0; paged < 2; paged++) {
+      fixture *f = make_fixture(backends[bi], paged ? PAGE : 0);
+      fd_error err;
+      for (int i = 0; i < 7; i++) {
+        if (i == 6 && !paged) continue;
+        const fd_tensors keep = f->t;
+        switch (i) {
+          case 0: f->t.q = (const char *)f->q + 1; break;
+          case 1: f->t.k_cache = (const char *)f->k + 1; break;
+          case 2: f->t.v_cache = (const char *)f->v + 1; break;
+          case 3: f->t.out = (char *)f->out + 1; break;
+          case 4: f->t.lse = (float *)(void *)((char *)f->lse + 2); break;
+          case 5: f->t.kv_len = (const int32_t *)(const void *)((const char *)f->kv_len + 1); break;
+          default: f->t.block_table = (const int32_t *)(const void *)((const char *)f->block_table + 2);
+        }
+        expect_status(run(f, &err), FD_STATUS_INVALID_ARGUMENT, &err, names[i], names[i]);
+        assert_true(outputs_untouched(f));
+        f->t = keep;
+      }
+      expect_status(run(f, &err), FD_STATUS_OK, &err, NULL, "aligned again");
+      free_fixture(f);
+    }
+}
+
+/* The deterministic mode's length limit (FD_DETERMINISTIC_MAX_KEYS keys read a
+ * sequence) on every backend, the reference included, which never splits. */
+static void test_plan_deterministic_limit(void **state) {
+  (void)state;
+  const fd_backend backends[] = {FD_BACKEND_CPU, FD_BACKEND_REFERENCE};
+  for (int bi = 0; bi < 2; bi++) {
+    fd_problem p = valid_problem();
+    p.backend = backends[bi];
+    p.deterministic = 1;
+    p.num_splits = 0;
+    p.kv_capacity = FD_DETERMINISTIC_MAX_KEYS + 1;
+    fd_plan plan;
+    fd_error err;
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, "kv_capacity",
+                  "deterministic over the limit");
+    p.has_window = 1; /* a window reads window_left + q_len + 63 keys at most */
+    p.window_left = FD_DETERMINISTIC_MAX_KEYS;
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT, &err, "kv_capacity",
+                  "deterministic, a window over the limit");
+    p.window_left = 1000;
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL,
+                  "deterministic, a window under the limit");
+    p.has_window = 0;
+    p.kv_capacity = FD_DETERMINISTIC_MAX_KEYS;
+    expect_status(fd_plan_init(&plan, &p, &err), FD_STATUS_OK, &err, NULL,
+                  "deterministic at the limit");
+  }
+}
+
 /* fd_decode: plan errors and run errors pass through. */
 static void test_decode(void **state) {
   (void)state;
@@ -832,7 +896,8 @@ int main(void) {
       cmocka_unit_test(test_plan_null),          cmocka_unit_test(test_plan_bad_fields),
       cmocka_unit_test(test_plan_defaults),      cmocka_unit_test(test_plan_variants_accepted),
       cmocka_unit_test(test_plan_cuda),          cmocka_unit_test(test_run_nan_sink),
-      cmocka_unit_test(test_run_sinks_misaligned),
+      cmocka_unit_test(test_run_sinks_misaligned), cmocka_unit_test(test_run_pointers_misaligned),
+      cmocka_unit_test(test_plan_deterministic_limit),
       cmocka_unit_test(test_run_null),           cmocka_unit_test(test_run_negative_strides),
       cmocka_unit_test(test_run_workspace),      cmocka_unit_test(test_run_host_checks),
       cmocka_unit_test(test_run_cuda_alignment), cmocka_unit_test(test_decode),

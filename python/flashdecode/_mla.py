@@ -272,5 +272,9 @@ def required_scale(softmax_scale):
     if softmax_scale is None:
         raise ValueError("softmax_scale: required for MLA (the scale of the head dim before "
                          "absorption; DeepSeek-V3: 1 / sqrt(192))")
+    if isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool) \
+            and softmax_scale == 0:
+        raise ValueError("softmax_scale: 0 is not supported; MLA needs the scale of the head "
+                         "dim before absorption (DeepSeek-V3: 1 / sqrt(192))")
     return _core.resolve_scale(softmax_scale)
 

@@ -127,6 +127,11 @@ fd_status fd_cpu_isa_choose(const char *env, int32_t *isa, fd_error *err) {
     *isa = i;
     return FD_STATUS_OK;
   }
+  for (const char *c = env; *c; c++)
+    if (*c < 0x20 || *c > 0x7e) /* the message stays one line */
+      return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
+                     "FD_CPU_ISA: a value with a control or non-ASCII character is not auto, "
+                     "scalar, avx2, avx512, avx512_bf16 or amx");
   return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                  "FD_CPU_ISA: '%.40s' is not auto, scalar, avx2, avx512, avx512_bf16 or amx",
                  env);

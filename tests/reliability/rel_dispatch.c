@@ -9,7 +9,9 @@
  *   CUDA: head_dim 64, 128 and 256 work, every other one is unsupported
  *        (fd_plan_init and fd_decode), and fd_decode leaves out untouched.
  *   FD_CPU_ISA: each set this machine has is recorded in plan.cpu_isa and
- *        runs through fd_run; another name or a set it lacks is refused.
+ *        runs through fd_run; empty means auto; another name (one line in
+ *        the message, control characters not echoed) or a set it lacks is
+ *        refused.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
@@ -130,6 +132,15 @@ static void cpu_isa_environment_switch(void **state) {
   setenv("FD_CPU_ISA", "avx9", 1);
   assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(err.message, "FD_CPU_ISA"));
+  /* a control character is not echoed: the message stays one line */
+  setenv("FD_CPU_ISA", "amx\nscalar", 1);
+  assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "FD_CPU_ISA"));
+  assert_null(strchr(err.message, '\n'));
+  /* empty: auto */
+  setenv("FD_CPU_ISA", "", 1);
+  assert_int_equal(fd_plan_init(&plan, &p, &err), FD_STATUS_OK);
+  assert_int_equal(plan.cpu_isa, (int32_t)fd_cpu_isa_detect());
   unsetenv("FD_CPU_ISA");
 }
 
