@@ -240,31 +240,29 @@ static fd_status check_mla_pointers(const fd_problem *p, const fd_tensors *in, f
   if (in->sinks)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "sinks: given with rope_dim %d; MLA takes no attention sinks", p->rope_dim);
-  if ((uintptr_t)in->q_pe % fd_dtype_size(p->dtype))
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "q_pe: not aligned to its %zu-byte elements",
-                   fd_dtype_size(p->dtype));
-  if ((uintptr_t)in->k_pe_cache % fd_dtype_size(p->rope_dtype))
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
-                   "k_pe_cache: not aligned to its %zu-byte elements", fd_dtype_size(p->rope_dtype));
   return FD_STATUS_OK;
 }
 
-/* q, k_cache, v_cache, out, lse, kv_len and block_table aligned to their
- * elements: every backend reads them as arrays of their element type. */
+/* The tensors' pointers aligned to their elements: every backend reads them
+ * as arrays of their element type (NULL ones are checked elsewhere; the
+ * scales by scales.c, tree_mask by check_tree_pointer). */
 static fd_status check_element_alignment(const fd_problem *p, const fd_tensors *in,
                                          fd_error *err) {
   const struct {
     const void *ptr;
     size_t elem;
     const char *name;
-  } a[7] = {{in->q, fd_dtype_size(p->dtype), "q"},
-            {in->k_cache, fd_dtype_size(p->kv_dtype), "k_cache"},
-            {in->v_cache, fd_dtype_size(p->kv_dtype), "v_cache"},
-            {in->out, fd_dtype_size(p->out_dtype), "out"},
-            {in->lse, sizeof(float), "lse"},
-            {in->kv_len, sizeof(int32_t), "kv_len"},
-            {p->page_size > 0 ? in->block_table : NULL, sizeof(int32_t), "block_table"}};
-  for (int i = 0; i < 7; i++)
+  } a[] = {{in->q, fd_dtype_size(p->dtype), "q"},
+           {in->q_pe, fd_dtype_size(p->dtype), "q_pe"},
+           {in->k_cache, fd_dtype_size(p->kv_dtype), "k_cache"},
+           {in->k_pe_cache, fd_dtype_size(p->rope_dtype), "k_pe_cache"},
+           {in->v_cache, fd_dtype_size(p->kv_dtype), "v_cache"},
+           {in->out, fd_dtype_size(p->out_dtype), "out"},
+           {in->lse, sizeof(float), "lse"},
+           {in->sinks, sizeof(float), "sinks"},
+           {in->kv_len, sizeof(int32_t), "kv_len"},
+           {p->page_size > 0 ? in->block_table : NULL, sizeof(int32_t), "block_table"}};
+  for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
     if (a[i].ptr && (uintptr_t)a[i].ptr % a[i].elem)
       return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "%s: not aligned to its %zu-byte elements",
                      a[i].name, a[i].elem);
@@ -360,8 +358,6 @@ fd_status fd_run(const fd_plan *plan, const fd_tensors *tensors, void *workspace
   if ((st = check_mla_pointers(p, in, err))) return st;
   if (!in->kv_len) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "kv_len: NULL");
   if (!in->out) return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "out: NULL");
-  if (in->sinks && (uintptr_t)in->sinks % sizeof(float))
-    return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "sinks: not aligned to a float");
   if ((st = check_element_alignment(p, in, err))) return st;
   if (p->page_size > 0 && !in->block_table)
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT, "block_table: NULL for a paged cache");

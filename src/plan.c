@@ -615,11 +615,11 @@ static int32_t auto_plan(const fd_problem *p, fd_kernel kernel, plan_machine m,
  * split_keys, the keys a split of the longest sequence holds. */
 static fd_status choose_splits(const fd_problem *p, fd_kernel kernel, const plan_machine *m,
                                const plan_lengths *len, fd_plan *plan, fd_error *err) {
-  int64_t max_chunks = ceil_div(keys_read(p, p->kv_capacity), FD_CHUNK_LEN);
+  const int64_t keys_cap = keys_read(p, p->kv_capacity);
+  int64_t max_chunks = ceil_div(keys_cap, FD_CHUNK_LEN);
   if (max_chunks < 1) max_chunks = 1;
   int32_t splits;
-  const int64_t keys_det = p->deterministic ? keys_read(p, p->kv_capacity) : 0;
-  if (keys_det > FD_DETERMINISTIC_MAX_KEYS) /* every backend, the reference too */
+  if (p->deterministic && keys_cap > FD_DETERMINISTIC_MAX_KEYS) /* every backend, the reference too */
     return fd_fail(err, FD_STATUS_INVALID_ARGUMENT,
                    "kv_capacity: %d keys read a sequence exceed the deterministic mode's %d "
                    "(FD_DETERMINISTIC_MAX_KEYS)",
@@ -627,7 +627,7 @@ static fd_status choose_splits(const fd_problem *p, fd_kernel kernel, const plan
   if (p->backend == FD_BACKEND_REFERENCE) {
     splits = 1;
   } else if (p->deterministic) {
-    splits = (int32_t)ceil_div(keys_det > 0 ? keys_det : 1, FD_DETERMINISTIC_SPLIT_LEN);
+    splits = (int32_t)ceil_div(keys_cap > 0 ? keys_cap : 1, FD_DETERMINISTIC_SPLIT_LEN);
   } else if (p->num_splits == 0) {
     splits = auto_plan(p, kernel, *m, len);
   } else {
