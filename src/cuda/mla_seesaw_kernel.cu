@@ -72,8 +72,8 @@ struct ss {
   static constexpr int ATOM = FD_MLA_HOPPER_ATOM;
   static constexpr int TILE = 9 * ATOM;
   static constexpr int OFF_Q = 0;                 /* Q [64][576]; atom column 8 -> sP1 */
-  static constexpr int OFF_K = TILE;              /* K0, K1 */
-  static constexpr int OFF_P0 = 3 * TILE;         /* sP0 [64][64] */
+  static constexpr int OFF_K = OFF_Q + TILE;      /* K0, K1 */
+  static constexpr int OFF_P0 = OFF_K + 2 * TILE; /* sP0 [64][64] */
   static constexpr int OFF_M = OFF_P0 + ATOM;     /* float [64] running max */
   static constexpr int OFF_SC0 = OFF_M + 256;     /* float [64] */
   static constexpr int OFF_SC1 = OFF_SC0 + 256;   /* float [64] */
@@ -155,7 +155,7 @@ __device__ __forceinline__ void ss_scores(float (&s)[32], uint32_t sQ_u, uint32_
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) {
         const uint32_t a[4] = {q8[4 * kk], q8[4 * kk + 1], q8[4 * kk + 2], q8[4 * kk + 3]};
-        fd_wgmma_m64n64k16_rs<T>(s, a, fd_wgmma_desc(buf_u + 8 * ss::ATOM + kk * 32, 16, 1024),
+        fd_wgmma_m64k16_rs<T, 64, 0>(s, a, fd_wgmma_desc(buf_u + 8 * ss::ATOM + kk * 32, 16, 1024),
                                  (first && j == a0 && kk == 0) ? 0 : 1);
       }
     }
@@ -257,7 +257,7 @@ __device__ __forceinline__ void ss_pv_regs(float (&o)[128], const uint32_t (&pb)
   for (int kk = 0; kk < 4; kk++) {
     uint32_t a[4];
     ss_frag(pb, kk, a);
-    fd_wgmma_m64n256k16_rs_tb<T>(
+    fd_wgmma_m64k16_rs<T, 256, 1>(
         o, a, fd_wgmma_desc(buf_u + grp * 4 * ss::ATOM + kk * 16 * 128, ss::ATOM, 1024), 1);
   }
   fd_wgmma_commit();

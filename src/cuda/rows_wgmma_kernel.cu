@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(rw<D>::THREADS, 2)
     fd_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-      fd_wgmma_m64k16_rs_tb<T, D>(o, pa[kk], fd_wgmma_desc(v_u + kk * 16 * 128, C::ATOM, 1024), 1);
+      fd_wgmma_m64k16_rs<T, D, 1>(o, pa[kk], fd_wgmma_desc(v_u + kk * 16 * 128, C::ATOM, 1024), 1);
     fd_wgmma_commit();
     fd_wgmma_wait<0>(); /* the stage and pa are free once P V has read them */
     fd_wgmma_hold(o);
