@@ -77,8 +77,7 @@ __global__ void __launch_bounds__(FD_COMBINE_THREADS)
   const int D = p.head_dim;
   int active = 0;
   if (live) {
-    int kv = p.kv_len[b];
-    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+    const int kv = fd_kv_len(p, b);
     active = fd_seq_active_splits(kv, p.q_len, p.window_left, p.chunk_len, S, p.split_len_fixed);
   }
   const bool has_sink = p.sinks != nullptr;

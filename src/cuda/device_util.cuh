@@ -230,13 +230,13 @@ static __device__ __forceinline__ void fd_finish_row(float m, float l, bool has_
 
 /* ---- Launch ---- */
 
-/* Launches `kernel` over `grid` x `block` with `params` by value on `stream`,
- * with programmatic dependent launch when `pdl` (only code that waits in
- * griddepcontrol.wait may get it: gpu_select.h, fd_gpu_pdl_ok). Returns the
- * launch's error. */
-template <typename P>
-static cudaError_t fd_launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block,
-                             size_t smem, cudaStream_t stream, int pdl) {
+/* Launches `kernel` over `grid` x `block` with `params` (and `more`, its
+ * further arguments) by value on `stream`, with programmatic dependent launch
+ * when `pdl` (only code that waits in griddepcontrol.wait may get it:
+ * gpu_select.h, fd_gpu_pdl_ok). Returns the launch's error. */
+template <typename P, typename... More>
+static cudaError_t fd_launch(void (*kernel)(P, More...), const P &params, dim3 grid, dim3 block,
+                             size_t smem, cudaStream_t stream, int pdl, const More &...more) {
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = grid;
@@ -249,7 +249,7 @@ static cudaError_t fd_launch(void (*kernel)(P), const P &params, dim3 grid, dim3
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, params);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, params, more...);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }

@@ -86,6 +86,15 @@ typedef struct fd_kernel_params {
                                  gpu_select.h, fd_gpu_pdl_ok), FD_PDL_* below */
 } fd_kernel_params;
 
+#ifdef __CUDACC__
+/* Sequence b's kv_len as every kernel reads it: clamped to [0, kv_capacity]
+ * (device memory the host does not check). */
+static __device__ __forceinline__ int fd_kv_len(const fd_kernel_params &p, int b) {
+  const int kv = __ldg(p.kv_len + b);
+  return kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+}
+#endif
+
 /* fd_kernel_params.pdl. FD_PDL_ALL: the tensor-core split kernels and the
  * combine (the call's first kernel overlaps the previous one in the stream).
  * FD_PDL_COMBINE (fd_problem.no_pdl): the split kernel plain, the combine

@@ -17,8 +17,19 @@
 #include "kernel_params.cuh"
 #include "mma_primitives.cuh"
 #include "pass_output.cuh"
+#include "row_keys.h"
 
 #define FD_MLA_HOPPER_ATOM (64 * 128) /* one atom column of 64 rows: 8192 B */
+
+/* Keys [*lo, *hi) of the split [begin, end) that query row `row` of the
+ * sequence sees (fd_row_keys); none (begin, begin) for rows past rows_total. */
+__device__ __forceinline__ void fd_mla_hopper_row_keys(const fd_kernel_params &p, int row,
+                                                       int rows_total, int kv, int begin, int end,
+                                                       int *lo, int *hi) {
+  *lo = *hi = begin;
+  if (row < rows_total)
+    fd_row_keys(row % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end, lo, hi);
+}
 
 /* Q rows row_base .. + 63 of sequence b (zeros past rows_total) into sQ by
  * cp.async (one group for the caller to commit): thread t of 256 takes rows

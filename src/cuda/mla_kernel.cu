@@ -600,8 +600,7 @@ static __device__ __forceinline__ bool fd_mla_work_of(const fd_kernel_params &p,
   const int split = blockIdx.x;
   const int row_base = blockIdx.y * C::ROWS;
   const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int kv = fd_kv_len(p, b);
   int begin, end;
   fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                &begin, &end);

@@ -313,8 +313,7 @@ __global__ void __launch_bounds__(ss::THREADS, 1)
   const int row_base = blockIdx.x * 64;
   const int split = blockIdx.y;
   const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  const int kv = fd_kv_len(p, b);
   int begin, end;
   fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                &begin, &end);
@@ -357,13 +356,9 @@ __global__ void __launch_bounds__(ss::THREADS, 1)
     if (nt > 1) ss_tma(m, K_u[1], B_u[1], 0, 9, ss_locate(p, b, begin + ss::KT, end));
   }
 
-  int lo0 = begin, hi0 = begin, lo1 = begin, hi1 = begin;
-  if (row_base + r0 < rows_total)
-    fd_row_keys((row_base + r0) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end,
-                &lo0, &hi0);
-  if (row_base + r1 < rows_total)
-    fd_row_keys((row_base + r1) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end,
-                &lo1, &hi1);
+  int lo0, hi0, lo1, hi1;
+  fd_mla_hopper_row_keys(p, row_base + r0, rows_total, kv, begin, end, &lo0, &hi0);
+  fd_mla_hopper_row_keys(p, row_base + r1, rows_total, kv, begin, end, &lo1, &hi1);
 
   fd_cp_async_wait<0>();
   fd_fence_proxy_async();
@@ -556,21 +551,9 @@ cudaError_t ss_launch(const fd_kernel_params *p, void *encode, cudaStream_t stre
   if (e != cudaSuccess) return e;
   const int64_t tiles = ((int64_t)p->num_heads_q * p->q_len + 63) / 64;
   if (tiles > 0x7fffffff || p->num_splits > 65535 || p->batch > 65535) return cudaErrorInvalidValue;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)tiles, (unsigned)p->num_splits, (unsigned)p->batch);
-  cfg.blockDim = dim3(ss::THREADS);
-  cfg.dynamicSmemBytes = ss::SMEM;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  memset(attr, 0, sizeof attr);
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p->pdl == FD_PDL_ALL ? 1 : 0;
-  e = cudaLaunchKernelEx(&cfg, fd_mla_seesaw_kernel<T>, *p, m);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return fd_launch(fd_mla_seesaw_kernel<T>, *p,
+                   dim3((unsigned)tiles, (unsigned)p->num_splits, (unsigned)p->batch),
+                   dim3(ss::THREADS), ss::SMEM, stream, p->pdl == FD_PDL_ALL, m);
 }
 
 } /* namespace */

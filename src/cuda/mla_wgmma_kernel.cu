@@ -139,8 +139,7 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
   const int row_base = blockIdx.x * wg::ROWS;
   const int split = blockIdx.y;
   const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  const int kv = fd_kv_len(p, b);
   int begin, end;
   fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                &begin, &end);
@@ -168,13 +167,9 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
   fd_cp_async_commit();
 
   /* the rows' visible keys [lo, hi) */
-  int lo0 = begin, hi0 = begin, lo1 = begin, hi1 = begin;
-  if (row_base + r0 < rows_total)
-    fd_row_keys((row_base + r0) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end,
-                &lo0, &hi0);
-  if (row_base + r1 < rows_total)
-    fd_row_keys((row_base + r1) % p.q_len, p.q_len, kv, p.window_left, p.non_causal, begin, end,
-                &lo1, &hi1);
+  int lo0, hi0, lo1, hi1;
+  fd_mla_hopper_row_keys(p, row_base + r0, rows_total, kv, begin, end, &lo0, &hi0);
+  fd_mla_hopper_row_keys(p, row_base + r1, rows_total, kv, begin, end, &lo1, &hi1);
 
   float o[128];
 #pragma unroll

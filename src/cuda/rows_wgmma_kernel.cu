@@ -195,8 +195,7 @@ __global__ void __launch_bounds__(rw<D>::THREADS, 2)
   const int hk = blockIdx.y / row_tiles;
   const int row_base = (blockIdx.y - hk * row_tiles) * 64 * C::NWG;
   const int b = blockIdx.z;
-  int kv = __ldg(p.kv_len + b);
-  kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  int kv = fd_kv_len(p, b);
   int begin, end;
   fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                &begin, &end);

@@ -628,8 +628,7 @@ __global__ void __launch_bounds__(FD_SPLIT_THREADS, fd_split_min_blocks<T, D>())
   bp.split = blockIdx.x;
   bp.hk = blockIdx.y;
   bp.b = blockIdx.z;
-  int kv = p.kv_len[bp.b];
-  bp.kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+  bp.kv = fd_kv_len(p, bp.b);
   fd_seq_split(bp.kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed,
                bp.split, &bp.begin, &bp.end);
   if (p.num_splits > 1 && bp.begin >= bp.end) return; /* past the last key: the combine skips it */

@@ -807,8 +807,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 4 ? 2 : 1)
     const int split = blockIdx.x;
     const int hk = blockIdx.y;
     const int b = blockIdx.z;
-    int kv = __ldg(p.kv_len + b);
-    kv = kv < 0 ? 0 : (kv > p.kv_capacity ? p.kv_capacity : kv);
+    int kv = fd_kv_len(p, b);
     int begin, end; /* split.h: a window skips the keys before it */
     fd_seq_split(kv, p.q_len, p.window_left, p.chunk_len, p.num_splits, p.split_len_fixed, split,
                  &begin, &end);
