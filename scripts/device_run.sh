@@ -111,7 +111,7 @@ if [ "$MODE" = ab ]; then
   # the base build (.base: the tree of the commit compared with, carried) beside this one
   [ -f .base/CMakeLists.txt ] || { echo "ab: no .base/ carried"; exit 1; }
   (cmake -S .base -B .base/build -DCMAKE_BUILD_TYPE=Release -DFD_CUDA=ON -DFD_BUILD_TESTS=OFF \
-     -DFD_BUILD_CLI=OFF "${DEPFLAGS[@]}" && cmake --build .base/build -j "$(( $(nproc) / 2 ))") \
+     -DFD_BUILD_CLI=OFF ${FD_ARCHS:+-DFD_CUDA_ARCHS="$FD_ARCHS"} "${DEPFLAGS[@]}" && cmake --build .base/build -j "$(( $(nproc) / 2 ))") \
     >/tmp/fd-build-base.txt 2>&1 &
   BASE_PID=$!
 fi

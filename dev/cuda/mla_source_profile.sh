@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# dev/cuda/mla_source_profile.sh — where the Hopper MLA kernels' warps wait: Nsight Compute's
+# per-instruction stall sampling (SourceCounters) of one launch of the seesaw kernel (and of
+# mla_wgmma_kernel for comparison) at B=64, 128 heads, 8k keys, 64-key pages, on a build in
+# ./build (device_run.sh made it). Writes $OUT/mla-src-<kernel>.csv (the SASS with its samples),
+# $OUT/mla-src-<kernel>-details.txt and a summary of the samples by instruction kind
+# (dev/cuda/ncu_source_summary.py) to stdout.
+#   device tool: command "bash dev/cuda/mla_source_profile.sh" after a build
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
+for k in fd_mla_seesaw_kernel fd_mla_wgmma_kernel; do
+  extra=""
+  [ "$k" = fd_mla_wgmma_kernel ] && extra="--num-splits 64"  # 128-key splits: not the seesaw's
+  timeout 150 ncu -k "regex:$k" --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+    --section SchedulerStats -o "/tmp/mla-src-$k" -f \
+    ./build/flashdecode bench --backend cuda --iters 2 --batch 64 --num-heads-q 128 \
+    --kv-len 8192 --num-heads-kv 1 --head-dim 512 --rope-dim 64 --page-size 64 $extra \
+    >"/tmp/mla-src-$k.log" 2>&1 || { echo "ncu $k failed"; tail -20 "/tmp/mla-src-$k.log"; continue; }
+  ncu -i "/tmp/mla-src-$k.ncu-rep" --page details --print-details all >"$OUT/mla-src-$k-details.txt" 2>&1
+  ncu -i "/tmp/mla-src-$k.ncu-rep" --page source --csv --print-source sass >"$OUT/mla-src-$k.csv" 2>&1
+  grep -E "Duration|Warp Cycles Per Issued|No Eligible|Stall [A-Z]" "$OUT/mla-src-$k-details.txt" | head -20
+  python3 dev/cuda/ncu_source_summary.py "$OUT/mla-src-$k.csv" | head -60
+  gzip -f "$OUT/mla-src-$k.csv"
+done
