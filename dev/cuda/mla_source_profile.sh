@@ -24,3 +24,16 @@ for k in fd_mla_seesaw_kernel fd_mla_wgmma_kernel; do
   python3 dev/cuda/ncu_source_summary.py "$OUT/mla-src-$k.csv" | head -60
   gzip -f "$OUT/mla-src-$k.csv"
 done
+# B=1, 128 heads, 32k keys (fa3 41 us, ours ~80): each kernel's duration (split and combine) at
+# the plan's split count, then the CLI's time over forced split counts
+echo "== B=1 128 heads 32k: kernel durations"
+timeout 120 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+  --launch-skip 4 --launch-count 6 ./build/flashdecode bench --backend cuda --iters 2 --batch 1 \
+  --num-heads-q 128 --kv-len 32768 --num-heads-kv 1 --head-dim 512 --rope-dim 64 --page-size 64 \
+  >"$OUT/mla-b1-kernels.txt" 2>&1
+grep -E "fd_[a-z_]+kernel|gpu__time_duration|dram__bytes" "$OUT/mla-b1-kernels.txt" | head -40
+for s in 0 16 32 48 64 96 128; do
+  echo "num_splits=$s: $(./build/flashdecode bench --backend cuda --batch 1 --num-heads-q 128 \
+    --kv-len 32768 --num-heads-kv 1 --head-dim 512 --rope-dim 64 --page-size 64 \
+    --num-splits $s 2>&1 | tail -1)"
+done
