@@ -7,5 +7,5 @@ export FD_COMMIT=${FD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo u
 FD_DEADLINE_S=380 FD_ARCHS=90a-real FD_AB_TESTS=0 FD_AB_ROUNDS=3 \
   FD_AB_NCU=b1-h32/8-d128-bf16-n4096 timeout 400 scripts/device_run.sh ab >"$OUT/ab-log.txt" 2>&1
 grep -v "read ceiling" "$OUT/ab-log.txt" | tail -45
-(cd build && timeout 150 ctest -L gpu -j 4 -E tree --timeout 140 --output-on-failure) >"$OUT/ctest-gpu.txt" 2>&1
+(cd build && timeout 150 ctest -L gpu -j 4 -E "tree|mla" --timeout 140 --output-on-failure) >"$OUT/ctest-gpu.txt" 2>&1
 grep -E "Test +#|tests passed|FAILED" "$OUT/ctest-gpu.txt" | tail -20
