@@ -9,7 +9,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fd-out}; mkdir -p "$OUT"
-for k in fd_mla_seesaw_kernel fd_mla_wgmma_kernel; do
+for k in ${FD_PROFILE_KERNELS:-fd_mla_seesaw_kernel fd_mla_wgmma_kernel}; do
   extra=""
   [ "$k" = fd_mla_wgmma_kernel ] && extra="--num-splits 64"  # 128-key splits: not the seesaw's
   timeout 150 ncu -k "regex:$k" --launch-skip 3 --launch-count 1 \
@@ -24,6 +24,7 @@ for k in fd_mla_seesaw_kernel fd_mla_wgmma_kernel; do
   python3 dev/cuda/ncu_source_summary.py "$OUT/mla-src-$k.csv" | head -60
   gzip -f "$OUT/mla-src-$k.csv"
 done
+[ "${FD_PROFILE_SWEEPS:-1}" = 1 ] || exit 0
 # B=1, 128 heads, 32k keys (fa3 41 us, ours ~80): each kernel's duration (split and combine) at
 # the plan's split count, then the CLI's time over forced split counts
 echo "== B=1 128 heads 32k: kernel durations"
