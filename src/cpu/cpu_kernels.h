@@ -111,6 +111,12 @@ typedef struct fd_cpu_block {
                                 next call's, kernels with spreads_next), or NULL */
   ptrdiff_t next_off;        /* bytes: row j is at (const char *)next[j] + next_off */
   int next_n, next_bytes;    /* rows, bytes of each */
+  const char *ahead[2];      /* up to two byte ranges (NULL: none) that the AMX steps ask
+                                L2 for one 64-byte line at a time, evenly through their
+                                work (fd_cpu_prefetch_ahead): a later call's rows, still
+                                in memory, fetched while this call computes */
+  ptrdiff_t ahead_bytes[2];
+
   float scale;               /* softmax_scale */
   float soft_cap;            /* logits_soft_cap: s = cap * tanh(s / cap); 0 = off */
   int rows, num_keys, head_dim; /* rows 1..FD_CPU_MAX_ROWS, num_keys 1..stride */
@@ -251,6 +257,32 @@ static inline void fd_cpu_prefetch_next(const fd_cpu_block *b, int part, int par
   for (int j = (int)((int64_t)b->next_n * part / parts); j < j1; j++)
     for (int x = 0; x < b->next_bytes; x += 64)
       __builtin_prefetch((const char *)b->next[j] + b->next_off + x, 0, 3);
+}
+
+/* A kernel call's walk over b->ahead: `parts` calls of fd_cpu_ahead_step
+ * spread through its work ask L2 (prefetcht2) for every line of the ranges
+ * once, the same number of lines each (the last ones may ask for none). */
+typedef struct fd_cpu_ahead {
+  const char *at[2], *end[2];
+  ptrdiff_t per[2]; /* bytes a step */
+} fd_cpu_ahead;
+
+static inline fd_cpu_ahead fd_cpu_ahead_init(const fd_cpu_block *b, int parts) {
+  fd_cpu_ahead a;
+  for (int i = 0; i < 2; i++) {
+    const ptrdiff_t lines = b->ahead[i] ? (b->ahead_bytes[i] + 63) / 64 : 0;
+    a.at[i] = b->ahead[i];
+    a.end[i] = b->ahead[i] + 64 * lines;
+    a.per[i] = 64 * ((lines + parts - 1) / (parts > 0 ? parts : 1));
+  }
+  return a;
+}
+
+static inline void fd_cpu_ahead_step(fd_cpu_ahead *a) {
+  for (int i = 0; i < 2; i++) {
+    const char *stop = a->at[i] + a->per[i] < a->end[i] ? a->at[i] + a->per[i] : a->end[i];
+    for (; a->at[i] < stop; a->at[i] += 64) __builtin_prefetch(a->at[i], 0, 1);
+  }
 }
 
 /* 1 when acc rows of `k` for dtype and head_dim are in the paired order. */

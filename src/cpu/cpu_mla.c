@@ -90,6 +90,7 @@ typedef struct mla_call {
   char *scratch;                 /* the threads' buffers */
   fd_cpu_mla_scratch_layout lay;
   int tile_rows, tiles;
+  int ahead; /* 1: the kernels ask L2 for the next group's rows (set_ahead) */
 } mla_call;
 
 /* Byte address of position j of sequence b in a cache of one kv head with
@@ -113,6 +114,31 @@ static float key_scale(const mla_call *c, int32_t b, int32_t j) {
   if (plan->problem.kv_scale == FD_KV_SCALE_NONE) return 1.0f;
   return c->t->k_scale[fd_scale_index(plan, c->t->block_table, c->t->block_table_stride,
                                       c->t->scale_strides, b, j, 0)];
+}
+
+/* Rows asked for ahead of their use (fd_cpu_block.ahead: into L2, a line at
+ * a time through the kernels' work): the next group's keys, 24 of them
+ * through each of the group's 8 scores calls and the last 64 through its
+ * values call. More during the values call slows it: its own reads of the
+ * value rows from L2 wait for fill buffers that the requests hold. */
+#define FD_CPU_MLA_AHEAD_SCORES 24
+#define FD_CPU_MLA_AHEAD_VALUES (FD_CPU_MLA_GROUP * (FD_CPU_MLA_BLOCK - FD_CPU_MLA_AHEAD_SCORES))
+
+/* blk->ahead: the c_kv rows (and the k_pe rows when they are apart) of keys
+ * [j, min(j + n, end)) of sequence b, when the caches are contiguous with
+ * rows close together (c->ahead), else none. */
+static void set_ahead(const mla_call *c, fd_cpu_block *blk, int32_t b, int32_t j, int32_t n,
+                      int32_t end) {
+  const fd_tensors *t = c->t;
+  blk->ahead[0] = blk->ahead[1] = NULL;
+  if (j + n > end) n = end - j;
+  if (!c->ahead || n <= 0) return;
+  blk->ahead[0] = row_at(c, t->k_cache, t->k_strides, c->e_kv, b, j);
+  blk->ahead_bytes[0] = (ptrdiff_t)n * (ptrdiff_t)(t->k_strides[1] * (int64_t)c->e_kv);
+  if (c->rows_mode != MLA_ROWS_DIRECT) {
+    blk->ahead[1] = row_at(c, t->k_pe_cache, t->k_pe_strides, c->e_rope, b, j);
+    blk->ahead_bytes[1] = (ptrdiff_t)n * (ptrdiff_t)(t->k_pe_strides[1] * (int64_t)c->e_rope);
+  }
 }
 
 /* Points keys[0 .. padded) at the nb rows of the block at key j0 (padding
@@ -170,7 +196,8 @@ static void build_block(const mla_call *c, int32_t b, int32_t j0, int nb, char *
  * [n * FD_CPU_MLA_BLOCK]) with acc's alpha the product of theirs. */
 static void values_held(const mla_call *c, const fd_cpu_block *blk, int first, int n,
                         float *slot_p, float (*alphas)[FD_CPU_MLA_TILE_ROWS],
-                        const int *slot_keys, const void *const *keys, float *all) {
+                        const int *slot_keys, const void *const *keys, float *all, int32_t seq,
+                        int32_t ahead_j, int32_t end) {
   if (n == 0) return;
   const int rows = blk->rows;
   const int S = n * FD_CPU_MLA_BLOCK, B = FD_CPU_MLA_BLOCK;
@@ -184,6 +211,7 @@ static void values_held(const mla_call *c, const fd_cpu_block *blk, int first, i
   v.value_step = fd_cpu_even_step(v.values, v.num_keys, c->plan->problem.page_size == 0);
   v.head_dim = c->plan->problem.head_dim;
   v.tree = NULL;
+  set_ahead(c, &v, seq, ahead_j, FD_CPU_MLA_AHEAD_VALUES, end);
   if (n == 1) {
     v.scratch = slot_p + (ptrdiff_t)first * rows * B;
     v.alpha = alphas[first];
@@ -275,6 +303,7 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
                           ? rope_rows
                           : NULL;
 
+  int32_t group_j0 = begin; /* the group's first key */
   int nb, slot = 0; /* the group's blocks so far */
   int held = 0;      /* of them, the last ones whose values wait for the group's call */
   for (int32_t j0 = begin; j0 < tile_end; j0 += nb) {
@@ -288,11 +317,16 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
       count[r] = n;
       every &= n == nb;
     }
+    if (slot == 0) group_j0 = j0;
+    /* the next group's first key, and the first of its keys the values call
+     * asks for */
+    const int32_t next_j = group_j0 + FD_CPU_MLA_GROUP * FD_CPU_MLA_BLOCK;
+    const int32_t next_half = next_j + FD_CPU_MLA_GROUP * FD_CPU_MLA_AHEAD_SCORES;
     const void **bk = keys + slot * FD_CPU_MLA_BLOCK;
     build_block(c, b, j0, nb, buf + slot * block_bytes, bk, rope);
     const ptrdiff_t step = fd_cpu_even_step(bk, nb, p->page_size == 0);
     /* scores over [c_kv | k_pe], then the values over c_kv: the same rows */
-    const fd_cpu_block scores = {
+    fd_cpu_block scores = {
         .q = q,
         .qt = q_packed,
         .acc = acc,
@@ -316,19 +350,24 @@ static void run_item(const mla_call *c, char *mem, int32_t b, int32_t split, int
         .head_dim = W,
         .stride = FD_CPU_MLA_BLOCK,
     };
+    set_ahead(c, &scores, b, next_j + slot * FD_CPU_MLA_AHEAD_SCORES, FD_CPU_MLA_AHEAD_SCORES,
+              tile_end);
     c->kernels.scores(&scores);
     slot_keys[slot] = nb;
     if (every) {
       held++;
     } else { /* the held blocks' values first, then this one's over each row's keys */
-      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p);
+      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p, b,
+                  next_half, tile_end);
       held = 0;
       fd_cpu_block values = scores;
+      values.ahead[0] = values.ahead[1] = NULL;
       values.head_dim = D;
       c->kernels.values(&values);
     }
     if (++slot == FD_CPU_MLA_GROUP || j0 + nb >= tile_end) {
-      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p);
+      values_held(c, &scores, slot - held, held, slot_p, alphas, slot_keys, keys, all_p, b,
+                  next_half, tile_end);
       held = 0;
       slot = 0;
       fd_cpu_fold(acc, l, m, outer, l_out, m_out, rows, D, c->isa);
@@ -409,6 +448,11 @@ fd_status fd_cpu_mla_run(const fd_plan *plan, const fd_tensors *t, void *workspa
                         t->k_pe_strides[0] == t->k_strides[0] &&
                         t->k_pe_strides[1] == t->k_strides[1];
     c.rows_mode = follows ? MLA_ROWS_DIRECT : MLA_ROWS_COPY;
+    /* rows asked for ahead: contiguous caches whose token stride is the
+     * row's (no gaps fetched) */
+    const int64_t row = (int64_t)(p->head_dim + (follows ? p->rope_dim : 0)) * (int64_t)c.e_kv;
+    c.ahead = p->page_size == 0 && t->k_strides[1] * (int64_t)c.e_kv == row &&
+              (follows || t->k_pe_strides[1] == (int64_t)p->rope_dim);
   }
   if (!fd_cpu_kernels_get(isa, c.kernel_dtype, &c.kernels))
     return fd_fail(err, FD_STATUS_UNSUPPORTED, "cpu: no kernels for instruction set %d, dtype %d",

@@ -195,6 +195,10 @@ FD_VFN void amx_softmax_t(const fd_cpu_block *b, float *st, int r0) {
   _mm512_storeu_ps(b->m + r0, m_new);
 }
 
+/* Steps ahead of the current one whose key rows amx_scores asks L1 for when
+ * the driver streams rows ahead (fd_cpu_block.ahead). */
+#define FD_AMX_L1_STEPS 4
+
 /* Scores of every row of the block into scratch (rows FD_CPU_KEY_BLOCK
  * floats apart): s = scale * q . k by tiles (contract of the body's
  * scores_tile; keys past num_keys are scored and ignored), the key's last
@@ -230,6 +234,12 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
    * step's products */
   const int parts = (h->chunks + 1) / 2 * steps + 1;
   fd_cpu_prefetch_next(b, 0, parts);
+  /* b->ahead: four parts a step (after each tile load and after the
+   * products) and one per row written out; with b->ahead set, L1 is also
+   * asked for the key rows FD_AMX_L1_STEPS steps ahead (from L2, where the
+   * driver's earlier calls brought them) */
+  fd_cpu_ahead ahead = fd_cpu_ahead_init(b, 4 * ((h->chunks + 1) / 2 * steps) + b->rows);
+  const int l1_steps = b->ahead[0] ? FD_AMX_L1_STEPS : 0;
   /* two row chunks at a time where there are two (C: tiles 0, 1 and 5, 6;
    * B: 4 and 7): each key tile loaded once for both, two independent
    * product chains */
@@ -245,11 +255,24 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
       /* q rows cols * 4 bytes apart, 64 read: columns past cols are the next
        * rows' (64 bytes of slack after the last) */
       _tile_loadd(4, qt + ((ptrdiff_t)c * steps + s) * 16 * cols, cols * 4);
+      fd_cpu_ahead_step(&ahead);
       const char *kb = s < ksteps ? k0 + 64 * s : r0 + 64 * (s - ksteps);
       const char *kb1 = s < ksteps ? k1 + 64 * s : r1 + 64 * (s - ksteps);
       const ptrdiff_t kst = s < ksteps ? ks : rs;
+      if (l1_steps && s + l1_steps < steps) {
+        const int sp = s + l1_steps;
+        const char *pb = sp < ksteps ? k0 + 64 * sp : r0 + 64 * (sp - ksteps);
+        const char *pb1 = sp < ksteps ? k1 + 64 * sp : r1 + 64 * (sp - ksteps);
+        const ptrdiff_t pst = sp < ksteps ? ks : rs;
+        for (int j = 0; j < 16; j++) {
+          __builtin_prefetch(pb + j * pst, 0, 3);
+          __builtin_prefetch(pb1 + j * pst, 0, 3);
+        }
+      }
       _tile_loadd(2, kb, kst);
+      fd_cpu_ahead_step(&ahead);
       _tile_loadd(3, kb1, kst);
+      fd_cpu_ahead_step(&ahead);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
       if (pair) {
@@ -258,6 +281,7 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
         _tile_dpbf16ps(6, 3, 7);
       }
       fd_cpu_prefetch_next(b, c / 2 * steps + s + 1, parts);
+      fd_cpu_ahead_step(&ahead);
     }
     for (int u = 0; u <= pair; u++) {
       if (u == 0) {
@@ -271,6 +295,7 @@ FD_VFN int amx_scores(const fd_cpu_block *b) {
       if (fused) amx_softmax_t(b, st, cu * per);
       for (int i = 0; i < per && cu * per + i < b->rows; i++) {
         float *out = b->scratch + (ptrdiff_t)(cu * per + i) * FD_CPU_KEY_BLOCK;
+        fd_cpu_ahead_step(&ahead);
         for (int half = 0; half < 2; half++) {
           const float *base = st + half * 16 * 16 + i * pieces;
           vf sc = _mm512_i32gather_ps(key, base, 4);
@@ -383,6 +408,10 @@ FD_VFN void amx_values_vnni(const fd_cpu_block *b) {
   const int parts = (nk + FD_AMX_SPAN - 1) / FD_AMX_SPAN * col_chunks + 1;
   int part = 0;
   fd_cpu_prefetch_next(b, part++, parts);
+  /* b->ahead: a part per key pair of the relayout and per row chunk's 32
+   * columns of products */
+  fd_cpu_ahead ahead = fd_cpu_ahead_init(
+      b, ((nk + 31) / 32 * 16 + (nk + FD_AMX_SPAN - 1) / FD_AMX_SPAN * chunks * 2) * col_chunks);
   for (int k0 = 0; k0 < nk; k0 += FD_AMX_SPAN) {
     const int groups = (nk - k0 < FD_AMX_SPAN ? nk - k0 + 31 : FD_AMX_SPAN) / 32;
     /* A: P rows as bf16 pieces, 32 keys a tile row */
@@ -421,6 +450,7 @@ FD_VFN void amx_values_vnni(const fd_cpu_block *b) {
             _mm512_store_si512(vt[g][2 * h + 1][k],
                                _mm512_mask_blend_epi16(odd_words, _mm512_srli_epi32(x, 16), y));
           }
+          fd_cpu_ahead_step(&ahead);
         }
       fd_cpu_prefetch_next(b, part++, parts);
       /* per row chunk and 32 columns: C tiles 0 (hi x even columns), 1 (lo x
@@ -443,6 +473,7 @@ FD_VFN void amx_values_vnni(const fd_cpu_block *b) {
             _tile_dpbf16ps(2, 4, 7);
             _tile_dpbf16ps(3, 5, 7);
           }
+          fd_cpu_ahead_step(&ahead);
           _tile_stored(0, ct[0], 64);
           _tile_stored(1, ct[1], 64);
           _tile_stored(2, ct[2], 64);
