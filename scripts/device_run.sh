@@ -42,7 +42,7 @@
 #   .base/ (a commit to compare with: `git archive <rev> | tar -x -C .base`, carried) and of
 #   this one, alternating base, new, base, new; bench/compare_builds.py's table in
 #   $OUT/ab-compare.txt, the CSVs in $OUT/ab-runs.tgz. FD_AB_SHAPES: only those rows;
-#   FD_AB_ROUNDS: alternations (2); FD_AB_QUICK=1: no variants fuzz, no generate;
+#   FD_AB_ROUNDS: alternations (2); FD_AB_NEED_S: seconds the A/B step needs left (150); FD_AB_QUICK=1: no variants fuzz, no generate;
 #   FD_SAN_FILTER: the memcheck's grid cases.
 #   FD_AB_NCU=<row>: Nsight Compute of that row's split kernel on both builds ($OUT/ab-ncu-*.txt).
 #   FD_AB_TESTS=0: no test steps, only the build, the A/B rows and Nsight Compute.
@@ -177,7 +177,7 @@ if want test && ! quick && step "generate --backend cuda --check" 20; then
 fi
 
 # ---- ab: our rows of the base build (.base) and of this tree, alternating ----
-if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" 150; then
+if [ "$MODE" = ab ] && step "A/B benchmark: base, new, base, new (bench_gpu.py --no-peers --no-sweep)" "${FD_AB_NEED_S:-150}"; then
   wait "$BASE_PID" || { echo "BASE BUILD FAILED"; tail -30 /tmp/fd-build-base.txt; exit 1; }
   mkdir -p /tmp/fd-ab
   for i in $(seq 1 "${FD_AB_ROUNDS:-2}"); do
