@@ -356,18 +356,9 @@ static __device__ __forceinline__ fd_mma_rows fd_mma_pass_rows(const fd_kernel_p
   R.lo_max = begin;
   R.all_lo = INT_MIN;
   R.all_hi = INT_MAX;
-  /* the upper bounds of this lane's rows 2 qd, 2 qd + 1 (phantom rows see
-   * nothing); the lower bounds matter only in tiles before lo_max (a
-   * window's first tiles) and are recomputed there (fd_mma_mask), which
-   * keeps the loop's registers those of the causal kernel */
-  R.lim0 = R.lim1 = begin;
-  int t = row0 % p.q_len; /* row r's query token, (row0 + r) % q_len */
   for (int r = 0; r < pass_rows; r++) {
     int lo, hi;
-    fd_row_keys(t, p.q_len, kv, p.window_left, p.non_causal, begin, end, &lo, &hi);
-    t = t + 1 == p.q_len ? 0 : t + 1;
-    if (r == 2 * qd) R.lim0 = hi;
-    if (r == 2 * qd + 1) R.lim1 = hi;
+    fd_pass_row_keys(p, r, row0, pass_rows, kv, begin, end, &lo, &hi);
     R.all_lo = max(R.all_lo, lo);
     R.all_hi = min(R.all_hi, hi);
     if (hi > lo) {
@@ -378,6 +369,12 @@ static __device__ __forceinline__ fd_mma_rows fd_mma_pass_rows(const fd_kernel_p
   }
   if (R.pass_lo > R.pass_end) R.pass_lo = R.pass_end;
   R.kbeg = begin + (R.pass_lo - begin) / 64 * 64;
+  /* the lower bounds matter only in tiles before lo_max (a window's first
+   * tiles) and are recomputed there (fd_mma_mask), which keeps the loop's
+   * registers those of the causal kernel */
+  int lo_unused;
+  fd_pass_row_keys(p, 2 * qd, row0, pass_rows, kv, begin, end, &lo_unused, &R.lim0);
+  fd_pass_row_keys(p, 2 * qd + 1, row0, pass_rows, kv, begin, end, &lo_unused, &R.lim1);
   const int span = R.pass_end - R.kbeg;
   R.num_tiles = (span + KT - 1) / KT;
   return R;
@@ -574,20 +571,20 @@ static __device__ __forceinline__ void fd_mma_mask(const fd_kernel_params &p, co
       sc[e] = 2 * qd + (e & 1) < R.pass_rows ? x : -INFINITY;
     }
   } else {
-    /* rows 2 qd, 2 qd + 1 see keys [lo0, lim0), [lo1, lim1), all >= 0;
-     * key j = key0 + kl in unsigned arithmetic, where it cannot wrap (key0 +
-     * kl may pass INT32_MAX in a sequence's last tile) */
-    int lo0 = 0, lo1 = 0, unused;
+    /* in tile-local keys (key0 + kl may pass INT32_MAX): rows 2 qd, 2 qd + 1
+     * see kl in [lo0, hi0), [lo1, hi1) */
+    int lo0 = INT_MIN, lo1 = INT_MIN, unused;
     if (key0 < R.lo_max) { /* block-uniform */
       fd_pass_row_keys(p, 2 * qd, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo0, &unused);
       fd_pass_row_keys(p, 2 * qd + 1, R.row0, R.pass_rows, R.kv, R.begin, R.end, &lo1, &unused);
+      lo0 -= key0;
+      lo1 -= key0;
     }
+    const int hi0 = R.lim0 - key0, hi1 = R.lim1 - key0;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int kl = kl0 + 8 * (e >> 1);
-      const unsigned j = (unsigned)key0 + (unsigned)kl;
-      bool vis = (e & 1) == 0 ? (j < (unsigned)R.lim0 && j >= (unsigned)lo0)
-                              : (j < (unsigned)R.lim1 && j >= (unsigned)lo1);
+      bool vis = (e & 1) == 0 ? (kl < hi0 && kl >= lo0) : (kl < hi1 && kl >= lo1);
       if (bad_pages) vis = vis && tValid[kl] != 0;
       const float x = fd_mma_score(p, sc[e], scale, F::key_scale(k_mul, tok, tTok, kl));
       sc[e] = vis ? x : -INFINITY;
