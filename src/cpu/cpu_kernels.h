@@ -263,8 +263,9 @@ static inline void fd_cpu_prefetch_next(const fd_cpu_block *b, int part, int par
  * spread through its work ask L2 (prefetcht2) for every line of the ranges
  * once, the same number of lines each (the last ones may ask for none). */
 typedef struct fd_cpu_ahead {
-  const char *at[2], *end[2];
-  ptrdiff_t per[2]; /* bytes a step */
+  const char *at[2]; /* the next line to ask for */
+  ptrdiff_t left[2]; /* bytes of lines not yet asked for (0 for no range) */
+  ptrdiff_t per[2];  /* bytes a step */
 } fd_cpu_ahead;
 
 static inline fd_cpu_ahead fd_cpu_ahead_init(const fd_cpu_block *b, int parts) {
@@ -272,7 +273,7 @@ static inline fd_cpu_ahead fd_cpu_ahead_init(const fd_cpu_block *b, int parts) {
   for (int i = 0; i < 2; i++) {
     const ptrdiff_t lines = b->ahead[i] ? (b->ahead_bytes[i] + 63) / 64 : 0;
     a.at[i] = b->ahead[i];
-    a.end[i] = b->ahead[i] + 64 * lines;
+    a.left[i] = 64 * lines;
     a.per[i] = 64 * ((lines + parts - 1) / (parts > 0 ? parts : 1));
   }
   return a;
@@ -280,8 +281,11 @@ static inline fd_cpu_ahead fd_cpu_ahead_init(const fd_cpu_block *b, int parts) {
 
 static inline void fd_cpu_ahead_step(fd_cpu_ahead *a) {
   for (int i = 0; i < 2; i++) {
-    const char *stop = a->at[i] + a->per[i] < a->end[i] ? a->at[i] + a->per[i] : a->end[i];
-    for (; a->at[i] < stop; a->at[i] += 64) __builtin_prefetch(a->at[i], 0, 1);
+    const ptrdiff_t n = a->per[i] < a->left[i] ? a->per[i] : a->left[i];
+    if (n <= 0) continue;
+    for (ptrdiff_t x = 0; x < n; x += 64) __builtin_prefetch(a->at[i] + x, 0, 1);
+    a->at[i] += n;
+    a->left[i] -= n;
   }
 }
 
