@@ -707,10 +707,12 @@ typedef struct fd_tensors {
  * untouched):
  *   FD_STATUS_INVALID_ARGUMENT  plan/tensors NULL or the plan not made by
  *       fd_plan_init; a required pointer NULL; block_table NULL for a paged
- *       plan; q, k_cache, v_cache, out, lse, kv_len or block_table not
- *       aligned to its element type (every backend); a negative stride
- *       (other than FD_STRIDE_BROADCAST on q, k_cache or v_cache); a zero
- *       stride beside nonzero ones on a dimension of extent > 1; a tensor whose span passes the end of the address space;
+ *       plan; q, q_pe, k_cache, k_pe_cache, v_cache, out, lse, sinks,
+ *       kv_len or block_table not aligned to its element type (every
+ *       backend); a negative stride (other than FD_STRIDE_BROADCAST on q,
+ *       k_cache or v_cache); a zero stride beside nonzero ones on a
+ *       dimension of extent > 1; a tensor whose span passes the end of the
+ *       address space;
  *       out or lse overlapping an input, the workspace or each other (the
  *       message names both); k_scale or v_scale NULL while kv_scale is
  *       set, or given with FD_KV_SCALE_NONE, or not float-aligned;
